@@ -1,0 +1,65 @@
+// The executor: runs an IR graph with every operator called through the c10 dispatcher.
+// One of the two translation units that see LibTorch headers (the other is the Python module).
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "verifuse/ir/graph.h"
+#include "verifuse/support/status.h"
+
+namespace verifuse::runtime {
+
+/// A frozen weight: argument \p argIndex of every call must still be the tensor that became
+/// constant \p constant (same TensorImpl, data pointer and version counter).
+struct FrozenInput {
+  int32_t argIndex = -1;
+  ir::ConstantId constant = -1;
+};
+
+struct ExecutorStats {
+  size_t dispatcherSteps = 0;
+  size_t builtinSteps = 0;
+  size_t constants = 0;
+};
+
+class CompiledGraph;
+
+/// Builds the execution plan once: operator handles looked up, schema-typed constant arguments
+/// converted to IValues, last uses computed. Fails with kUnsupported when an operator or an
+/// argument cannot be executed, so the caller can fall back.
+///   \p inputArgIndex[k]: position in the call's argument list of graph input k.
+StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph,
+                                                            std::vector<int32_t> inputArgIndex,
+                                                            std::vector<FrozenInput> frozen,
+                                                            int32_t numArgs);
+
+/// Converts a constant to the tensor the executor uses (the original at::Tensor if the bindings
+/// created it, else a view over the host buffer that keeps it alive).
+at::Tensor constantToTensor(const ir::ConstantTensor& c);
+
+class CompiledGraph {
+ public:
+  struct Impl;
+  explicit CompiledGraph(std::unique_ptr<Impl> impl);
+  ~CompiledGraph();
+
+  /// Runs the graph. Re-entrant: all per-call state lives on the calling thread's stack.
+  /// Returns kStaleWeights if a frozen weight was replaced or modified in place; ATen errors
+  /// (bad shapes, ...) come back as kInvalidArgument with ATen's message.
+  StatusOr<std::vector<c10::IValue>> run(const std::vector<c10::IValue>& args) const;
+
+  /// kStaleWeights with the name of the first frozen input that no longer matches, else Ok.
+  Status checkFrozenInputs(const std::vector<c10::IValue>& args) const;
+
+  const ir::Graph& graph() const;
+  ExecutorStats stats() const;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace verifuse::runtime

@@ -1,0 +1,173 @@
+// verifuse._C: the Python face of the C++ core. The only place where a Status becomes a Python
+// exception. LibTorch headers here and in the executor only.
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <pybind11/stl.h>
+
+#include <map>
+
+#include "bindings/registry.h"
+#include "verifuse/ir/graph.h"
+#include "verifuse/runtime/executor.h"
+
+namespace py = pybind11;
+
+namespace verifuse::bindings {
+namespace {
+
+PyObject* gStaleWeightsError = nullptr;
+PyObject* gUnsupportedError = nullptr;
+
+/// Raises the Python exception for \p status (never returns).
+[[noreturn]] void raise(const Status& status) {
+  PyObject* type = PyExc_RuntimeError;
+  if (status.code() == StatusCode::kStaleWeights) type = gStaleWeightsError;
+  else if (status.code() == StatusCode::kUnsupported || status.code() == StatusCode::kUnimplemented) type = gUnsupportedError;
+  else if (status.code() == StatusCode::kInvalidGraph) type = PyExc_ValueError;
+  PyErr_SetString(type, status.code() == StatusCode::kInvalidArgument ? status.message().c_str()
+                                                                        : status.toString().c_str());
+  throw py::error_already_set();
+}
+
+template <typename T>
+T unwrap(StatusOr<T> s) {
+  if (!s.isOk()) raise(s.status());
+  return std::move(s).value();
+}
+
+ir::ValueType valueTypeFromString(const std::string& name) { return unwrap(ir::parseValueType(name)); }
+
+ir::ConstantTensor constantFromTensor(const std::string& name, const at::Tensor& t) {
+  ir::ConstantTensor c;
+  c.name = name;
+  c.sizes = t.sizes().vec();
+  c.strides = t.strides().vec();
+  c.dtype = static_cast<ir::DType>(static_cast<int8_t>(t.scalar_type()));
+  c.data = t.numel() ? t.data_ptr() : nullptr;
+  c.owner = std::make_shared<at::Tensor>(t);
+  c.ownerKind = ir::ConstantOwner::AtTensor;
+  return c;
+}
+
+c10::IValue toIValue(const py::handle& obj) {
+  if (THPVariable_Check(obj.ptr())) return THPVariable_Unpack(obj.ptr());
+  if (obj.is_none()) return c10::IValue();
+  if (py::isinstance<py::bool_>(obj)) return obj.cast<bool>();
+  if (py::isinstance<py::int_>(obj)) return obj.cast<int64_t>();
+  if (py::isinstance<py::float_>(obj)) return obj.cast<double>();
+  // torch.SymInt / SymFloat that are backed by concrete values at run time.
+  if (py::hasattr(obj, "__index__")) return obj.attr("__index__")().cast<int64_t>();
+  if (py::hasattr(obj, "__float__")) return obj.attr("__float__")().cast<double>();
+  throw py::type_error("verifuse: unsupported argument of type " + std::string(py::str(obj.get_type())));
+}
+
+py::object fromIValue(const c10::IValue& v) {
+  if (v.isTensor()) return py::reinterpret_steal<py::object>(THPVariable_Wrap(v.toTensor()));
+  if (v.isNone()) return py::none();
+  if (v.isInt()) return py::int_(v.toInt());
+  if (v.isDouble()) return py::float_(v.toDouble());
+  if (v.isBool()) return py::bool_(v.toBool());
+  throw py::type_error("verifuse: graph produced an output of unsupported type " + v.tagKind());
+}
+
+py::dict statsDict(const runtime::CompiledGraph& cg) {
+  py::dict d;
+  auto s = cg.stats();
+  d["dispatcher_steps"] = s.dispatcherSteps;
+  d["builtin_steps"] = s.builtinSteps;
+  d["constants"] = s.constants;
+  std::map<std::string, int> ops;
+  for (const auto& n : cg.graph().nodes()) ops[n.qualifiedName()]++;
+  d["ops"] = ops;
+  return d;
+}
+
+void registerCore(py::module_& m) {
+  gStaleWeightsError = PyErr_NewException("verifuse._C.StaleWeightsError", PyExc_RuntimeError, nullptr);
+  gUnsupportedError = PyErr_NewException("verifuse._C.UnsupportedError", PyExc_RuntimeError, nullptr);
+  m.attr("StaleWeightsError") = py::handle(gStaleWeightsError);
+  m.attr("UnsupportedError") = py::handle(gUnsupportedError);
+
+  py::class_<ir::Arg>(m, "Arg", "One operand of an IR node (build with the static constructors).")
+      .def_static("none", &ir::Arg::none)
+      .def_static("boolean", &ir::Arg::boolean)
+      .def_static("integer", &ir::Arg::integer)
+      .def_static("real", &ir::Arg::real)
+      .def_static("string", &ir::Arg::string)
+      .def_static("value", &ir::Arg::value)
+      .def_static("constant", &ir::Arg::constant)
+      .def_static("list", &ir::Arg::makeList)
+      .def_static("dtype", [](int code) { return ir::Arg::dtype(static_cast<ir::DType>(code)); })
+      .def_static("device", &ir::Arg::device)
+      .def_static("layout", &ir::Arg::layout)
+      .def_static("memory_format", &ir::Arg::memoryFormat);
+
+  py::class_<ir::Graph>(m, "Graph", "A verifuse IR graph.")
+      .def(py::init<>())
+      .def("add_input", [](ir::Graph& g, const std::string& name, const std::string& type) {
+        return g.addInput(name, valueTypeFromString(type));
+      })
+      .def("add_constant", [](ir::Graph& g, const std::string& name, const at::Tensor& t) {
+        return g.addConstant(constantFromTensor(name, t));
+      })
+      .def("add_node",
+           [](ir::Graph& g, const std::string& op, const std::string& overload, std::vector<ir::Arg> args,
+              const std::vector<std::string>& outputTypes) {
+             std::vector<ir::ValueType> types;
+             for (const auto& t : outputTypes) types.push_back(valueTypeFromString(t));
+             ir::NodeId id = g.addNode(op, overload, std::move(args), types);
+             return g.node(id).outputs;
+           })
+      .def("set_outputs", &ir::Graph::setOutputs)
+      .def("verify", [](const ir::Graph& g) {
+        Status s = ir::verifyGraph(g);
+        if (!s.isOk()) raise(s);
+      })
+      .def("to_text", &ir::printGraph)
+      .def("num_nodes", &ir::Graph::numLiveNodes)
+      .def("__str__", &ir::printGraph);
+  m.def("parse_graph", [](const std::string& text) { return unwrap(ir::parseGraph(text)); });
+
+  py::class_<runtime::CompiledGraph, std::shared_ptr<runtime::CompiledGraph>>(m, "CompiledGraph")
+      .def("run",
+           [](const runtime::CompiledGraph& cg, const py::list& pyArgs) {
+             std::vector<c10::IValue> args;
+             args.reserve(pyArgs.size());
+             for (const auto& a : pyArgs) args.push_back(toIValue(a));
+             StatusOr<std::vector<c10::IValue>> result = [&] {
+               py::gil_scoped_release release;
+               return cg.run(args);
+             }();
+             // Drop our references to the inputs before Python regains control.
+             args.clear();
+             if (!result.isOk()) raise(result.status());
+             py::tuple out(result->size());
+             for (size_t k = 0; k < result->size(); ++k) out[k] = fromIValue((*result)[k]);
+             return out;
+           },
+           "Runs the graph on the full argument list (frozen weights included).")
+      .def("graph_text", [](const runtime::CompiledGraph& cg) { return ir::printGraph(cg.graph()); })
+      .def("stats", &statsDict);
+
+  m.def(
+      "compile",
+      [](ir::Graph graph, std::vector<int32_t> inputArgIndex, const std::vector<std::pair<int32_t, int32_t>>& frozen,
+         int32_t numArgs) {
+        std::vector<runtime::FrozenInput> f;
+        for (const auto& [arg, constant] : frozen) f.push_back({arg, constant});
+        auto compiled = unwrap(runtime::compileGraph(std::move(graph), std::move(inputArgIndex), std::move(f), numArgs));
+        return std::const_pointer_cast<runtime::CompiledGraph>(compiled);
+      },
+      py::arg("graph"), py::arg("input_arg_index"), py::arg("frozen"), py::arg("num_args"));
+}
+
+VERIFUSE_REGISTER_BINDINGS(core, registerCore);
+
+}  // namespace
+}  // namespace verifuse::bindings
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "verifuse C++ core";
+  for (auto& [name, fn] : verifuse::bindings::bindingRegistry()) fn(m);
+}

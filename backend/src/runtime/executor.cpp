@@ -1,0 +1,498 @@
+// The executor: an IR graph turned into a flat list of steps, each a boxed call through the c10
+// dispatcher (or a small builtin for Python/SymInt arithmetic), with intermediates freed after
+// their last use. The plan is immutable after compileGraph, so any number of threads may run it.
+#include "verifuse/runtime/executor.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <optional>
+
+namespace verifuse::runtime {
+
+namespace {
+
+using ir::Arg;
+using ir::ValueId;
+
+at::ScalarType toScalarType(ir::DType t) { return static_cast<at::ScalarType>(static_cast<int8_t>(t)); }
+
+/// One argument of a step: fixed at plan time, a graph value, or a list built per call because
+/// some of its elements are graph values (symbolic sizes, tensor lists).
+struct ArgSlot {
+  enum class Kind { Fixed, Value, DynamicList } kind = Kind::Fixed;
+  c10::IValue fixed;
+  ValueId value = ir::kNoValue;
+  Arg list;             // DynamicList: the IR list
+  c10::TypePtr elemType;  // DynamicList: the schema's element type
+  bool toDouble = false;  // Value: schema wants a float and the value may be an int
+};
+
+using BuiltinFn = std::function<StatusOr<c10::IValue>(const std::vector<c10::IValue>&)>;
+
+struct Step {
+  std::optional<c10::OperatorHandle> op;
+  BuiltinFn builtin;
+  std::string name;
+  std::vector<ArgSlot> args;
+  std::vector<ValueId> outputs;
+  bool unpackList = false;         // schema returns one list; IR has one value per element
+  std::vector<ValueId> freeAfter;  // values whose last use is this step
+};
+
+c10::TypePtr unwrapOptional(const c10::TypePtr& t) {
+  if (t->kind() == c10::TypeKind::OptionalType) return t->castRaw<c10::OptionalType>()->getElementType();
+  return t;
+}
+
+bool isIntLike(const c10::TypePtr& t) {
+  auto k = t->kind();
+  return k == c10::TypeKind::IntType || k == c10::TypeKind::SymIntType;
+}
+
+bool isFloatLike(const c10::TypePtr& t) {
+  auto k = t->kind();
+  return k == c10::TypeKind::FloatType || k == c10::TypeKind::SymFloatType;
+}
+
+int64_t ivalueToInt(const c10::IValue& v) {
+  if (v.isInt()) return v.toInt();
+  if (v.isSymInt()) return v.toSymInt().guard_int(__FILE__, __LINE__);
+  if (v.isBool()) return v.toBool();
+  return static_cast<int64_t>(v.toDouble());
+}
+
+double ivalueToDouble(const c10::IValue& v) {
+  if (v.isDouble()) return v.toDouble();
+  if (v.isSymFloat()) return v.toSymFloat().guard_float(__FILE__, __LINE__);
+  return static_cast<double>(ivalueToInt(v));
+}
+
+/// Builds a typed list IValue from IR list elements, reading values from \p slots if needed.
+StatusOr<c10::IValue> buildList(const Arg& list, const c10::TypePtr& elemType,
+                                const std::vector<c10::IValue>* slots,
+                                const std::vector<at::Tensor>& constants) {
+  auto elementValue = [&](const Arg& e) -> const c10::IValue* {
+    if (e.kind == Arg::Kind::Value && slots) return &(*slots)[static_cast<size_t>(e.i)];
+    return nullptr;
+  };
+  auto elem = unwrapOptional(elemType);
+  if (isIntLike(elemType)) {
+    c10::List<int64_t> out;
+    out.reserve(list.list.size());
+    for (const Arg& e : list.list) {
+      if (const c10::IValue* v = elementValue(e)) out.push_back(ivalueToInt(*v));
+      else if (e.kind == Arg::Kind::Int || e.kind == Arg::Kind::Bool) out.push_back(e.i);
+      else return unsupported("int list element of kind " + std::to_string(static_cast<int>(e.kind)));
+    }
+    return c10::IValue(out);
+  }
+  if (isFloatLike(elemType)) {
+    c10::List<double> out;
+    for (const Arg& e : list.list) {
+      if (const c10::IValue* v = elementValue(e)) out.push_back(ivalueToDouble(*v));
+      else if (e.kind == Arg::Kind::Double) out.push_back(e.d);
+      else if (e.kind == Arg::Kind::Int) out.push_back(static_cast<double>(e.i));
+      else return unsupported("float list element is not a number");
+    }
+    return c10::IValue(out);
+  }
+  if (elemType->kind() == c10::TypeKind::BoolType) {
+    c10::List<bool> out;
+    for (const Arg& e : list.list) {
+      if (const c10::IValue* v = elementValue(e)) out.push_back(v->toBool());
+      else if (e.kind == Arg::Kind::Bool) out.push_back(e.i != 0);
+      else return unsupported("bool list element is not a bool");
+    }
+    return c10::IValue(out);
+  }
+  if (elem->kind() == c10::TypeKind::TensorType) {
+    const bool optionalElems = elemType->kind() == c10::TypeKind::OptionalType;
+    auto tensorOf = [&](const Arg& e) -> std::optional<at::Tensor> {
+      if (const c10::IValue* v = elementValue(e)) {
+        if (v->isNone()) return std::nullopt;
+        return v->toTensor();
+      }
+      if (e.kind == Arg::Kind::Constant) return constants[static_cast<size_t>(e.i)];
+      return std::nullopt;
+    };
+    if (optionalElems) {
+      c10::List<std::optional<at::Tensor>> out;
+      for (const Arg& e : list.list) out.push_back(tensorOf(e));
+      return c10::IValue(out);
+    }
+    c10::List<at::Tensor> out;
+    for (const Arg& e : list.list) {
+      auto t = tensorOf(e);
+      if (!t) return unsupported("tensor list element is not a tensor");
+      out.push_back(*t);
+    }
+    return c10::IValue(out);
+  }
+  return unsupported("list of " + elemType->str());
+}
+
+/// A non-list argument known at plan time.
+StatusOr<c10::IValue> fixedValue(const Arg& a, const c10::TypePtr& type,
+                                 const std::vector<at::Tensor>& constants) {
+  auto t = unwrapOptional(type);
+  switch (a.kind) {
+    case Arg::Kind::None: return c10::IValue();
+    case Arg::Kind::Bool: return c10::IValue(a.i != 0);
+    case Arg::Kind::Int:
+      if (isFloatLike(t)) return c10::IValue(static_cast<double>(a.i));
+      return c10::IValue(a.i);
+    case Arg::Kind::Double: return c10::IValue(a.d);
+    case Arg::Kind::String: return c10::IValue(a.s);
+    case Arg::Kind::Constant: return c10::IValue(constants[static_cast<size_t>(a.i)]);
+    case Arg::Kind::DTypeTag: return c10::IValue(static_cast<int64_t>(a.i));
+    case Arg::Kind::Layout: return c10::IValue(a.i);
+    case Arg::Kind::MemoryFormat: return c10::IValue(a.i);
+    case Arg::Kind::Device: return c10::IValue(c10::Device(a.s));
+    case Arg::Kind::List: {
+      if (t->kind() != c10::TypeKind::ListType) return unsupported("list given for a " + t->str() + " argument");
+      return buildList(a, t->castRaw<c10::ListType>()->getElementType(), nullptr, constants);
+    }
+    case Arg::Kind::Value: break;
+  }
+  return internalError("fixedValue called on a graph value");
+}
+
+// --- builtins: Python operator and SymInt arithmetic that Dynamo leaves in graphs -------------
+bool bothInts(const c10::IValue& a, const c10::IValue& b) {
+  return (a.isInt() || a.isSymInt() || a.isBool()) && (b.isInt() || b.isSymInt() || b.isBool());
+}
+
+int64_t floorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+BuiltinFn binaryArith(std::function<int64_t(int64_t, int64_t)> onInt,
+                      std::function<double(double, double)> onDouble, bool checkZero = false) {
+  return [onInt, onDouble, checkZero](const std::vector<c10::IValue>& in) -> StatusOr<c10::IValue> {
+    if (in.size() != 2) return invalidArgument("binary operator expects 2 arguments");
+    if (bothInts(in[0], in[1]) && onInt) {
+      int64_t b = ivalueToInt(in[1]);
+      if (checkZero && b == 0) return invalidArgument("integer division or modulo by zero");
+      return c10::IValue(onInt(ivalueToInt(in[0]), b));
+    }
+    return c10::IValue(onDouble(ivalueToDouble(in[0]), ivalueToDouble(in[1])));
+  };
+}
+
+BuiltinFn comparison(std::function<bool(double, double)> cmp) {
+  return [cmp](const std::vector<c10::IValue>& in) -> StatusOr<c10::IValue> {
+    if (in.size() != 2) return invalidArgument("comparison expects 2 arguments");
+    if (bothInts(in[0], in[1])) {
+      int64_t a = ivalueToInt(in[0]), b = ivalueToInt(in[1]);
+      return c10::IValue(cmp(a < b ? -1.0 : (a > b ? 1.0 : 0.0), 0.0));
+    }
+    return c10::IValue(cmp(ivalueToDouble(in[0]), ivalueToDouble(in[1])));
+  };
+}
+
+const std::map<std::string, BuiltinFn>& builtins() {
+  static const std::map<std::string, BuiltinFn> table = [] {
+    std::map<std::string, BuiltinFn> t;
+    t["_operator::add"] = binaryArith([](int64_t a, int64_t b) { return a + b; }, [](double a, double b) { return a + b; });
+    t["_operator::sub"] = binaryArith([](int64_t a, int64_t b) { return a - b; }, [](double a, double b) { return a - b; });
+    t["_operator::mul"] = binaryArith([](int64_t a, int64_t b) { return a * b; }, [](double a, double b) { return a * b; });
+    t["_operator::floordiv"] = binaryArith(floorDiv, [](double a, double b) { return std::floor(a / b); }, true);
+    t["_operator::mod"] = binaryArith(
+        [](int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; },
+        [](double a, double b) { return a - b * std::floor(a / b); }, true);
+    t["_operator::truediv"] = binaryArith(nullptr, [](double a, double b) { return a / b; });
+    t["_operator::pow"] = binaryArith(nullptr, [](double a, double b) { return std::pow(a, b); });
+    t["verifuse::sym_max"] = binaryArith([](int64_t a, int64_t b) { return std::max(a, b); },
+                                         [](double a, double b) { return std::max(a, b); });
+    t["verifuse::sym_min"] = binaryArith([](int64_t a, int64_t b) { return std::min(a, b); },
+                                         [](double a, double b) { return std::min(a, b); });
+    t["_operator::eq"] = comparison([](double a, double b) { return a == b; });
+    t["_operator::ne"] = comparison([](double a, double b) { return a != b; });
+    t["_operator::lt"] = comparison([](double a, double b) { return a < b; });
+    t["_operator::le"] = comparison([](double a, double b) { return a <= b; });
+    t["_operator::gt"] = comparison([](double a, double b) { return a > b; });
+    t["_operator::ge"] = comparison([](double a, double b) { return a >= b; });
+    t["_operator::neg"] = [](const std::vector<c10::IValue>& in) -> StatusOr<c10::IValue> {
+      if (in.at(0).isDouble()) return c10::IValue(-in[0].toDouble());
+      return c10::IValue(-ivalueToInt(in.at(0)));
+    };
+    t["verifuse::sym_float"] = [](const std::vector<c10::IValue>& in) -> StatusOr<c10::IValue> {
+      return c10::IValue(ivalueToDouble(in.at(0)));
+    };
+    t["verifuse::sym_int"] = [](const std::vector<c10::IValue>& in) -> StatusOr<c10::IValue> {
+      return c10::IValue(static_cast<int64_t>(std::trunc(ivalueToDouble(in.at(0)))));
+    };
+    t["verifuse::sym_not"] = [](const std::vector<c10::IValue>& in) -> StatusOr<c10::IValue> {
+      return c10::IValue(!in.at(0).toBool());
+    };
+    t["aten::sym_size.int"] = [](const std::vector<c10::IValue>& in) -> StatusOr<c10::IValue> {
+      return c10::IValue(in.at(0).toTensor().size(ivalueToInt(in.at(1))));
+    };
+    t["aten::sym_stride.int"] = [](const std::vector<c10::IValue>& in) -> StatusOr<c10::IValue> {
+      return c10::IValue(in.at(0).toTensor().stride(ivalueToInt(in.at(1))));
+    };
+    t["aten::sym_numel"] = [](const std::vector<c10::IValue>& in) -> StatusOr<c10::IValue> {
+      return c10::IValue(in.at(0).toTensor().numel());
+    };
+    t["aten::sym_storage_offset"] = [](const std::vector<c10::IValue>& in) -> StatusOr<c10::IValue> {
+      return c10::IValue(in.at(0).toTensor().storage_offset());
+    };
+    return t;
+  }();
+  return table;
+}
+
+struct FrozenCheck {
+  int32_t argIndex;
+  std::string name;
+  at::Tensor tensor;  // keeps the TensorImpl alive so its address cannot be reused
+  const c10::TensorImpl* impl;
+  const void* dataPtr;
+  uint32_t version;
+  bool checkVersion;
+};
+
+}  // namespace
+
+struct CompiledGraph::Impl {
+  ir::Graph graph;
+  std::vector<at::Tensor> constants;
+  std::vector<int32_t> inputArgIndex;
+  int32_t numArgs = 0;
+  std::vector<Step> steps;
+  std::vector<FrozenCheck> frozen;
+  ExecutorStats stats;
+};
+
+at::Tensor constantToTensor(const ir::ConstantTensor& c) {
+  if (c.ownerKind == ir::ConstantOwner::AtTensor && c.owner) {
+    return *static_cast<const at::Tensor*>(c.owner.get());
+  }
+  auto keepAlive = c.owner;
+  return at::from_blob(c.data, c.sizes, c.strides, [keepAlive](void*) mutable { keepAlive.reset(); },
+                       at::TensorOptions().dtype(toScalarType(c.dtype)));
+}
+
+namespace {
+
+StatusOr<Step> planStep(const ir::Graph& g, const ir::Node& n, const std::vector<at::Tensor>& constants) {
+  Step step;
+  step.name = n.qualifiedName();
+  step.outputs = n.outputs;
+  auto builtin = builtins().find(step.name);
+  if (builtin != builtins().end()) {
+    step.builtin = builtin->second;
+    for (const Arg& a : n.args) {
+      ArgSlot slot;
+      if (a.kind == Arg::Kind::Value) {
+        slot.kind = ArgSlot::Kind::Value;
+        slot.value = static_cast<ValueId>(a.i);
+      } else {
+        VF_ASSIGN_OR_RETURN(slot.fixed, fixedValue(a, c10::NumberType::get(), constants));
+      }
+      step.args.push_back(std::move(slot));
+    }
+    if (n.outputs.size() != 1) return invalidGraph(step.name + " must have one output");
+    return step;
+  }
+  auto op = c10::Dispatcher::singleton().findSchema(c10::OperatorName(n.op, n.overload));
+  if (!op) return unsupported("operator " + step.name + " is not registered with the dispatcher");
+  const auto& schema = op->schema();
+  if (schema.is_mutable()) return unsupported("operator " + step.name + " mutates its inputs");
+  if (schema.is_vararg() || n.args.size() != schema.arguments().size()) {
+    return invalidGraph(step.name + " has " + std::to_string(n.args.size()) + " arguments, schema wants " +
+                        std::to_string(schema.arguments().size()) + " (lowering must normalize them)");
+  }
+  for (size_t k = 0; k < n.args.size(); ++k) {
+    const Arg& a = n.args[k];
+    const c10::TypePtr& type = schema.arguments()[k].type();
+    ArgSlot slot;
+    if (a.kind == Arg::Kind::Value) {
+      slot.kind = ArgSlot::Kind::Value;
+      slot.value = static_cast<ValueId>(a.i);
+      slot.toDouble = isFloatLike(unwrapOptional(type));
+    } else if (a.kind == Arg::Kind::List && a.usesValues()) {
+      auto t = unwrapOptional(type);
+      if (t->kind() != c10::TypeKind::ListType) return unsupported(step.name + ": list for a non-list argument");
+      slot.kind = ArgSlot::Kind::DynamicList;
+      slot.list = a;
+      slot.elemType = t->castRaw<c10::ListType>()->getElementType();
+    } else {
+      auto fixed = fixedValue(a, type, constants);
+      if (!fixed.isOk()) return fixed.status().withContext(step.name + " argument " + schema.arguments()[k].name());
+      slot.fixed = std::move(fixed).value();
+    }
+    step.args.push_back(std::move(slot));
+  }
+  const auto& returns = schema.returns();
+  if (returns.size() == 1 && returns[0].type()->kind() == c10::TypeKind::ListType) {
+    step.unpackList = true;
+  } else if (returns.size() != n.outputs.size()) {
+    return invalidGraph(step.name + " has " + std::to_string(n.outputs.size()) + " outputs, schema returns " +
+                        std::to_string(returns.size()));
+  }
+  step.op = *op;
+  return step;
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std::vector<int32_t> inputArgIndex,
+                                                            std::vector<FrozenInput> frozen, int32_t numArgs) {
+  VF_RETURN_IF_ERROR(ir::verifyGraph(graph));
+  if (inputArgIndex.size() != graph.inputs().size()) {
+    return invalidArgument("inputArgIndex has " + std::to_string(inputArgIndex.size()) + " entries for " +
+                           std::to_string(graph.inputs().size()) + " graph inputs");
+  }
+  for (int32_t idx : inputArgIndex) {
+    if (idx < 0 || idx >= numArgs) return invalidArgument("graph input maps to argument " + std::to_string(idx) + " out of range");
+  }
+  graph.compact();
+  auto impl = std::make_unique<CompiledGraph::Impl>();
+  for (const ir::ConstantTensor& c : graph.constants()) {
+    if (!c.data && c.numel() > 0) return invalidArgument("constant '" + c.name + "' has no data");
+    impl->constants.push_back(constantToTensor(c));
+  }
+  for (const FrozenInput& f : frozen) {
+    if (f.argIndex < 0 || f.argIndex >= numArgs || f.constant < 0 ||
+        static_cast<size_t>(f.constant) >= impl->constants.size()) {
+      return invalidArgument("frozen input out of range");
+    }
+    const at::Tensor& t = impl->constants[static_cast<size_t>(f.constant)];
+    FrozenCheck check{f.argIndex, graph.constants()[static_cast<size_t>(f.constant)].name, t,
+                      t.unsafeGetTensorImpl(), t.data_ptr(), 0, !t.is_inference()};
+    if (check.checkVersion) check.version = t._version();
+    impl->frozen.push_back(std::move(check));
+  }
+
+  // Last use of every value, so steps can drop intermediates as soon as they are dead.
+  std::vector<int64_t> lastUse(graph.numValues(), -1);
+  std::vector<ValueId> used;
+  for (size_t s = 0; s < graph.nodes().size(); ++s) {
+    used.clear();
+    for (const Arg& a : graph.nodes()[s].args) a.collectValues(used);
+    for (ValueId v : used) lastUse[static_cast<size_t>(v)] = static_cast<int64_t>(s);
+  }
+  std::vector<bool> isOutput(graph.numValues(), false);
+  used.clear();
+  for (const Arg& a : graph.outputs()) a.collectValues(used);
+  for (ValueId v : used) isOutput[static_cast<size_t>(v)] = true;
+
+  for (size_t s = 0; s < graph.nodes().size(); ++s) {
+    const ir::Node& n = graph.nodes()[s];
+    VF_ASSIGN_OR_RETURN(Step step, planStep(graph, n, impl->constants));
+    for (size_t v = 0; v < lastUse.size(); ++v) {
+      if (lastUse[v] == static_cast<int64_t>(s) && !isOutput[v]) step.freeAfter.push_back(static_cast<ValueId>(v));
+    }
+    // Outputs nobody reads (e.g. batch norm's saved statistics) die right away.
+    for (ValueId out : n.outputs) {
+      if (lastUse[static_cast<size_t>(out)] == -1 && !isOutput[static_cast<size_t>(out)]) step.freeAfter.push_back(out);
+    }
+    (step.op ? impl->stats.dispatcherSteps : impl->stats.builtinSteps)++;
+    impl->steps.push_back(std::move(step));
+  }
+  impl->stats.constants = impl->constants.size();
+  impl->inputArgIndex = std::move(inputArgIndex);
+  impl->numArgs = numArgs;
+  impl->graph = std::move(graph);
+  return std::shared_ptr<const CompiledGraph>(std::make_shared<CompiledGraph>(std::move(impl)));
+}
+
+CompiledGraph::CompiledGraph(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CompiledGraph::~CompiledGraph() = default;
+const ir::Graph& CompiledGraph::graph() const { return impl_->graph; }
+ExecutorStats CompiledGraph::stats() const { return impl_->stats; }
+
+Status CompiledGraph::checkFrozenInputs(const std::vector<c10::IValue>& args) const {
+  for (const FrozenCheck& f : impl_->frozen) {
+    const c10::IValue& v = args[static_cast<size_t>(f.argIndex)];
+    if (!v.isTensor()) return Status(StatusCode::kStaleWeights, f.name + " is no longer a tensor");
+    const at::Tensor& t = v.toTensor();
+    if (t.unsafeGetTensorImpl() != f.impl) return Status(StatusCode::kStaleWeights, f.name + " was replaced");
+    if (t.data_ptr() != f.dataPtr) return Status(StatusCode::kStaleWeights, f.name + " has new storage");
+    if (f.checkVersion && t._version() != f.version) {
+      return Status(StatusCode::kStaleWeights, f.name + " was modified in place");
+    }
+  }
+  return Status::ok();
+}
+
+StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IValue>& args) const {
+  const Impl& p = *impl_;
+  if (static_cast<int32_t>(args.size()) != p.numArgs) {
+    return invalidArgument("expected " + std::to_string(p.numArgs) + " arguments, got " + std::to_string(args.size()));
+  }
+  VF_RETURN_IF_ERROR(checkFrozenInputs(args));
+  c10::AutoGradMode noGrad(false);
+  std::vector<c10::IValue> slots(p.graph.numValues());
+  for (size_t k = 0; k < p.inputArgIndex.size(); ++k) {
+    slots[static_cast<size_t>(p.graph.inputs()[k])] = args[static_cast<size_t>(p.inputArgIndex[k])];
+  }
+  std::vector<c10::IValue> stack;
+  try {
+    for (const Step& step : p.steps) {
+      stack.clear();
+      for (const ArgSlot& a : step.args) {
+        switch (a.kind) {
+          case ArgSlot::Kind::Fixed: stack.push_back(a.fixed); break;
+          case ArgSlot::Kind::Value: {
+            const c10::IValue& v = slots[static_cast<size_t>(a.value)];
+            if (a.toDouble && (v.isInt() || v.isSymInt())) stack.emplace_back(ivalueToDouble(v));
+            else stack.push_back(v);
+            break;
+          }
+          case ArgSlot::Kind::DynamicList: {
+            VF_ASSIGN_OR_RETURN(c10::IValue list, buildList(a.list, a.elemType, &slots, p.constants));
+            stack.push_back(std::move(list));
+            break;
+          }
+        }
+      }
+      if (step.builtin) {
+        VF_ASSIGN_OR_RETURN(c10::IValue out, step.builtin(stack));
+        slots[static_cast<size_t>(step.outputs[0])] = std::move(out);
+      } else {
+        step.op->callBoxed(stack);
+        if (step.unpackList) {
+          auto list = stack.at(0).toList();
+          if (list.size() != step.outputs.size()) {
+            return internalError(step.name + " returned " + std::to_string(list.size()) + " elements, graph expects " +
+                                 std::to_string(step.outputs.size()));
+          }
+          for (size_t k = 0; k < step.outputs.size(); ++k) slots[static_cast<size_t>(step.outputs[k])] = list.get(k);
+        } else {
+          for (size_t k = 0; k < step.outputs.size(); ++k) {
+            slots[static_cast<size_t>(step.outputs[k])] = std::move(stack[k]);
+          }
+        }
+      }
+      for (ValueId v : step.freeAfter) slots[static_cast<size_t>(v)] = c10::IValue();
+    }
+  } catch (const std::exception& e) {
+    // ATen's own message (shape mismatch, bad dtype, ...), exactly as eager would report it.
+    return invalidArgument(e.what());
+  }
+  std::vector<c10::IValue> outputs;
+  outputs.reserve(p.graph.outputs().size());
+  for (const Arg& a : p.graph.outputs()) {
+    switch (a.kind) {
+      case Arg::Kind::Value: outputs.push_back(slots[static_cast<size_t>(a.i)]); break;
+      case Arg::Kind::Constant: outputs.emplace_back(p.constants[static_cast<size_t>(a.i)]); break;
+      case Arg::Kind::None: outputs.emplace_back(); break;
+      case Arg::Kind::Int: outputs.emplace_back(a.i); break;
+      case Arg::Kind::Double: outputs.emplace_back(a.d); break;
+      case Arg::Kind::Bool: outputs.emplace_back(a.i != 0); break;
+      default: return unsupported("graph output of this kind");
+    }
+  }
+  return outputs;
+}
+
+}  // namespace verifuse::runtime

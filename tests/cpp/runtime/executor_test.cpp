@@ -1,0 +1,206 @@
+// The executor on small graphs, compared with direct ATen calls.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <thread>
+
+#include "verifuse/runtime/executor.h"
+
+namespace verifuse::runtime {
+namespace {
+
+using ir::Arg;
+using ir::Graph;
+using ir::ValueType;
+
+ir::ConstantTensor constantOf(const std::string& name, const at::Tensor& t) {
+  ir::ConstantTensor c;
+  c.name = name;
+  c.sizes = t.sizes().vec();
+  c.strides = t.strides().vec();
+  c.dtype = static_cast<ir::DType>(static_cast<int8_t>(t.scalar_type()));
+  c.data = t.data_ptr();
+  c.owner = std::make_shared<at::Tensor>(t);
+  c.ownerKind = ir::ConstantOwner::AtTensor;
+  return c;
+}
+
+std::shared_ptr<const CompiledGraph> mustCompile(Graph g, std::vector<int32_t> inputIndex,
+                                                 std::vector<FrozenInput> frozen, int32_t numArgs) {
+  auto cg = compileGraph(std::move(g), std::move(inputIndex), std::move(frozen), numArgs);
+  EXPECT_TRUE(cg.isOk()) << cg.status().toString();
+  return cg.isOk() ? cg.value() : nullptr;
+}
+
+struct ConvRelu {
+  at::Tensor w = at::randn({8, 3, 3, 3});
+  at::Tensor b = at::randn({8});
+  Graph graph() {
+    Graph g;
+    auto x = g.addInput("x", ValueType::Tensor);
+    auto cw = g.addConstant(constantOf("w", w));
+    auto cb = g.addConstant(constantOf("b", b));
+    auto conv = g.addNode("aten::convolution", "",
+                          {Arg::value(x), Arg::constant(cw), Arg::constant(cb), Arg::intList({1, 1}), Arg::intList({1, 1}),
+                           Arg::intList({1, 1}), Arg::boolean(false), Arg::intList({0, 0}), Arg::integer(1)},
+                          {ValueType::Tensor});
+    auto relu = g.addNode("aten::relu", "", {Arg::value(g.node(conv).outputs[0])}, {ValueType::Tensor});
+    g.setOutputs({Arg::value(g.node(relu).outputs[0])});
+    return g;
+  }
+  at::Tensor reference(const at::Tensor& x) { return at::relu(at::conv2d(x, w, b, {1, 1}, {1, 1})); }
+};
+
+TEST(ExecutorTest, ConvReluMatchesAten) {
+  ConvRelu m;
+  // Argument list as AOT passes it: [w, b, x]; w and b are frozen.
+  auto cg = mustCompile(m.graph(), {2}, {{0, 0}, {1, 1}}, 3);
+  ASSERT_TRUE(cg);
+  at::Tensor x = at::randn({2, 3, 10, 10});
+  auto out = cg->run({m.w, m.b, x});
+  ASSERT_TRUE(out.isOk()) << out.status().toString();
+  ASSERT_EQ(out->size(), 1u);
+  EXPECT_TRUE(at::allclose((*out)[0].toTensor(), m.reference(x)));
+  EXPECT_EQ(cg->stats().dispatcherSteps, 2u);
+}
+
+TEST(ExecutorTest, DetectsStaleWeights) {
+  ConvRelu m;
+  auto cg = mustCompile(m.graph(), {2}, {{0, 0}, {1, 1}}, 3);
+  ASSERT_TRUE(cg);
+  at::Tensor x = at::randn({1, 3, 5, 5});
+  EXPECT_TRUE(cg->run({m.w, m.b, x}).isOk());
+  // In-place update (what load_state_dict does): same tensor, new version.
+  { at::NoGradGuard g; m.b.add_(1.0); }
+  auto stale = cg->run({m.w, m.b, x});
+  ASSERT_FALSE(stale.isOk());
+  EXPECT_EQ(stale.status().code(), StatusCode::kStaleWeights);
+  EXPECT_NE(stale.status().message().find("modified in place"), std::string::npos);
+  // A different tensor object in the weight's place.
+  auto cg2 = mustCompile(m.graph(), {2}, {{0, 0}, {1, 1}}, 3);
+  auto replaced = cg2->run({m.w.clone(), m.b, x});
+  ASSERT_FALSE(replaced.isOk());
+  EXPECT_EQ(replaced.status().code(), StatusCode::kStaleWeights);
+}
+
+TEST(ExecutorTest, AtenErrorsComeBackAsStatus) {
+  ConvRelu m;
+  auto cg = mustCompile(m.graph(), {2}, {{0, 0}, {1, 1}}, 3);
+  auto bad = cg->run({m.w, m.b, at::randn({1, 4, 5, 5})});  // 4 channels, conv wants 3
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("channels"), std::string::npos) << bad.status().message();
+  auto wrongArity = cg->run({m.w, m.b});
+  EXPECT_FALSE(wrongArity.isOk());
+}
+
+TEST(ExecutorTest, SymbolicSizesAndBuiltins) {
+  // view(x, [s0, s0 * 4 // 2]) with s0 a runtime int, plus sym_size on a tensor.
+  Graph g;
+  auto s0 = g.addInput("s0", ValueType::Int);
+  auto x = g.addInput("x", ValueType::Tensor);
+  auto mul = g.addNode("_operator::mul", "", {Arg::value(s0), Arg::integer(4)}, {ValueType::Int});
+  auto div = g.addNode("_operator::floordiv", "", {Arg::value(g.node(mul).outputs[0]), Arg::integer(2)}, {ValueType::Int});
+  auto view = g.addNode("aten::view", "",
+                        {Arg::value(x), Arg::makeList({Arg::value(s0), Arg::value(g.node(div).outputs[0])})},
+                        {ValueType::Tensor});
+  auto size = g.addNode("aten::sym_size", "int", {Arg::value(g.node(view).outputs[0]), Arg::integer(1)}, {ValueType::Int});
+  g.setOutputs({Arg::value(g.node(view).outputs[0]), Arg::value(g.node(size).outputs[0])});
+  auto cg = mustCompile(std::move(g), {0, 1}, {}, 2);
+  ASSERT_TRUE(cg);
+  at::Tensor in = at::arange(24, at::kFloat);
+  auto out = cg->run({c10::IValue(int64_t{3}), in});
+  ASSERT_TRUE(out.isOk()) << out.status().toString();
+  EXPECT_EQ((*out)[0].toTensor().sizes(), at::IntArrayRef({3, 8}));
+  EXPECT_EQ((*out)[1].toInt(), 8);
+  EXPECT_EQ(cg->stats().builtinSteps, 3u);
+}
+
+TEST(ExecutorTest, ListReturnsUnpackAndTensorListArgs) {
+  Graph g;
+  auto x = g.addInput("x", ValueType::Tensor);
+  auto split = g.addNode("aten::split", "Tensor", {Arg::value(x), Arg::integer(2), Arg::integer(1)},
+                         {ValueType::Tensor, ValueType::Tensor});
+  const auto& parts = g.node(split).outputs;
+  auto cat = g.addNode("aten::cat", "", {Arg::makeList({Arg::value(parts[1]), Arg::value(parts[0])}), Arg::integer(1)},
+                       {ValueType::Tensor});
+  g.setOutputs({Arg::value(g.node(cat).outputs[0]), Arg::none()});
+  auto cg = mustCompile(std::move(g), {0}, {}, 1);
+  ASSERT_TRUE(cg);
+  at::Tensor in = at::randn({3, 4});
+  auto out = cg->run({in});
+  ASSERT_TRUE(out.isOk()) << out.status().toString();
+  auto ref = at::cat({in.narrow(1, 2, 2), in.narrow(1, 0, 2)}, 1);
+  EXPECT_TRUE(at::equal((*out)[0].toTensor(), ref));
+  EXPECT_TRUE((*out)[1].isNone());
+}
+
+TEST(ExecutorTest, TypedArgumentsConvert) {
+  // _to_copy(x, dtype=f64, ...) with dtype/layout/device/memory_format arguments.
+  Graph g;
+  auto x = g.addInput("x", ValueType::Tensor);
+  auto copy = g.addNode("aten::_to_copy", "",
+                        {Arg::value(x), Arg::dtype(ir::DType::Float64), Arg::layout(0), Arg::device("cpu"), Arg::none(),
+                         Arg::boolean(false), Arg::none()},
+                        {ValueType::Tensor});
+  auto add = g.addNode("aten::add", "Tensor", {Arg::value(g.node(copy).outputs[0]), Arg::value(g.node(copy).outputs[0]), Arg::integer(2)},
+                       {ValueType::Tensor});
+  g.setOutputs({Arg::value(g.node(add).outputs[0])});
+  auto cg = mustCompile(std::move(g), {0}, {}, 1);
+  ASSERT_TRUE(cg);
+  at::Tensor in = at::randn({5});
+  auto out = cg->run({in});
+  ASSERT_TRUE(out.isOk()) << out.status().toString();
+  EXPECT_EQ((*out)[0].toTensor().scalar_type(), at::kDouble);
+  EXPECT_TRUE(at::allclose((*out)[0].toTensor(), in.to(at::kDouble) * 3));
+}
+
+TEST(ExecutorTest, RejectsUnknownOperatorsAndBadArity) {
+  Graph g;
+  auto x = g.addInput("x", ValueType::Tensor);
+  g.addNode("aten::no_such_op", "", {Arg::value(x)}, {ValueType::Tensor});
+  auto cg = compileGraph(std::move(g), {0}, {}, 1);
+  ASSERT_FALSE(cg.isOk());
+  EXPECT_EQ(cg.status().code(), StatusCode::kUnsupported);
+
+  Graph h;
+  auto y = h.addInput("y", ValueType::Tensor);
+  h.addNode("aten::add", "Tensor", {Arg::value(y), Arg::value(y)}, {ValueType::Tensor});  // alpha missing
+  auto ch = compileGraph(std::move(h), {0}, {}, 1);
+  ASSERT_FALSE(ch.isOk());
+  EXPECT_EQ(ch.status().code(), StatusCode::kInvalidGraph);
+
+  Graph k;
+  auto z = k.addInput("z", ValueType::Tensor);
+  k.addNode("aten::relu_", "", {Arg::value(z)}, {ValueType::Tensor});
+  auto ck = compileGraph(std::move(k), {0}, {}, 1);
+  ASSERT_FALSE(ck.isOk());
+  EXPECT_EQ(ck.status().code(), StatusCode::kUnsupported);
+}
+
+TEST(ExecutorTest, ConcurrentRunsMatchSerial) {
+  ConvRelu m;
+  auto cg = mustCompile(m.graph(), {2}, {{0, 0}, {1, 1}}, 3);
+  ASSERT_TRUE(cg);
+  std::vector<at::Tensor> inputs, expected;
+  for (int k = 0; k < 4; ++k) {
+    inputs.push_back(at::randn({1, 3, 12, 12}));
+    expected.push_back((*cg->run({m.w, m.b, inputs.back()}))[0].toTensor());
+  }
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        auto out = cg->run({m.w, m.b, inputs[t]});
+        if (!out.isOk() || !at::equal((*out)[0].toTensor(), expected[t])) mismatches[t]++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+}  // namespace
+}  // namespace verifuse::runtime
