@@ -1,0 +1,3 @@
+(declare-const x Int)
+(assert (>= x 0)
+(check-sat)
