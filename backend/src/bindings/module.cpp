@@ -59,7 +59,7 @@ c10::IValue toIValue(const py::handle& obj) {
   // torch.SymInt / SymFloat that are backed by concrete values at run time.
   if (py::hasattr(obj, "__index__")) return obj.attr("__index__")().cast<int64_t>();
   if (py::hasattr(obj, "__float__")) return obj.attr("__float__")().cast<double>();
-  throw py::type_error("verifuse: unsupported argument of type " + std::string(py::str(obj.get_type())));
+  throw py::type_error("verifuse: unsupported argument of type " + std::string(py::str(py::type::of(obj))));
 }
 
 py::object fromIValue(const c10::IValue& v) {

@@ -190,6 +190,8 @@ BuiltinFn comparison(std::function<bool(double, double)> cmp) {
   return [cmp](const std::vector<c10::IValue>& in) -> StatusOr<c10::IValue> {
     if (in.size() != 2) return invalidArgument("comparison expects 2 arguments");
     if (bothInts(in[0], in[1])) {
+      // Compare exactly as integers (large sizes lose precision as doubles), then map the
+      // ordering onto the double predicate.
       int64_t a = ivalueToInt(in[0]), b = ivalueToInt(in[1]);
       return c10::IValue(cmp(a < b ? -1.0 : (a > b ? 1.0 : 0.0), 0.0));
     }
@@ -475,6 +477,9 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
       }
       for (ValueId v : step.freeAfter) slots[static_cast<size_t>(v)] = c10::IValue();
     }
+  } catch (const c10::Error& e) {
+    // ATen's own message without the C++ backtrace, as eager shows it.
+    return invalidArgument(e.what_without_backtrace());
   } catch (const std::exception& e) {
     // ATen's own message (shape mismatch, bad dtype, ...), exactly as eager would report it.
     return invalidArgument(e.what());

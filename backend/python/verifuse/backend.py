@@ -1,0 +1,235 @@
+"""The torch.compile backend: ``torch.compile(model, backend="verifuse", options={...})``.
+
+Flow (design.md section 1): options -> inference check -> aot_autograd with verifuse's
+decomposition table -> freeze parameters/buffers -> lower to the C++ IR -> compile a C++ plan.
+Anything verifuse cannot handle falls back to eager with one warning naming the reason, or raises
+VerifuseError under ``strict``.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.fx
+
+from . import report as _report
+from .options import Options
+
+__all__ = ["verifuse_backend", "VerifuseError", "VerifuseFallbackWarning", "decomposition_table"]
+
+logger = logging.getLogger(__name__)
+
+
+class VerifuseError(RuntimeError):
+    """A graph verifuse could not compile, raised instead of falling back under strict mode."""
+
+
+class VerifuseFallbackWarning(UserWarning):
+    """verifuse ran (part of) a model in eager mode; the message says why."""
+
+
+def decomposition_table() -> dict:
+    """Core ATen decompositions minus the operators verifuse keeps whole so it can fuse them:
+    convolution, batch norm, addmm/mm and the activations that become oneDNN post-ops."""
+    from torch._decomp import core_aten_decompositions
+
+    aten = torch.ops.aten
+    keep = {
+        aten._native_batch_norm_legit_no_training, aten.native_batch_norm, aten._batch_norm_no_update,
+        aten.relu, aten.leaky_relu, aten.gelu, aten.silu, aten.sigmoid, aten.tanh, aten.hardswish,
+        aten.hardsigmoid, aten.hardtanh, aten.elu, aten.clamp, aten.clamp_min, aten.clamp_max,
+        aten.addmm, aten.mm, aten.bmm, aten.convolution, aten._softmax, aten.native_layer_norm,
+        aten.mish, aten.avg_pool2d, aten.max_pool2d_with_indices, aten._adaptive_avg_pool2d,
+    }
+    return {op: fn for op, fn in core_aten_decompositions().items() if op.overloadpacket not in keep}
+
+
+def _fallback(gm: torch.fx.GraphModule, reason: str, options: Options, graph_report: _report.GraphReport,
+              op: str = "<graph>") -> Callable:
+    if options.strict:
+        raise VerifuseError(f"verifuse (strict): cannot compile graph: {reason}")
+    warnings.warn(f"verifuse: running this graph in eager mode: {reason}", VerifuseFallbackWarning, stacklevel=2)
+    _report.record_fallback(graph_report, op, reason)
+    graph_report.engine = "eager"
+    return gm.forward
+
+
+def _inference_problem(example_inputs: Sequence[Any], names: Sequence[str]) -> Optional[str]:
+    """Why this graph is not an inference graph verifuse runs, or None."""
+    tensors = [(n, t) for n, t in zip(names, example_inputs) if isinstance(t, torch.Tensor)]
+    if torch.is_grad_enabled() and any(t.requires_grad for _, t in tensors):
+        return ("autograd is recording (grad mode on and parameters require grad); verifuse compiles "
+                "inference only: call the model under torch.no_grad() or torch.inference_mode()")
+    for name, t in tensors:
+        if t.device.type != "cpu":
+            return f"input {name} is on device {t.device}; verifuse runs on CPU"
+        if t.layout != torch.strided:
+            return f"input {name} has layout {t.layout}; verifuse supports strided tensors"
+        if (t.is_floating_point() or t.is_complex()) and t.dtype != torch.float32:
+            return f"input {name} has dtype {t.dtype}; verifuse supports float32 models"
+    return None
+
+
+def _input_names(gm: torch.fx.GraphModule) -> list[str]:
+    from .lowering import readable_name
+
+    names = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        source = getattr(node, "_dynamo_source", None)
+        source_name = None
+        if source is not None:
+            try:
+                source_name = source.name() if callable(source.name) else source.name
+            except Exception:  # the Source API moved between torch versions
+                source_name = None
+        names.append(readable_name(source_name, node.name))
+    return names
+
+
+def verifuse_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Optional[dict] = None,
+                     mode: Optional[str] = None) -> Callable:
+    """Dynamo backend entry point (registered as "verifuse" through the torch_dynamo_backends
+    entry point, so no import is needed)."""
+    opts = Options.parse(options)  # an unknown option is the user's error, even when not strict
+    start = time.perf_counter()
+    graph_report = _report.GraphReport(graph_id=_report.next_graph_id())
+    names = _input_names(gm)
+    try:
+        problem = _inference_problem(example_inputs, names)
+        if problem is not None:
+            return _fallback(gm, problem, opts, graph_report)
+        return _compile_with_aot(gm, example_inputs, names, opts, graph_report)
+    except VerifuseError:
+        raise
+    except Exception as exc:  # a model must never fail because of verifuse
+        logger.debug("verifuse: compile failed", exc_info=True)
+        if opts.strict:
+            raise VerifuseError(f"verifuse (strict): compile failed: {type(exc).__name__}: {exc}") from exc
+        graph_report.fallbacks.clear()
+        return _fallback(gm, f"internal error while compiling: {type(exc).__name__}: {exc}", opts, graph_report)
+    finally:
+        graph_report.compile_seconds = time.perf_counter() - start
+        _report.publish(graph_report)
+
+
+def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: list[str], opts: Options,
+                      graph_report: _report.GraphReport) -> Callable:
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._guards import TracingContext
+
+    def training_compiler(aot_gm: torch.fx.GraphModule, _inputs: list) -> Callable:
+        # Only reached if autograd is needed after all (an input requiring grad slipped through).
+        _fallback(aot_gm, "autograd graph (training); verifuse compiles inference only", opts, graph_report)
+        return make_boxed_func(aot_gm.forward)
+
+    def inference_compiler(aot_gm: torch.fx.GraphModule, fake_inputs: list) -> Callable:
+        context = TracingContext.try_get()
+        meta = getattr(context, "fw_metadata", None) if context is not None else None
+        static = sorted(meta.static_input_indices) if meta is not None else []
+        problem = _freezing_problem(fake_inputs, example_inputs, static, meta)
+        if problem:
+            return make_boxed_func(_fallback(aot_gm, problem, opts, graph_report))
+        from .lowering import LoweringError
+
+        try:
+            runner = CompiledGraphRunner(aot_gm, example_inputs, set(static), names, opts, graph_report)
+        except LoweringError as err:
+            return make_boxed_func(_fallback(aot_gm, err.reason, opts, graph_report, op=err.node))
+        except _unsupported_error() as err:
+            return make_boxed_func(_fallback(aot_gm, str(err), opts, graph_report))
+        return runner
+
+    compiler = aot_autograd(
+        fw_compiler=training_compiler,
+        inference_compiler=inference_compiler,
+        decompositions=decomposition_table(),
+        keep_inference_input_mutations=False,
+    )
+    return compiler(gm, example_inputs)
+
+
+def _unsupported_error() -> type:
+    from . import _C
+
+    return _C.UnsupportedError
+
+
+def _freezing_problem(fake_inputs: list, real_inputs: list, static: list[int], meta: Any) -> Optional[str]:
+    """Parameters and buffers are frozen by mapping AOT's static input indices back to the real
+    tensors Dynamo passed. The mapping must be one to one, or freezing would bind wrong weights."""
+    if meta is None:
+        return "aot_autograd gave no input metadata, so parameters cannot be frozen safely"
+    if len(fake_inputs) != len(real_inputs):
+        return (f"aot_autograd changed the input list ({len(real_inputs)} inputs became {len(fake_inputs)}: "
+                "aliased or duplicated inputs), so parameters cannot be mapped one to one")
+    for i in static:
+        real, fake = real_inputs[i], fake_inputs[i]
+        if not isinstance(real, torch.Tensor) or not isinstance(fake, torch.Tensor):
+            return f"static input {i} is not a tensor"
+        if tuple(real.shape) != tuple(fake.shape) or real.dtype != fake.dtype:
+            return f"static input {i} does not match its traced shape/dtype"
+        info = meta.input_info[i]
+        if getattr(info, "mutates_data", False) or getattr(info, "mutates_metadata", False):
+            return (f"the graph mutates parameter/buffer input {i} (a module in training mode, e.g. "
+                    "BatchNorm updating running statistics?); call model.eval()")
+    return None
+
+
+class CompiledGraphRunner:
+    """The boxed callable AOT runs: one C++ plan, refreshed when a frozen weight changes.
+
+    Weight guard: the C++ plan checks every frozen argument's identity, data pointer and version
+    counter on each call (Dynamo's guards never look at weight data). On a mismatch the graph is
+    lowered again against the current tensors, so ``load_state_dict`` or an in-place update is
+    picked up on the next call instead of serving stale results.
+    """
+
+    _boxed_call = True
+
+    def __init__(self, aot_gm: torch.fx.GraphModule, real_inputs: list, static: set[int], names: list[str],
+                 opts: Options, graph_report: _report.GraphReport):
+        self._aot_gm = aot_gm
+        self._static = static
+        self._names = names
+        self._opts = opts
+        self._lock = threading.Lock()
+        self._plan = self._build(real_inputs)
+        graph_report.graph_text = self._plan.graph_text()
+        stats = self._plan.stats()
+        graph_report.ops = dict(stats["ops"])
+        graph_report.num_nodes = sum(graph_report.ops.values())
+        graph_report.num_constants = int(stats["constants"])
+        graph_report.partitions.append({"nodes": graph_report.num_nodes, "engine": "aten"})
+
+    def _build(self, real_inputs: Sequence[Any]) -> Any:
+        from . import _C
+        from .lowering import lower_graph
+
+        lowered = lower_graph(self._aot_gm, real_inputs, self._static, self._names)
+        return _C.compile(lowered.graph, lowered.input_arg_index, lowered.frozen, lowered.num_args)
+
+    def __call__(self, args: list) -> list:
+        from . import _C
+
+        plan = self._plan
+        try:
+            out = plan.run(args)
+        except _C.StaleWeightsError:
+            plan = self._refresh(plan, args)
+            out = plan.run(args)
+        args.clear()  # boxed convention: release the inputs early
+        return list(out)
+
+    def _refresh(self, stale_plan: Any, args: list) -> Any:
+        with self._lock:
+            if self._plan is stale_plan:  # another thread may have refreshed already
+                self._plan = self._build(args)
+                _report.bump("weight_refreshes")
+            return self._plan

@@ -1,0 +1,281 @@
+"""Lowering: an ATen inference FX graph (from aot_autograd) to the C++ IR.
+
+Every call_function node becomes one IR node whose arguments are normalized to the operator
+schema's order (kwargs placed, defaults filled in), so the C++ side never needs Python's calling
+conventions. Frozen parameters/buffers become constants that reference the real tensors (no copy).
+"""
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import torch
+import torch.fx
+
+from . import _C
+
+__all__ = ["LoweredGraph", "LoweringError", "lower_graph", "readable_name"]
+
+
+class LoweringError(Exception):
+    """A node or value the IR cannot express; the graph falls back."""
+
+    def __init__(self, node: str, reason: str):
+        super().__init__(f"{node}: {reason}")
+        self.node = node
+        self.reason = reason
+
+
+# c10::ScalarType, c10::Layout and c10::MemoryFormat numbering (checked against torch in tests).
+DTYPE_CODES = {
+    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
+    torch.float16: 5, torch.float32: 6, torch.float64: 7, torch.complex32: 8,
+    torch.complex64: 9, torch.complex128: 10, torch.bool: 11, torch.bfloat16: 15,
+}
+LAYOUT_CODES = {torch.strided: 0, torch.sparse_coo: 1}
+MEMORY_FORMAT_CODES = {
+    torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
+    torch.channels_last_3d: 3,
+}
+
+# Python-level operators Dynamo leaves in graphs for SymInt arithmetic -> executor builtins.
+PYTHON_BUILTINS = {
+    operator.add: "_operator::add", operator.sub: "_operator::sub", operator.mul: "_operator::mul",
+    operator.floordiv: "_operator::floordiv", operator.mod: "_operator::mod",
+    operator.truediv: "_operator::truediv", operator.pow: "_operator::pow",
+    operator.neg: "_operator::neg", operator.eq: "_operator::eq", operator.ne: "_operator::ne",
+    operator.lt: "_operator::lt", operator.le: "_operator::le", operator.gt: "_operator::gt",
+    operator.ge: "_operator::ge", torch.sym_max: "verifuse::sym_max",
+    torch.sym_min: "verifuse::sym_min", torch.sym_float: "verifuse::sym_float",
+    torch.sym_int: "verifuse::sym_int", torch.sym_not: "verifuse::sym_not",
+}
+
+# Operators that would make the executor's result differ from eager's by construction.
+NONDETERMINISTIC_OPS = ("aten::native_dropout", "aten::bernoulli", "aten::rand", "aten::randn",
+                        "aten::randint", "aten::rand_like", "aten::randn_like", "aten::normal",
+                        "aten::uniform", "aten::randperm", "aten::multinomial", "aten::dropout")
+
+
+@dataclass
+class LoweredGraph:
+    graph: Any  # _C.Graph
+    input_arg_index: list[int]
+    frozen: list[tuple[int, int]]  # (argument index, constant id)
+    num_args: int
+    constant_names: list[str] = field(default_factory=list)
+
+
+_SOURCE_PIECE = re.compile(r"\[['\"]([^'\"]+)['\"]\]|\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def readable_name(source_name: Optional[str], fallback: str) -> str:
+    """``L['self']._modules['conv']._parameters['weight']`` -> ``conv.weight``."""
+    if not source_name:
+        return _sanitize(fallback)
+    parts = []
+    for quoted, attr in _SOURCE_PIECE.findall(source_name):
+        piece = quoted or attr
+        if piece in ("self", "_modules", "_parameters", "_buffers") or piece.startswith("L"):
+            continue
+        parts.append(piece)
+    return _sanitize(".".join(parts) if parts else fallback)
+
+
+def _sanitize(name: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.]", "_", name).strip("_") or "v"
+    return name if not name[0].isdigit() else "v" + name
+
+
+def _value_type(val: Any) -> str:
+    if isinstance(val, torch.Tensor):
+        return "Tensor"
+    if isinstance(val, (bool, torch.SymBool)):
+        return "Bool"
+    if isinstance(val, (int, torch.SymInt)):
+        return "Int"
+    if isinstance(val, (float, torch.SymFloat)):
+        return "Float"
+    if val is None:
+        return "None"
+    return "Other"
+
+
+def _return_type(t: torch._C.JitType) -> str:
+    s = str(t)
+    if s.startswith("Tensor") or s == "Optional[Tensor]":
+        return "Tensor"
+    return {"int": "Int", "SymInt": "Int", "float": "Float", "SymFloat": "Float", "bool": "Bool"}.get(s, "Other")
+
+
+class _Lowerer:
+    def __init__(self, gm: torch.fx.GraphModule, real_inputs: Sequence[Any], frozen_indices: set[int],
+                 input_names: Sequence[str]):
+        self.gm = gm
+        self.real_inputs = real_inputs
+        self.frozen_indices = frozen_indices
+        self.input_names = input_names
+        self.g = _C.Graph()
+        self.env: dict[torch.fx.Node, Any] = {}  # node -> _C.Arg, or list of value ids
+        self.used_names: set[str] = set()
+        self.constant_names: list[str] = []
+
+    def unique(self, name: str) -> str:
+        base, k = name, 1
+        while name in self.used_names:
+            k += 1
+            name = f"{base}_{k}"
+        self.used_names.add(name)
+        return name
+
+    def add_constant(self, name: str, tensor: torch.Tensor) -> int:
+        name = self.unique(name)
+        self.constant_names.append(name)
+        return self.g.add_constant(name, tensor)
+
+    def lower(self) -> LoweredGraph:
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        input_arg_index: list[int] = []
+        frozen: list[tuple[int, int]] = []
+        for i, ph in enumerate(placeholders):
+            name = self.input_names[i] if i < len(self.input_names) else ph.name
+            real = self.real_inputs[i] if i < len(self.real_inputs) else None
+            if i in self.frozen_indices and isinstance(real, torch.Tensor):
+                cid = self.add_constant(name, real)
+                self.env[ph] = _C.Arg.constant(cid)
+                frozen.append((i, cid))
+            else:
+                val = ph.meta.get("val", real)
+                vtype = _value_type(val)
+                if vtype in ("Other", "None"):
+                    raise LoweringError(ph.name, f"graph input of unsupported type {type(val).__name__}")
+                vid = self.g.add_input(self.unique(name), vtype)
+                self.env[ph] = _C.Arg.value(vid)
+                input_arg_index.append(i)
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                continue
+            if node.op == "get_attr":
+                attr = _fetch_attr(self.gm, node.target)
+                if not isinstance(attr, torch.Tensor):
+                    raise LoweringError(node.name, f"get_attr of a {type(attr).__name__}")
+                self.env[node] = _C.Arg.constant(self.add_constant(_sanitize(node.target), attr))
+            elif node.op == "call_function":
+                self.lower_call(node)
+            elif node.op == "output":
+                outs = node.args[0]
+                if not isinstance(outs, (tuple, list)):
+                    outs = (outs,)
+                self.g.set_outputs([self.to_arg(o, node) for o in outs])
+            else:
+                raise LoweringError(node.name, f"unsupported FX node kind {node.op}")
+        return LoweredGraph(self.g, input_arg_index, frozen, len(placeholders), self.constant_names)
+
+    def lower_call(self, node: torch.fx.Node) -> None:
+        target = node.target
+        if target is operator.getitem:
+            src, index = node.args
+            produced = self.env.get(src)
+            if not isinstance(produced, list):
+                raise LoweringError(node.name, "getitem on a value that is not a tuple or list")
+            self.env[node] = _C.Arg.value(produced[index])
+            return
+        if target in PYTHON_BUILTINS:
+            args = [self.to_arg(a, node) for a in node.args]
+            if node.kwargs:
+                raise LoweringError(node.name, f"{target} with keyword arguments")
+            (vid,) = self.g.add_node(PYTHON_BUILTINS[target], "", args, [_value_type(node.meta.get("val"))])
+            self.env[node] = _C.Arg.value(vid)
+            return
+        if not isinstance(target, torch._ops.OpOverload):
+            raise LoweringError(node.name, f"unsupported call target {getattr(target, '__name__', target)!r}")
+        schema = target._schema
+        qualified = schema.name  # "aten::convolution"
+        if qualified in NONDETERMINISTIC_OPS:
+            raise LoweringError(node.name, f"random operator {qualified} (dropout or sampling in training mode?)")
+        if schema.is_mutable:
+            raise LoweringError(node.name, f"operator {qualified}.{schema.overload_name} mutates its inputs")
+        args = []
+        for k, sarg in enumerate(schema.arguments):
+            if k < len(node.args) and not sarg.kwarg_only:
+                value = node.args[k]
+            elif sarg.name in node.kwargs:
+                value = node.kwargs[sarg.name]
+            elif sarg.has_default_value():
+                value = sarg.default_value
+            else:
+                raise LoweringError(node.name, f"{qualified}: missing argument {sarg.name}")
+            # A scalar given for a fixed-size list argument (int[2] padding=0) is repeated.
+            if isinstance(value, int) and not isinstance(value, bool) and str(sarg.type).startswith("List[") and sarg.N:
+                value = [value] * sarg.N
+            args.append(self.to_arg(value, node))
+        returns = schema.returns
+        if len(returns) == 1 and str(returns[0].type).startswith("List["):
+            val = node.meta.get("val")
+            if not isinstance(val, (list, tuple)):
+                raise LoweringError(node.name, f"{qualified} returns a list of unknown length")
+            out_types = ["Tensor"] * len(val)
+        else:
+            out_types = [_return_type(r.type) for r in returns]
+        ids = self.g.add_node(qualified, schema.overload_name, args, out_types)
+        if len(returns) == 1 and not str(returns[0].type).startswith("List["):
+            self.env[node] = _C.Arg.value(ids[0])
+        else:
+            self.env[node] = list(ids)
+
+    def to_arg(self, v: Any, node: torch.fx.Node) -> Any:
+        if isinstance(v, torch.fx.Node):
+            arg = self.env.get(v)
+            if arg is None:
+                raise LoweringError(node.name, f"uses {v.name}, which was not lowered")
+            if isinstance(arg, list):
+                raise LoweringError(node.name, f"uses the tuple {v.name} without getitem")
+            return arg
+        if v is None:
+            return _C.Arg.none()
+        if isinstance(v, bool):
+            return _C.Arg.boolean(v)
+        if isinstance(v, int):
+            return _C.Arg.integer(v)
+        if isinstance(v, float):
+            return _C.Arg.real(v)
+        if isinstance(v, str):
+            return _C.Arg.string(v)
+        if isinstance(v, torch.dtype):
+            if v not in DTYPE_CODES:
+                raise LoweringError(node.name, f"dtype {v}")
+            return _C.Arg.dtype(DTYPE_CODES[v])
+        if isinstance(v, torch.layout):
+            if v not in LAYOUT_CODES:
+                raise LoweringError(node.name, f"layout {v}")
+            return _C.Arg.layout(LAYOUT_CODES[v])
+        if isinstance(v, torch.memory_format):
+            return _C.Arg.memory_format(MEMORY_FORMAT_CODES[v])
+        if isinstance(v, torch.device):
+            if v.type != "cpu":
+                raise LoweringError(node.name, f"device {v}")
+            return _C.Arg.device(str(v))
+        if isinstance(v, (list, tuple)):
+            return _C.Arg.list([self.to_arg(e, node) for e in v])
+        if isinstance(v, torch.Tensor):
+            return _C.Arg.constant(self.add_constant(f"{node.name}_literal", v))
+        raise LoweringError(node.name, f"argument of unsupported type {type(v).__name__}")
+
+
+def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for piece in target.split("."):
+        obj = getattr(obj, piece)
+    return obj
+
+
+def lower_graph(gm: torch.fx.GraphModule, real_inputs: Sequence[Any], frozen_indices: set[int],
+                input_names: Sequence[str] = ()) -> LoweredGraph:
+    """Lowers an ATen FX graph. Placeholders at \\p frozen_indices become constants bound to
+    ``real_inputs[i]``; the rest stay runtime inputs. Raises LoweringError on anything the
+    IR cannot express."""
+    lowered = _Lowerer(gm, real_inputs, frozen_indices, input_names).lower()
+    lowered.graph.verify()
+    return lowered
+

@@ -1,0 +1,144 @@
+"""Per-graph compile reports, the process-wide counters behind ``verifuse.stats()``, and
+``Report``, what ``verifuse.explain`` returns."""
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import json
+import threading
+from typing import Any, Iterator
+
+__all__ = ["GraphReport", "Report", "stats", "reset_stats"]
+
+_lock = threading.Lock()
+_counters: collections.Counter = collections.Counter()
+_collectors: list[list["GraphReport"]] = []
+
+
+@dataclasses.dataclass
+class GraphReport:
+    """What happened to one graph Dynamo handed to verifuse."""
+
+    graph_id: int
+    engine: str = "verifuse"  # "verifuse" or "eager" (fallback)
+    fallbacks: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    fusions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    partitions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    proofs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    compile_seconds: float = 0.0
+    ops: dict[str, int] = dataclasses.field(default_factory=dict)
+    num_nodes: int = 0
+    num_constants: int = 0
+    graph_text: str = ""
+
+
+def record_fallback(report: GraphReport, op: str, reason: str) -> None:
+    report.fallbacks.append({"node": op, "reason": reason})
+    bump("fallbacks")
+
+
+def bump(name: str, n: int = 1) -> None:
+    with _lock:
+        _counters[name] += n
+
+
+def publish(report: GraphReport) -> None:
+    """Called once per compiled graph: feeds active explain() collectors and the counters."""
+    with _lock:
+        _counters["graphs_compiled"] += 1
+        if report.engine == "eager":
+            _counters["graphs_fallback"] += 1
+        else:
+            _counters["graphs_verifuse"] += 1
+        _counters["nodes_lowered"] += report.num_nodes
+        for collector in _collectors:
+            collector.append(report)
+
+
+def next_graph_id() -> int:
+    with _lock:
+        _counters["_graph_ids"] += 1
+        return _counters["_graph_ids"]
+
+
+@contextlib.contextmanager
+def collect() -> Iterator[list[GraphReport]]:
+    """Collects the GraphReports of every graph compiled inside the block."""
+    sink: list[GraphReport] = []
+    with _lock:
+        _collectors.append(sink)
+    try:
+        yield sink
+    finally:
+        with _lock:
+            _collectors.remove(sink)
+
+
+def stats() -> dict[str, int]:
+    """Process-wide counters: graphs compiled (through verifuse / fell back), nodes lowered,
+    fallbacks, weight refreshes, and the rule counters of later stages."""
+    keys = ("graphs_compiled", "graphs_verifuse", "graphs_fallback", "nodes_lowered", "fallbacks",
+            "weight_refreshes", "rules_matched", "rules_proved", "rules_applied")
+    with _lock:
+        out = {k: int(_counters.get(k, 0)) for k in keys}
+        out.update({k: int(v) for k, v in _counters.items() if not k.startswith("_") and k not in out})
+    return out
+
+
+def reset_stats() -> None:
+    with _lock:
+        ids = _counters["_graph_ids"]
+        _counters.clear()
+        _counters["_graph_ids"] = ids
+
+
+class Report:
+    """The explain() result for one model: one entry per graph Dynamo produced."""
+
+    def __init__(self, graphs: list[GraphReport], compile_seconds: float):
+        self.graphs = graphs
+        self.compile_seconds = compile_seconds
+
+    @property
+    def fallbacks(self) -> list[dict[str, str]]:
+        return [dict(f, graph=g.graph_id) for g in self.graphs for f in g.fallbacks]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fusions": [dict(f, graph=g.graph_id) for g in self.graphs for f in g.fusions],
+            "partitions": [dict(p, graph=g.graph_id) for g in self.graphs for p in g.partitions],
+            "fallbacks": self.fallbacks,
+            "proofs": [dict(p, graph=g.graph_id) for g in self.graphs for p in g.proofs],
+            "compile_seconds": self.compile_seconds,
+            "graphs": [
+                {"graph": g.graph_id, "engine": g.engine, "nodes": g.num_nodes, "constants": g.num_constants,
+                 "ops": dict(g.ops), "compile_seconds": g.compile_seconds}
+                for g in self.graphs
+            ],
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def __str__(self) -> str:
+        lines = [f"verifuse report: {len(self.graphs)} graph(s), compile {self.compile_seconds:.3f} s"]
+        for g in self.graphs:
+            lines.append(f"  graph {g.graph_id}: engine={g.engine} nodes={g.num_nodes} "
+                         f"constants={g.num_constants} compile={g.compile_seconds:.3f}s")
+            top = sorted(g.ops.items(), key=lambda kv: (-kv[1], kv[0]))
+            if top:
+                width = max(len(op) for op, _ in top)
+                lines.append(f"    {'op'.ljust(width)}  count")
+                for op, count in top:
+                    lines.append(f"    {op.ljust(width)}  {count}")
+        fusions = self.to_dict()["fusions"]
+        lines.append(f"  fusions: {len(fusions)}")
+        for f in fusions:
+            lines.append(f"    {f.get('rule')}: {f.get('nodes')} verdict={f.get('verdict')}")
+        lines.append(f"  fallbacks: {len(self.fallbacks)}")
+        for f in self.fallbacks:
+            lines.append(f"    graph {f['graph']}: {f['node']}: {f['reason']}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
