@@ -225,3 +225,24 @@ def test_quick_run_eager_inductor_json(tmp_path):
     assert e["ratios"]["speedup_vs_eager"]["inductor"] > 0
     md = out.with_suffix(".md").read_text()
     assert "| mlp_small |" in md
+
+
+def test_backend_compile_failure_is_recorded(monkeypatch):
+    """A backend that raises while compiling is reported as failed; the run goes on."""
+    from verifuse_bench import harness
+
+    def broken_compile(model, **kwargs):
+        def call(*a, **k):
+            raise RuntimeError("boom: unsupported op")
+
+        return call
+
+    monkeypatch.setattr(harness, "backend_availability", lambda name: (True, None, 0.0))
+    monkeypatch.setattr(harness.torch, "compile", broken_compile)
+    opts = harness.BenchOptions(models=["mlp_small"], backends=["eager", "verifuse"], iters=3, warmup=1)
+    report = harness.run_benchmark(opts, log=lambda s: None)
+    e = report["results"][0]
+    assert e["backends"]["eager"]["status"] == "ok"
+    v = e["backends"]["verifuse"]
+    assert v["status"] == "failed" and "boom" in v["reason"]
+    assert e["ratios"]["speedup_vs_eager"] == {} and e["ratios"]["verifuse_vs_inductor"] is None
