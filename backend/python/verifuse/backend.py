@@ -69,7 +69,9 @@ def _inference_problem(example_inputs: Sequence[Any], names: Sequence[str]) -> O
             return f"input {name} is on device {t.device}; verifuse runs on CPU"
         if t.layout != torch.strided:
             return f"input {name} has layout {t.layout}; verifuse supports strided tensors"
-        if (t.is_floating_point() or t.is_complex()) and t.dtype != torch.float32:
+        # 0-d tensors are Python scalars Dynamo wrapped under dynamic=True (e.g. a batch norm's
+        # momentum as float64); they are not model data.
+        if (t.is_floating_point() or t.is_complex()) and t.dtype != torch.float32 and t.dim() > 0:
             return f"input {name} has dtype {t.dtype}; verifuse supports float32 models"
     return None
 
@@ -103,19 +105,25 @@ def verifuse_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options:
     try:
         problem = _inference_problem(example_inputs, names)
         if problem is not None:
-            return _fallback(gm, problem, opts, graph_report)
-        return _compile_with_aot(gm, example_inputs, names, opts, graph_report)
-    except VerifuseError:
+            compiled = _fallback(gm, problem, opts, graph_report)
+        else:
+            compiled = _compile_with_aot(gm, example_inputs, names, opts, graph_report)
+        graph_report.compile_seconds = time.perf_counter() - start
+        _report.publish(graph_report)
+        return compiled
+    except _PASS_THROUGH_EXCEPTIONS():
+        # Dynamo's own control flow (restart analysis with scalars tensorified, ...): not a
+        # failure of this graph, and Dynamo must see it to try again.
         raise
     except Exception as exc:  # a model must never fail because of verifuse
         logger.debug("verifuse: compile failed", exc_info=True)
         if opts.strict:
             raise VerifuseError(f"verifuse (strict): compile failed: {type(exc).__name__}: {exc}") from exc
         graph_report.fallbacks.clear()
-        return _fallback(gm, f"internal error while compiling: {type(exc).__name__}: {exc}", opts, graph_report)
-    finally:
+        compiled = _fallback(gm, f"internal error while compiling: {type(exc).__name__}: {exc}", opts, graph_report)
         graph_report.compile_seconds = time.perf_counter() - start
         _report.publish(graph_report)
+        return compiled
 
 
 def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: list[str], opts: Options,
@@ -153,6 +161,12 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
         keep_inference_input_mutations=False,
     )
     return compiler(gm, example_inputs)
+
+
+def _PASS_THROUGH_EXCEPTIONS() -> tuple:
+    from torch._dynamo.exc import RestartAnalysis, SkipFrame
+
+    return (VerifuseError, RestartAnalysis, SkipFrame)
 
 
 def _unsupported_error() -> type:

@@ -1,0 +1,243 @@
+"""End to end: torch.compile(model, backend="verifuse") against eager, in strict mode (so any
+fallback is a failure), with float32's default assert_close tolerances."""
+import subprocess
+import sys
+import threading
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import verifuse
+from models_zoo import ZOO, GraphBreakModel, build, conv_bn_relu
+
+
+def compile_strict(model, **kw):
+    return torch.compile(model, backend="verifuse", options={"strict": True}, **kw)
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_matches_eager_without_fallback(name):
+    model, x = build(name)
+    verifuse.reset_stats()
+    compiled = compile_strict(model)
+    with torch.no_grad():
+        expected = model(x)
+        got = compiled(x)
+        got_again = compiled(x)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got_again, expected)
+    s = verifuse.stats()
+    assert s["graphs_verifuse"] >= 1
+    assert s["graphs_fallback"] == 0 and s["fallbacks"] == 0
+
+
+def test_graph_break_runs_every_subgraph_through_verifuse():
+    torch.manual_seed(0)
+    model = GraphBreakModel().eval()
+    x = torch.randn(2, 3, 8, 8)
+    verifuse.reset_stats()
+    compiled = compile_strict(model)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    s = verifuse.stats()
+    assert s["graphs_verifuse"] == 2, s
+    assert s["graphs_fallback"] == 0
+
+
+def _graphs_compiled_per_call(compiled, model, inputs):
+    counts = []
+    with torch.no_grad():
+        for x in inputs:
+            torch.testing.assert_close(compiled(x), model(x))
+            counts.append(verifuse.stats()["graphs_compiled"])
+    return counts
+
+
+def test_dynamic_batch_does_not_recompile_per_size():
+    model, _ = build("conv_bn_relu_sequential")
+    verifuse.reset_stats()
+    compiled = compile_strict(model, dynamic=True)
+    sizes = (3, 8, 5, 12, 7, 2)  # avoid 16, the spatial size: duck sizing would tie the symbols
+    counts = _graphs_compiled_per_call(compiled, model, [torch.randn(b, 3, 16, 16) for b in sizes])
+    # Dynamo may trace the first size statically and recompile once with a symbolic batch (it
+    # does the same for aot_eager); after that no size adds a graph.
+    assert counts[-1] <= 2, counts
+    assert counts[2:] == [counts[1]] * (len(sizes) - 2), counts
+
+
+def test_dynamic_sequence_length_encoder():
+    model, _ = build("transformer_encoder")
+    verifuse.reset_stats()
+    compiled = compile_strict(model, dynamic=True)
+    shapes = ((2, 5), (3, 9), (4, 16), (2, 7), (5, 12))
+    counts = _graphs_compiled_per_call(compiled, model, [torch.randn(b, t, 32) for b, t in shapes])
+    assert counts[-1] <= 2, counts
+    assert counts[2:] == [counts[1]] * (len(shapes) - 2), counts
+
+
+def test_concurrent_calls_match_serial():
+    model, _ = build("resnet_basic_block")
+    compiled = compile_strict(model)
+    inputs = [torch.randn(2, 8, 16, 16) for _ in range(4)]
+    with torch.no_grad():
+        serial = [compiled(x) for x in inputs]
+    errors = []
+
+    def worker(k):
+        try:
+            with torch.no_grad():
+                for _ in range(50):
+                    out = compiled(inputs[k])
+                    if not torch.equal(out, serial[k]):
+                        errors.append(f"thread {k}: result differs from the serial call")
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(f"thread {k}: {exc!r}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_load_state_dict_after_compile_uses_new_weights():
+    model, x = build("conv_bn_relu_sequential")
+    compiled = compile_strict(model)
+    with torch.no_grad():
+        before = compiled(x)
+    torch.manual_seed(123)
+    other, _ = build("conv_bn_relu_sequential")
+    for p in other.parameters():
+        p.data.normal_()
+    model.load_state_dict(other.state_dict())
+    verifuse.reset_stats()
+    with torch.no_grad():
+        after = compiled(x)
+        torch.testing.assert_close(after, model(x))
+    assert not torch.allclose(before, after)
+    assert verifuse.stats()["weight_refreshes"] >= 1
+
+
+def test_parameter_replaced_after_compile():
+    model = nn.Sequential(nn.Linear(4, 4)).eval()
+    compiled = compile_strict(model)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        compiled(x)
+        model[0].weight = nn.Parameter(torch.randn(4, 4))
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_in_place_weight_update_after_compile():
+    model, x = build("mlp")
+    compiled = compile_strict(model)
+    with torch.no_grad():
+        compiled(x)
+        model.net[0].bias.add_(1.0)
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_grad_mode_falls_back_with_one_warning():
+    model, x = build("mlp")
+    compiled = torch.compile(model, backend="verifuse")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = compiled(x)
+    messages = [str(w.message) for w in caught if issubclass(w.category, verifuse.VerifuseFallbackWarning)]
+    assert len(messages) == 1, messages
+    assert "no_grad" in messages[0]
+    torch.testing.assert_close(out, model(x))
+    assert out.requires_grad  # eager semantics kept: autograd still works
+    out.sum().backward()
+
+
+def test_float64_model_falls_back_naming_the_dtype():
+    model, x = build("mlp")
+    model = model.double()
+    compiled = torch.compile(model, backend="verifuse")
+    with pytest.warns(verifuse.VerifuseFallbackWarning, match="float64"), torch.no_grad():
+        out = compiled(x.double())
+    torch.testing.assert_close(out, model(x.double()))
+
+
+def test_strict_mode_raises_instead_of_falling_back():
+    model, x = build("mlp")
+    compiled = torch.compile(model.double(), backend="verifuse", options={"strict": True})
+    with pytest.raises(Exception, match="float64"), torch.no_grad():
+        compiled(x.double())
+
+
+def test_training_mode_batch_norm_falls_back_and_updates_stats_like_eager():
+    torch.manual_seed(0)
+    model = conv_bn_relu(3, 4).train()
+    reference = conv_bn_relu(3, 4).train()
+    reference.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 8, 8)
+    compiled = torch.compile(model, backend="verifuse")
+    with pytest.warns(verifuse.VerifuseFallbackWarning, match="training mode"), torch.no_grad():
+        out = compiled(x)
+    with torch.no_grad():
+        expected = reference(x)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(model[1].running_mean, reference[1].running_mean)
+
+
+def test_unknown_option_names_valid_ones():
+    model, x = build("mlp")
+    compiled = torch.compile(model, backend="verifuse", options={"verfy": "off"})
+    with pytest.raises(Exception, match="valid options are: verify, autotune, strict, cache_dir, dtype"):
+        with torch.no_grad():
+            compiled(x)
+
+
+def test_backend_found_without_import_in_fresh_process():
+    code = (
+        "import sys, torch\n"
+        "m = torch.nn.Linear(3, 2).eval()\n"
+        "c = torch.compile(m, backend='verifuse', options={'strict': True})\n"
+        "x = torch.randn(4, 3)\n"
+        "with torch.no_grad():\n"
+        "    torch.testing.assert_close(c(x), m(x))\n"
+        "assert 'verifuse' in sys.modules\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("ok")
+
+
+def test_explain_report_keys_and_json():
+    import json
+
+    model, x = build("resnet_basic_block")
+    report = verifuse.explain(model, x)
+    d = report.to_dict()
+    assert set(d) >= {"fusions", "partitions", "fallbacks", "proofs", "compile_seconds"}
+    assert d["fallbacks"] == []
+    assert d["compile_seconds"] > 0
+    json.loads(report.to_json())
+    assert "aten::convolution" in str(report)
+
+
+def test_explain_records_fallback_reason():
+    model, x = build("mlp")
+    with pytest.warns(verifuse.VerifuseFallbackWarning):
+        report = verifuse.explain(model.double(), x.double())
+    assert len(report.fallbacks) == 1
+    assert "float64" in report.fallbacks[0]["reason"]
+
+
+def test_wrong_input_shape_gets_eager_error():
+    model, x = build("lenet")
+    compiled = compile_strict(model)
+    with torch.no_grad():
+        compiled(x)
+        bad = torch.randn(2, 3, 28, 28)  # 3 channels, conv1 wants 1
+        with pytest.raises(RuntimeError) as eager_err:
+            model(bad)
+        with pytest.raises(RuntimeError) as ours:
+            compiled(bad)
+    assert "channels" in str(ours.value) and "channels" in str(eager_err.value)
