@@ -400,7 +400,7 @@ def _prepare_compiled(name: str, model, x, opts: BenchOptions) -> Prepared:
         else:
             return Prepared(name, "unavailable", reason=f"unknown backend {name!r}")
     except Exception as e:
-        tb = traceback.format_exc(limit=8)
+        tb = traceback.format_exc(limit=-16)
         return Prepared(name, "failed", reason=f"{type(e).__name__}: {str(e)[:800]}",
                         info={"traceback_tail": tb[-3000:]})
     after = _dynamo_counters()
@@ -713,6 +713,7 @@ def run_benchmark(opts: BenchOptions, log: Callable[[str], None] = print, argv: 
             spec = MODELS[mname]
             log(f"[{mname}] building ({spec.description})")
             try:
+                torch.set_num_threads(min(opts.threads))  # building is not timed; keep it cheap
                 model, input_fn = spec.build(seed=opts.seed)
             except Exception as e:
                 report["errors"].append({"model": mname, "stage": "build", "error": f"{type(e).__name__}: {e}"})
@@ -728,7 +729,7 @@ def run_benchmark(opts: BenchOptions, log: Callable[[str], None] = print, argv: 
                     except Exception as e:
                         report["errors"].append({"model": mname, "batch": batch, "threads": threads,
                                                  "stage": "run", "error": f"{type(e).__name__}: {e}",
-                                                 "traceback_tail": traceback.format_exc(limit=8)[-3000:]})
+                                                 "traceback_tail": traceback.format_exc(limit=-16)[-3000:]})
                         log(f"[{mname}] batch={batch} threads={threads} failed: {e}")
                         continue
                     report["results"].append(entry)

@@ -26,6 +26,15 @@ SMALL = [n for n, s in MODELS.items() if s.small]
 FULL = [n for n, s in MODELS.items() if not s.small]
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """2 OpenMP threads on a loaded 2-core box are 10x slower than 1; keep the tests quick."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 def _all_eval(model: torch.nn.Module) -> bool:
     return all(not m.training for m in model.modules())
 
