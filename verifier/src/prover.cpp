@@ -227,10 +227,18 @@ struct QueryResult {
   std::string reason;
 };
 
-QueryResult check(z3::solver& s) {
+// Z3 reports both an expired timeout and an exhausted rlimit as "canceled"; an rlimit stop well
+// before the wall-clock timeout is reported as Unknown (the budget, not the clock, ran out).
+QueryResult check(z3::solver& s, const ProveOptions& options) {
   ++gQueries;
+  auto start = std::chrono::steady_clock::now();
   z3::check_result r = s.check();
-  return {r, r == z3::unknown ? s.reason_unknown() : std::string()};
+  QueryResult q{r, r == z3::unknown ? s.reason_unknown() : std::string()};
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (r == z3::unknown && options.resourceLimit && q.reason == "canceled" && ms < 0.9 * options.timeoutMs) {
+    q.reason = "resource limit exhausted (rlimit " + std::to_string(options.resourceLimit) + ")";
+  }
+  return q;
 }
 
 Verdict undecided(const QueryResult& q, const std::string& phase) {
@@ -306,7 +314,7 @@ Verdict proveUncached(const Obligation& ob, const ProveOptions& options) {
   s.add(conj(ctx, base));
 
   // 1. Vacuity: the precondition must be satisfiable, or the "proof" proves nothing.
-  QueryResult q = check(s);
+  QueryResult q = check(s, options);
   if (q.result == z3::unsat) {
     Verdict v;
     v.kind = VerdictKind::Refuted;
@@ -322,7 +330,7 @@ Verdict proveUncached(const Obligation& ob, const ProveOptions& options) {
     for (const auto& d : tgtDenoms) nz.push_back(d != 0);
     s.push();
     s.add(!conj(ctx, nz));
-    q = check(s);
+    q = check(s, options);
     if (q.result == z3::sat) {
       Verdict v;
       v.kind = VerdictKind::Refuted;
@@ -339,7 +347,7 @@ Verdict proveUncached(const Obligation& ob, const ProveOptions& options) {
   z3::expr_vector diffs(ctx);
   for (const auto& [src, tgt] : goals) diffs.push_back(src != tgt);
   s.add(z3::mk_or(diffs));
-  q = check(s);
+  q = check(s, options);
   if (q.result == z3::unsat) {
     Verdict v;
     v.kind = VerdictKind::Proved;
