@@ -23,6 +23,15 @@ struct Unsupported {
   std::string what;
 };
 
+// Readable name of a UF application for counterexamples: gelu_erf(conv.out[o]).
+std::string pretty(const Expr& e) {
+  if (e.kind() == ExprKind::Var) return e.name();
+  if (e.kind() != ExprKind::Apply) return e.str();
+  std::string out = e.name() + "(";
+  for (size_t i = 0; i < e.children().size(); ++i) out += (i ? ", " : "") + pretty(e.children()[i]);
+  return out + ")";
+}
+
 /// Expr -> z3::expr. Collects free variables (for counterexamples), UF applications, and the
 /// denominators of divisions (definedness side conditions) of the side being encoded.
 class Encoder {
@@ -162,7 +171,7 @@ class Encoder {
                             it->second + " and " + sig + ")"};
         }
         z3::expr app = funcs_.at(e.name())(args);
-        if (bound_.empty() && e.sort() != Sort::Tensor) apps_.emplace(e.str(), app);
+        if (bound_.empty() && e.sort() != Sort::Tensor) apps_.emplace(pretty(e), app);
         return app;
       }
       case ExprKind::ForAll: {
