@@ -232,6 +232,24 @@ INSTANTIATE_TEST_SUITE_P(
                       BinCase{"min_scalar", BinaryAlg::kMin, {2, 6}, {1}}),
     [](const auto& info) { return info.param.name; });
 
+TEST(Binary, ExpandedViewWithZeroStrides) {
+  // torch's x.expand(3, 4) of a [1, 4] tensor has strides {0, 1}: no copy needed.
+  std::vector<float> row = randomVec(4, 1), full = randomVec(12, 2);
+  Layout expanded = Layout::plain({3, 4}, {0, 1});
+  ASSERT_FALSE(expanded.empty());
+  EXPECT_TRUE(expanded.isPlain());
+  VF_ASSERT_OK_AND_ASSIGN(auto k, createBinary(BinaryAlg::kSub, expanded, Layout::contiguous({3, 4})));
+  std::vector<float> want(12);
+  for (int i = 0; i < 12; ++i) want[i] = row[i % 4] - full[i];
+  expectClose(runDense(*k, {row.data(), full.data()}), want, 0.f, 0.f, k->implInfo());
+  // Overlapping non-zero strides cannot be described: empty layout, rejected by factories.
+  Layout bad = Layout::plain({2, 3, 4}, {1, 1, 1});
+  EXPECT_TRUE(bad.empty());
+  auto r = createEltwise(bad, Activation::kRelu);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
 // ---- softmax, layer norm, concat ----------------------------------------------------------------
 
 TEST(Softmax, AxisAndLog) {
