@@ -653,14 +653,19 @@ def summarize(results: list[dict[str, Any]], backends: list[str]) -> dict[str, A
             g: dict[str, Any] = {"batch": batch, "threads": threads, "scope": scope,
                                  "n_configs": len(es), "models": sorted({e["model"] for e in es}),
                                  "speedup_vs_eager": {}}
+            # n_used: how many configurations each geomean covers (a backend that failed or was
+            # unavailable on some model is left out of its geomean; compare n_used with n_configs)
+            g["n_used"] = {"speedup_vs_eager": {}}
             for name in backends:
                 if name == "eager":
                     continue
-                vals = [e["ratios"]["speedup_vs_eager"].get(name) for e in es]
-                g["speedup_vs_eager"][name] = geomean([v for v in vals if v])
-            g["verifuse_vs_inductor"] = geomean([e["ratios"].get("verifuse_vs_inductor") for e in es])
-            g["compile_ratio_verifuse_inductor"] = geomean(
-                [e["ratios"].get("compile_ratio_verifuse_inductor") for e in es])
+                vals = [v for v in (e["ratios"]["speedup_vs_eager"].get(name) for e in es) if v]
+                g["speedup_vs_eager"][name] = geomean(vals)
+                g["n_used"]["speedup_vs_eager"][name] = len(vals)
+            for key in ("verifuse_vs_inductor", "compile_ratio_verifuse_inductor"):
+                vals = [v for v in (e["ratios"].get(key) for e in es) if v]
+                g[key] = geomean(vals)
+                g["n_used"][key] = len(vals)
             out.append(g)
     return {"geomeans": out}
 
@@ -846,10 +851,17 @@ def to_markdown(report: dict[str, Any]) -> str:
               "|---|---|---|---:|---:|---:|---:|---:|"]
     for g in report.get("summary", {}).get("geomeans", []):
         sp = g["speedup_vs_eager"]
+        nu = g.get("n_used", {})
+
+        def cell(v, n):  # mark geomeans that cover only part of the configurations
+            txt = _fmt(v, ".2f")
+            return txt if v is None or n is None or n == g["n_configs"] else f"{txt} ({n}/{g['n_configs']})"
+
         lines.append(f"| {g['batch']} | {g['threads']} | {g['scope']} | {g['n_configs']} | "
-                     f"{_fmt(sp.get('inductor'), '.2f')} | {_fmt(sp.get('verifuse'), '.2f')} | "
-                     f"{_fmt(g.get('verifuse_vs_inductor'), '.2f')} | "
-                     f"{_fmt(g.get('compile_ratio_verifuse_inductor'), '.2f')} |")
+                     f"{cell(sp.get('inductor'), nu.get('speedup_vs_eager', {}).get('inductor'))} | "
+                     f"{cell(sp.get('verifuse'), nu.get('speedup_vs_eager', {}).get('verifuse'))} | "
+                     f"{cell(g.get('verifuse_vs_inductor'), nu.get('verifuse_vs_inductor'))} | "
+                     f"{cell(g.get('compile_ratio_verifuse_inductor'), nu.get('compile_ratio_verifuse_inductor'))} |")
     if report.get("errors"):
         lines += ["", "## Errors", ""]
         for err in report["errors"]:
@@ -862,11 +874,22 @@ def write_report(report: dict[str, Any], json_path: Path) -> tuple[Path, Path]:
     json_path = Path(json_path)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = json_path.with_suffix(json_path.suffix + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, default=_json_default))
+    tmp.write_text(json.dumps(_finite(report), indent=2, default=_json_default, allow_nan=False))
     tmp.replace(json_path)
     md_path = json_path.with_suffix(".md")
     md_path.write_text(to_markdown(report))
     return json_path, md_path
+
+
+def _finite(o: Any) -> Any:
+    """Strict JSON: NaN / inf become null."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
 
 
 def _json_default(o: Any) -> Any:
