@@ -92,6 +92,15 @@ TEST(ShapesParser, NegativeLiteralsLetAndPrelude) {
   EXPECT_TRUE(r.model_checked);
 }
 
+TEST(ShapesParser, ConstantMayShareAFunctionName) {
+  // The corpus defines `(define-fun ceil () Int (ceil truediv))` after the prelude's ceil.
+  ShapeReport r = analyze(
+      "(define-fun ceil ((x Real)) Int (ite (= (to_int x) x) (to_int x) (+ (to_int x) 1)))\n"
+      "(declare-const n Int)\n(define-fun ceil () Int (ceil (/ (to_real n) 2.0)))\n(assert (= ceil 3))\n");
+  EXPECT_EQ(r.verdict, Verdict::kSat);
+  EXPECT_TRUE(r.model_checked);
+}
+
 // ---- own reasoning ---------------------------------------------------------------------------
 
 TEST(ShapesReasoning, EqualityPropagationDecidesWithoutSolver) {
