@@ -111,7 +111,7 @@ def verify(path: Path, rep: dict, red: dict | None, check_timeout_ms: int) -> di
                 s.add(z3.Not(a))
                 r = s.check()
                 s.pop()
-                key = {z3.unsat: "red_confirmed", z3.sat: "red_refuted"}.get(r, "red_unknown")
+                key = "red_confirmed" if r == z3.unsat else ("red_refuted" if r == z3.sat else "red_unknown")
                 res[key] += 1
             s.add(a)
     return res
