@@ -120,6 +120,20 @@ class GraphBreakModel(nn.Module):
         return self.b(x)
 
 
+class ScaledAttention(nn.Module):
+    """Hand-written attention: q @ k^T / sqrt(d) divides a tensor by a Python float."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.d = d
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        attn = torch.softmax(q @ k.transpose(-1, -2) / (self.d ** 0.5), dim=-1)
+        return attn @ v
+
+
 def _seq_model():
     return nn.Sequential(conv_bn_relu(3, 8), conv_bn_relu(8, 16), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4))
 
@@ -144,6 +158,7 @@ ZOO = {
     "depthwise_grouped": (DepthwiseSeparable, lambda: torch.randn(2, 16, 12, 12)),
     "transformer_encoder": (_encoder, lambda: torch.randn(2, 10, 32)),
     "audio_conv1d": (AudioNet, lambda: torch.randn(2, 1, 4000)),
+    "scaled_attention": (ScaledAttention, lambda: torch.randn(2, 7, 32)),
 }
 
 

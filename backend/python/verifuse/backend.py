@@ -226,8 +226,13 @@ class CompiledGraphRunner:
         from . import _C
         from .lowering import lower_graph
 
-        lowered = lower_graph(self._aot_gm, real_inputs, self._static, self._names)
-        return _C.compile(lowered.graph, lowered.input_arg_index, lowered.frozen, lowered.num_args)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        # The first build runs inside AOT tracing, where FakeTensorMode is active on this thread:
+        # tensors the C++ plan creates up front (wrapped scalars) must be real.
+        with unset_fake_temporarily():
+            lowered = lower_graph(self._aot_gm, real_inputs, self._static, self._names)
+            return _C.compile(lowered.graph, lowered.input_arg_index, lowered.frozen, lowered.num_args)
 
     def __call__(self, args: list) -> list:
         from . import _C

@@ -30,6 +30,7 @@ struct ArgSlot {
   Arg list;             // DynamicList: the IR list
   c10::TypePtr elemType;  // DynamicList: the schema's element type
   bool toDouble = false;  // Value: schema wants a float and the value may be an int
+  bool toTensor = false;  // Value: schema wants a Tensor and the value may be a Python number
 };
 
 using BuiltinFn = std::function<StatusOr<c10::IValue>(const std::vector<c10::IValue>&)>;
@@ -70,6 +71,21 @@ double ivalueToDouble(const c10::IValue& v) {
   if (v.isDouble()) return v.toDouble();
   if (v.isSymFloat()) return v.toSymFloat().guard_float(__FILE__, __LINE__);
   return static_cast<double>(ivalueToInt(v));
+}
+
+/// A Python number where the schema wants a Tensor (x / 5.0 traces to div.Tensor(x, 5.0)):
+/// wrapped as eager does, a 0-d "wrapped number" tensor that type promotion treats as a scalar.
+c10::IValue wrapNumber(const c10::IValue& v) {
+  at::Tensor t;
+  if (v.isDouble() || v.isSymFloat()) t = at::scalar_tensor(ivalueToDouble(v), at::kDouble);
+  else if (v.isBool()) t = at::scalar_tensor(v.toBool(), at::kBool);
+  else t = at::scalar_tensor(ivalueToInt(v), at::kLong);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return c10::IValue(std::move(t));
+}
+
+bool isNumber(const c10::IValue& v) {
+  return v.isDouble() || v.isInt() || v.isBool() || v.isSymInt() || v.isSymFloat();
 }
 
 /// Builds a typed list IValue from IR list elements, reading values from \p slots if needed.
@@ -140,6 +156,13 @@ StatusOr<c10::IValue> buildList(const Arg& list, const c10::TypePtr& elemType,
 StatusOr<c10::IValue> fixedValue(const Arg& a, const c10::TypePtr& type,
                                  const std::vector<at::Tensor>& constants) {
   auto t = unwrapOptional(type);
+  if (t->kind() == c10::TypeKind::TensorType &&
+      (a.kind == Arg::Kind::Bool || a.kind == Arg::Kind::Int || a.kind == Arg::Kind::Double)) {
+    c10::IValue number = a.kind == Arg::Kind::Double ? c10::IValue(a.d)
+                         : a.kind == Arg::Kind::Bool ? c10::IValue(a.i != 0)
+                                                     : c10::IValue(a.i);
+    return wrapNumber(number);
+  }
   switch (a.kind) {
     case Arg::Kind::None: return c10::IValue();
     case Arg::Kind::Bool: return c10::IValue(a.i != 0);
@@ -320,6 +343,7 @@ StatusOr<Step> planStep(const ir::Graph& g, const ir::Node& n, const std::vector
       slot.kind = ArgSlot::Kind::Value;
       slot.value = static_cast<ValueId>(a.i);
       slot.toDouble = isFloatLike(unwrapOptional(type));
+      slot.toTensor = unwrapOptional(type)->kind() == c10::TypeKind::TensorType;
     } else if (a.kind == Arg::Kind::List && a.usesValues()) {
       auto t = unwrapOptional(type);
       if (t->kind() != c10::TypeKind::ListType) return unsupported(step.name + ": list for a non-list argument");
@@ -447,6 +471,7 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
           case ArgSlot::Kind::Value: {
             const c10::IValue& v = slots[static_cast<size_t>(a.value)];
             if (a.toDouble && (v.isInt() || v.isSymInt())) stack.emplace_back(ivalueToDouble(v));
+            else if (a.toTensor && isNumber(v)) stack.push_back(wrapNumber(v));
             else stack.push_back(v);
             break;
           }

@@ -156,6 +156,24 @@ TEST(ExecutorTest, TypedArgumentsConvert) {
   EXPECT_TRUE(at::allclose((*out)[0].toTensor(), in.to(at::kDouble) * 3));
 }
 
+TEST(ExecutorTest, NumbersForTensorArgumentsAreWrappedLikeEager) {
+  // x / 5.0 traces to aten::div.Tensor(x, 5.0); s0 * x traces to aten::mul.Tensor(x, s0).
+  Graph g;
+  auto x = g.addInput("x", ValueType::Tensor);
+  auto s0 = g.addInput("s0", ValueType::Int);
+  auto div = g.addNode("aten::div", "Tensor", {Arg::value(x), Arg::real(5.0)}, {ValueType::Tensor});
+  auto mul = g.addNode("aten::mul", "Tensor", {Arg::value(g.node(div).outputs[0]), Arg::value(s0)}, {ValueType::Tensor});
+  g.setOutputs({Arg::value(g.node(mul).outputs[0])});
+  auto cg = mustCompile(std::move(g), {0, 1}, {}, 2);
+  ASSERT_TRUE(cg);
+  at::Tensor in = at::randn({4, 3});
+  auto out = cg->run({in, c10::IValue(int64_t{3})});
+  ASSERT_TRUE(out.isOk()) << out.status().toString();
+  // Wrapped numbers do not promote: the result stays float32, as in eager.
+  EXPECT_EQ((*out)[0].toTensor().scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::allclose((*out)[0].toTensor(), in / 5.0 * 3));
+}
+
 TEST(ExecutorTest, RejectsUnknownOperatorsAndBadArity) {
   Graph g;
   auto x = g.addInput("x", ValueType::Tensor);
