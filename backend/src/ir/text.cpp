@@ -137,21 +137,15 @@ class Parser {
   StatusOr<Graph> parse() {
     VF_RETURN_IF_ERROR(expectWord("graph"));
     VF_RETURN_IF_ERROR(expect('('));
-    skipSpace();
-    if (!peekIs(')')) {
-      while (true) {
-        VF_ASSIGN_OR_RETURN(std::string name, valueName());
-        VF_RETURN_IF_ERROR(expect(':'));
-        VF_ASSIGN_OR_RETURN(std::string typeName, identifier());
-        VF_ASSIGN_OR_RETURN(ValueType type, parseValueType(typeName));
-        if (values_.count(name)) return error("duplicate value %" + name);
-        values_[name] = graph_.addInput(name, type);
-        skipSpace();
-        if (peekIs(',')) { ++pos_; continue; }
-        break;
-      }
-    }
-    VF_RETURN_IF_ERROR(expect(')'));
+    VF_RETURN_IF_ERROR(commaList(')', [&]() -> Status {
+      VF_ASSIGN_OR_RETURN(std::string name, valueName());
+      VF_RETURN_IF_ERROR(expect(':'));
+      VF_ASSIGN_OR_RETURN(std::string typeName, identifier());
+      VF_ASSIGN_OR_RETURN(ValueType type, parseValueType(typeName));
+      if (values_.count(name)) return error("duplicate value %" + name);
+      values_[name] = graph_.addInput(name, type);
+      return Status::ok();
+    }));
     VF_RETURN_IF_ERROR(expect('{'));
     while (true) {
       skipSpace();
@@ -161,17 +155,7 @@ class Parser {
     VF_RETURN_IF_ERROR(expectWord("return"));
     VF_RETURN_IF_ERROR(expect('('));
     std::vector<Arg> outputs;
-    skipSpace();
-    if (!peekIs(')')) {
-      while (true) {
-        VF_ASSIGN_OR_RETURN(Arg a, parseArg());
-        outputs.push_back(std::move(a));
-        skipSpace();
-        if (peekIs(',')) { ++pos_; continue; }
-        break;
-      }
-    }
-    VF_RETURN_IF_ERROR(expect(')'));
+    VF_RETURN_IF_ERROR(argList(')', outputs));
     VF_RETURN_IF_ERROR(expect('}'));
     skipSpace();
     if (startsWithWord("constants")) {
@@ -222,17 +206,7 @@ class Parser {
     }
     VF_RETURN_IF_ERROR(expect('('));
     std::vector<Arg> args;
-    skipSpace();
-    if (!peekIs(')')) {
-      while (true) {
-        VF_ASSIGN_OR_RETURN(Arg a, parseArg());
-        args.push_back(std::move(a));
-        skipSpace();
-        if (peekIs(',')) { ++pos_; continue; }
-        break;
-      }
-    }
-    VF_RETURN_IF_ERROR(expect(')'));
+    VF_RETURN_IF_ERROR(argList(')', args));
     NodeId id = graph_.addNode(op, overload, std::move(args), outTypes);
     for (size_t k = 0; k < outNames.size(); ++k) {
       if (values_.count(outNames[k])) return error("value %" + outNames[k] + " is defined twice");
@@ -259,17 +233,7 @@ class Parser {
     if (c == '[') {
       ++pos_;
       std::vector<Arg> items;
-      skipSpace();
-      if (!peekIs(']')) {
-        while (true) {
-          VF_ASSIGN_OR_RETURN(Arg a, parseArg());
-          items.push_back(std::move(a));
-          skipSpace();
-          if (peekIs(',')) { ++pos_; continue; }
-          break;
-        }
-      }
-      VF_RETURN_IF_ERROR(expect(']'));
+      VF_RETURN_IF_ERROR(argList(']', items));
       return Arg::makeList(std::move(items));
     }
     if (c == '"') {
@@ -363,6 +327,29 @@ class Parser {
     c.strides.assign(sizes.size(), 1);
     for (size_t k = sizes.size(); k-- > 1;) c.strides[k - 1] = c.strides[k] * sizes[k];
     return Status::ok();
+  }
+
+  /// Reads `item (, item)* close` (or just `close`), calling \p item for each element.
+  template <typename ItemFn>
+  Status commaList(char close, ItemFn item) {
+    skipSpace();
+    if (!peekIs(close)) {
+      while (true) {
+        VF_RETURN_IF_ERROR(item());
+        skipSpace();
+        if (!peekIs(',')) break;
+        ++pos_;
+      }
+    }
+    return expect(close);
+  }
+
+  Status argList(char close, std::vector<Arg>& out) {
+    return commaList(close, [&]() -> Status {
+      VF_ASSIGN_OR_RETURN(Arg a, parseArg());
+      out.push_back(std::move(a));
+      return Status::ok();
+    });
   }
 
   void skipSpace() {
