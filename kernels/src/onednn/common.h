@@ -140,6 +140,22 @@ std::unique_ptr<Kernel> finish(const char* name, const PD& pd, std::vector<Runti
                                            std::move(constants));
 }
 
+/// finish() for the weighted primitives (convolution, inner product): the source plus the binary
+/// post-op operands at run time, weights (and bias, if given) prepacked once into \p pd's layout.
+template <typename Prim, typename PD>
+std::unique_ptr<Kernel> finishWeighted(const char* name, const PD& pd, const dnnl::memory::desc& userSrc,
+                                       std::vector<RuntimeInput> binaryInputs, const void* weights,
+                                       const dnnl::memory::desc& userWeights, const void* bias,
+                                       const dnnl::memory::desc& biasMd) {
+  std::vector<RuntimeInput> inputs;
+  inputs.push_back(makeInput(DNNL_ARG_SRC, userSrc, pd.src_desc()));
+  for (auto& b : binaryInputs) inputs.push_back(std::move(b));
+  std::vector<std::pair<int, dnnl::memory>> constants;
+  constants.emplace_back(DNNL_ARG_WEIGHTS, packConstant(weights, userWeights, pd.weights_desc()));
+  if (bias) constants.emplace_back(DNNL_ARG_BIAS, packConstant(bias, biasMd, pd.bias_desc()));
+  return finish<Prim>(name, pd, std::move(inputs), std::move(constants));
+}
+
 /// Normalizes an optional per-spatial-dim vector (empty -> \p dflt repeated).
 Status spatialVector(const std::vector<int64_t>& v, size_t n, int64_t dflt, const char* what,
                      dims* out);

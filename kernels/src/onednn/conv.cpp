@@ -114,14 +114,7 @@ StatusOr<std::unique_ptr<Kernel>> createConv(const ConvParams& p) {
       userSrc = pd.src_desc();
     }
 
-    std::vector<RuntimeInput> inputs;
-    inputs.push_back(makeInput(DNNL_ARG_SRC, userSrc, pd.src_desc()));
-    for (auto& b : binaryInputs) inputs.push_back(std::move(b));
-
-    std::vector<std::pair<int, dnnl::memory>> constants;
-    constants.emplace_back(DNNL_ARG_WEIGHTS, packConstant(p.weights, userW, pd.weights_desc()));
-    if (p.bias) constants.emplace_back(DNNL_ARG_BIAS, packConstant(p.bias, biasMd, pd.bias_desc()));
-    return finish<cf>("conv", pd, std::move(inputs), std::move(constants));
+    return finishWeighted<cf>("conv", pd, userSrc, std::move(binaryInputs), p.weights, userW, p.bias, biasMd);
   });
 }
 

@@ -24,13 +24,7 @@ StatusOr<std::unique_ptr<Kernel>> createLinear(const LinearParams& p) {
                                     biasMd, dstMd, attr)
                : ip::primitive_desc(engine(), dnnl::prop_kind::forward_inference, primSrc, primW,
                                     dstMd, attr);
-    std::vector<RuntimeInput> inputs;
-    inputs.push_back(makeInput(DNNL_ARG_SRC, userSrc, pd.src_desc()));
-    for (auto& b : binaryInputs) inputs.push_back(std::move(b));
-    std::vector<std::pair<int, dnnl::memory>> constants;
-    constants.emplace_back(DNNL_ARG_WEIGHTS, packConstant(p.weights, userW, pd.weights_desc()));
-    if (p.bias) constants.emplace_back(DNNL_ARG_BIAS, packConstant(p.bias, biasMd, pd.bias_desc()));
-    return finish<ip>("linear", pd, std::move(inputs), std::move(constants));
+    return finishWeighted<ip>("linear", pd, userSrc, std::move(binaryInputs), p.weights, userW, p.bias, biasMd);
   });
 }
 
