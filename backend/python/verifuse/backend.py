@@ -111,7 +111,7 @@ def verifuse_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options:
         graph_report.compile_seconds = time.perf_counter() - start
         _report.publish(graph_report)
         return compiled
-    except _PASS_THROUGH_EXCEPTIONS():
+    except _pass_through_exceptions():
         # Dynamo's own control flow (restart analysis with scalars tensorified, ...): not a
         # failure of this graph, and Dynamo must see it to try again.
         raise
@@ -163,7 +163,7 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
     return compiler(gm, example_inputs)
 
 
-def _PASS_THROUGH_EXCEPTIONS() -> tuple:
+def _pass_through_exceptions() -> tuple:
     from torch._dynamo.exc import RestartAnalysis, SkipFrame
 
     return (VerifuseError, RestartAnalysis, SkipFrame)
@@ -214,6 +214,9 @@ class CompiledGraphRunner:
         self._names = names
         self._opts = opts
         self._lock = threading.Lock()
+        from . import _C
+
+        self._stale_weights_error = _C.StaleWeightsError  # looked up once, not per call
         self._plan = self._build(real_inputs)
         graph_report.graph_text = self._plan.graph_text()
         stats = self._plan.stats()
@@ -235,12 +238,10 @@ class CompiledGraphRunner:
             return _C.compile(lowered.graph, lowered.input_arg_index, lowered.frozen, lowered.num_args)
 
     def __call__(self, args: list) -> list:
-        from . import _C
-
         plan = self._plan
         try:
             out = plan.run(args)
-        except _C.StaleWeightsError:
+        except self._stale_weights_error:
             plan = self._refresh(plan, args)
             out = plan.run(args)
         args.clear()  # boxed convention: release the inputs early

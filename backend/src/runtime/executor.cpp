@@ -307,7 +307,7 @@ at::Tensor constantToTensor(const ir::ConstantTensor& c) {
 
 namespace {
 
-StatusOr<Step> planStep(const ir::Graph& g, const ir::Node& n, const std::vector<at::Tensor>& constants) {
+StatusOr<Step> planStep(const ir::Node& n, const std::vector<at::Tensor>& constants) {
   Step step;
   step.name = n.qualifiedName();
   step.outputs = n.outputs;
@@ -413,7 +413,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
 
   for (size_t s = 0; s < graph.nodes().size(); ++s) {
     const ir::Node& n = graph.nodes()[s];
-    VF_ASSIGN_OR_RETURN(Step step, planStep(graph, n, impl->constants));
+    VF_ASSIGN_OR_RETURN(Step step, planStep(n, impl->constants));
     for (size_t v = 0; v < lastUse.size(); ++v) {
       if (lastUse[v] == static_cast<int64_t>(s) && !isOutput[v]) step.freeAfter.push_back(static_cast<ValueId>(v));
     }
