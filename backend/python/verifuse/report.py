@@ -31,6 +31,12 @@ class GraphReport:
     num_nodes: int = 0
     num_constants: int = 0
     graph_text: str = ""
+    # Dynamic shapes (issue 5): the plan's shape assumptions, whether each follows from Dynamo's
+    # guards, the guards verifuse added, and the graph's shape program as SMT-LIB.
+    shape_guards: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    shape_program_smt2: str = ""
+    # Layout conversions at partition boundaries (issue 6).
+    reorders: int = 0
 
 
 def record_fallback(report: GraphReport, op: str, reason: str) -> None:
