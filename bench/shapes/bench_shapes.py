@@ -138,13 +138,15 @@ def main(argv: list[str]) -> int:
     exe = find_bin()
     files = corpus_files(Path(args.corpus))
     n_all = len(files)
+    copies: dict[str, int] = {}  # distinct file name -> how many corpus files have its contents
     if not args.all:
-        seen, distinct = set(), []
+        seen, distinct = {}, []
         for f in files:
             h = hashlib.md5(f.read_bytes()).hexdigest()
             if h not in seen:
-                seen.add(h)
+                seen[h] = f.name
                 distinct.append(f)
+            copies[seen[h]] = copies.get(seen[h], 0) + 1
         files = distinct
     if args.limit:
         files = files[: args.limit]
@@ -157,7 +159,7 @@ def main(argv: list[str]) -> int:
             z3_verdict, z3_t = run_z3(f, args.z3_timeout)
             rep, vf_t, err = run_vf(exe, f, [])
         red, red_t, _ = run_vf(exe, f, ["--redundant"])
-        row = {"file": f.name, "bytes": f.stat().st_size, "vf_verdict": rep["verdict"] if rep else "error",
+        row = {"file": f.name, "copies": copies.get(f.name, 1), "bytes": f.stat().st_size, "vf_verdict": rep["verdict"] if rep else "error",
                "vf_s": vf_t, "vf_decided_by": rep.get("decided_by") if rep else err,
                "z3_verdict": z3_verdict, "z3_s": z3_t, "vf_redundant_s": red_t,
                "asserts": rep["stats"]["asserts"] if rep else 0,
@@ -176,11 +178,36 @@ def main(argv: list[str]) -> int:
     def summary(key_v: str, key_t: str) -> dict:
         ts = [r[key_t] for r in rows]
         solved = sum(r[key_v] in ("sat", "unsat") for r in rows)
-        return {"solved": solved, "median_s": statistics.median(ts) if ts else 0, "p90_s": pct(ts, 0.9),
-                "max_s": max(ts) if ts else 0, "total_s": sum(ts)}
+        verdicts: dict[str, int] = {}
+        for r in rows:
+            verdicts[r[key_v]] = verdicts.get(r[key_v], 0) + 1
+        # Every corpus file (duplicates counted with the time of their distinct copy).
+        all_ts = [r[key_t] for r in rows for _ in range(r["copies"])]
+        return {"solved": solved, "verdicts": verdicts, "median_s": statistics.median(ts) if ts else 0,
+                "p90_s": pct(ts, 0.9), "max_s": max(ts) if ts else 0, "total_s": sum(ts),
+                "solved_all_files": sum(r["copies"] for r in rows if r[key_v] in ("sat", "unsat")),
+                "total_s_all_files": sum(all_ts), "median_s_all_files": statistics.median(all_ts) if all_ts else 0,
+                "p90_s_all_files": pct(all_ts, 0.9)}
+
+    def versions() -> dict:
+        out: dict = {}
+        try:
+            out["z3_cli"] = subprocess.run(["z3", "--version"], capture_output=True, text=True).stdout.strip()
+        except OSError as e:
+            out["z3_cli"] = f"unavailable: {e}"
+        try:
+            import z3
+            out["z3_python"] = z3.get_version_string()
+        except ImportError:
+            out["z3_python"] = "unavailable"
+        out["verifuse_shapes_bin"] = exe
+        out["cpus"] = os.cpu_count()
+        out["loadavg_at_end"] = os.getloadavg()
+        return out
 
     out = {
         "corpus": str(args.corpus), "files_in_corpus": n_all, "files_run": len(rows),
+        "files_represented": sum(r["copies"] for r in rows), "environment": versions(),
         "distinct_only": not args.all, "z3_timeout_s": args.z3_timeout,
         "verifuse": summary("vf_verdict", "vf_s"), "z3": summary("z3_verdict", "z3_s"),
         "verifuse_redundant_pass_total_s": sum(r["vf_redundant_s"] for r in rows),
@@ -195,6 +222,12 @@ def main(argv: list[str]) -> int:
         "redundancy_refuted": sum(r.get("red_refuted", 0) for r in rows),
         "verify_errors": sum("verify_error" in r for r in rows),
         "over_10s": [r["file"] for r in rows if r["vf_s"] > 10],
+        "verifuse_not_solved": [f"{r['file']}: {r['vf_verdict']} ({r['vf_decided_by']})" for r in rows
+                                if r["vf_verdict"] not in ("sat", "unsat")],
+        "z3_not_solved": [f"{r['file']}: {r['z3_verdict']} ({r['z3_s']:.1f} s)" for r in rows
+                          if r["z3_verdict"] not in ("sat", "unsat")],
+        "verdict_disagreements": [f"{r['file']}: verifuse {r['vf_verdict']}, z3 {r['z3_verdict']}" for r in rows
+                                  if {r["vf_verdict"], r["z3_verdict"]} == {"sat", "unsat"}],
         "rows": rows,
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -207,13 +240,24 @@ def main(argv: list[str]) -> int:
         "| tool | solved | median s | p90 s | max s | total s |\n|---|---|---|---|---|---|\n"
         f"| verifuse-shapes | {v['solved']} | {v['median_s']:.3f} | {v['p90_s']:.3f} | {v['max_s']:.3f} | {v['total_s']:.1f} |\n"
         f"| z3 | {z['solved']} | {z['median_s']:.3f} | {z['p90_s']:.3f} | {z['max_s']:.3f} | {z['total_s']:.1f} |\n\n"
+        f"Times are wall seconds per file of the whole process (parse, analysis, JSON), one file at a time, "
+        f"verifuse and z3 alternating which runs first; z3 files that time out count {args.z3_timeout} s.\n"
+        f"Over all {out['files_represented']} corpus files (a duplicate counted with its distinct copy's time): "
+        f"verifuse solved {v['solved_all_files']}, total {v['total_s_all_files']:.1f} s, median "
+        f"{v['median_s_all_files']:.3f} s, p90 {v['p90_s_all_files']:.3f} s; z3 solved {z['solved_all_files']}, total "
+        f"{z['total_s_all_files']:.1f} s, median {z['median_s_all_files']:.3f} s, p90 {z['p90_s_all_files']:.3f} s.\n\n"
+        f"- verdicts: verifuse {v['verdicts']}; z3 {z['verdicts']}; sat/unsat disagreements: "
+        f"{out['verdict_disagreements'] or 'none'}\n"
+        f"- not solved by verifuse: {out['verifuse_not_solved'] or 'none'}\n"
+        f"- not solved by z3: {out['z3_not_solved'] or 'none'}\n"
         f"- asserts: {out['asserts_total']}, decided without a solver call: {out['decided_without_solver_total']}\n"
         f"- redundant asserts (prefix mode): {out['redundant_total']} "
         f"({out['redundant_by_reasoning_total']} by reasoning); pass time {out['verifuse_redundant_pass_total_s']:.1f} s\n"
         f"- python z3 re-check: models ok {out['models_checked_ok']}, failed {out['models_failed']}; "
         f"redundancies confirmed {out['redundancy_confirmed']}, unknown {out['redundancy_unknown']}, "
         f"refuted {out['redundancy_refuted']}; verify errors {out['verify_errors']}\n"
-        f"- files over 10 s (verifuse): {out['over_10s'] or 'none'}\n")
+        f"- files over 10 s (verifuse): {out['over_10s'] or 'none'}\n"
+        f"- environment: {out['environment']}\n")
     print(md.read_text())
     return 0
 
