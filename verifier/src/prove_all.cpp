@@ -45,6 +45,35 @@ bool ProveReport::ok() const {
   return !rules.empty();
 }
 
+RuleResult proveRule(const RuleProof& rule, const ProveAllOptions& options) {
+  auto ruleStart = std::chrono::steady_clock::now();
+  const sem::DotModel symbolic = sem::DotModel::symbolic();
+  RuleResult result;
+  result.ruleId = rule.ruleId;
+  bool refutedOnInstance = false;
+  if (rule.usesDot) {
+    // Concrete shapes first: they are quantifier-free and decide quickly, and a wrong rule is
+    // refuted there with a real witness, where the quantified proof would only time out.
+    for (int k = 1; k <= options.maxK; ++k) {
+      sem::DotModel m = sem::DotModel::explicitSum(k);
+      result.bounded.push_back({m.describe(), prove(rule.build(m), options.prove)});
+      if (result.bounded.back().verdict.kind == VerdictKind::Refuted) {
+        result.verdict = result.bounded.back().verdict;
+        refutedOnInstance = true;
+        break;
+      }
+    }
+  }
+  if (!refutedOnInstance) result.verdict = prove(rule.build(symbolic), options.prove);
+  const sem::DotModel mutantModel =
+      rule.usesDot && options.mutantK > 0 ? sem::DotModel::explicitSum(options.mutantK) : symbolic;
+  for (const Mutant& mutant : rule.mutants) {
+    result.mutants.push_back({mutant.name, mutant.description, prove(mutant.build(mutantModel), options.prove)});
+  }
+  result.seconds = since(ruleStart);
+  return result;
+}
+
 ProveReport proveAll(const std::vector<RuleProof>& catalogue, const ProveAllOptions& options) {
   auto start = std::chrono::steady_clock::now();
   ProveReport report;
@@ -57,26 +86,7 @@ ProveReport proveAll(const std::vector<RuleProof>& catalogue, const ProveAllOpti
       }
     }
   }
-  const sem::DotModel symbolic = sem::DotModel::symbolic();
-  for (const RuleProof& rule : catalogue) {
-    auto ruleStart = std::chrono::steady_clock::now();
-    RuleResult result;
-    result.ruleId = rule.ruleId;
-    result.verdict = prove(rule.build(symbolic), options.prove);
-    if (rule.usesDot) {
-      for (int k = 1; k <= options.maxK; ++k) {
-        sem::DotModel m = sem::DotModel::explicitSum(k);
-        result.bounded.push_back({m.describe(), prove(rule.build(m), options.prove)});
-      }
-    }
-    const sem::DotModel mutantModel =
-        rule.usesDot && options.mutantK > 0 ? sem::DotModel::explicitSum(options.mutantK) : symbolic;
-    for (const Mutant& mutant : rule.mutants) {
-      result.mutants.push_back({mutant.name, mutant.description, prove(mutant.build(mutantModel), options.prove)});
-    }
-    result.seconds = since(ruleStart);
-    report.rules.push_back(std::move(result));
-  }
+  for (const RuleProof& rule : catalogue) report.rules.push_back(proveRule(rule, options));
   report.seconds = since(start);
   return report;
 }

@@ -117,6 +117,14 @@ std::string Node::qualifiedName() const {
   return overload.empty() ? op : op + "." + overload;
 }
 
+bool Value::hasStaticShape() const {
+  if (!hasShape) return false;
+  for (int64_t d : shape) {
+    if (d < 0) return false;
+  }
+  return true;
+}
+
 ValueId Graph::addInput(std::string name, ValueType type) {
   Value v;
   v.id = static_cast<ValueId>(values_.size());

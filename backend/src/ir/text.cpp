@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "verifuse/ir/graph.h"
@@ -58,12 +59,24 @@ class Printer {
     }
   }
 
+  /// "Tensor", or "Tensor[1, 16, ?, ?]" when the shape is known ('?' = symbolic).
+  static std::string typeText(const Value& v) {
+    std::string out = valueTypeName(v.type);
+    if (!v.hasShape) return out;
+    out += "[";
+    for (size_t k = 0; k < v.shape.size(); ++k) {
+      if (k) out += ", ";
+      out += v.shape[k] < 0 ? std::string("?") : std::to_string(v.shape[k]);
+    }
+    return out + "]";
+  }
+
   std::string print() {
     std::ostringstream os;
     os << "graph(";
     for (size_t k = 0; k < g_.inputs().size(); ++k) {
       ValueId in = g_.inputs()[k];
-      os << (k ? ", " : "") << names_[static_cast<size_t>(in)] << " : " << valueTypeName(g_.value(in).type);
+      os << (k ? ", " : "") << names_[static_cast<size_t>(in)] << " : " << typeText(g_.value(in));
     }
     os << ") {\n";
     for (const Node& n : g_.nodes()) {
@@ -71,7 +84,7 @@ class Printer {
       os << "  ";
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         ValueId out = n.outputs[k];
-        os << (k ? ", " : "") << names_[static_cast<size_t>(out)] << " : " << valueTypeName(g_.value(out).type);
+        os << (k ? ", " : "") << names_[static_cast<size_t>(out)] << " : " << typeText(g_.value(out));
       }
       if (!n.outputs.empty()) os << " = ";
       os << n.qualifiedName() << "(";
@@ -142,8 +155,10 @@ class Parser {
       VF_RETURN_IF_ERROR(expect(':'));
       VF_ASSIGN_OR_RETURN(std::string typeName, identifier());
       VF_ASSIGN_OR_RETURN(ValueType type, parseValueType(typeName));
+      VF_ASSIGN_OR_RETURN(auto shape, optionalShape());
       if (values_.count(name)) return error("duplicate value %" + name);
       values_[name] = graph_.addInput(name, type);
+      if (shape) graph_.mutableValue(values_[name]).setShape(*shape);
       return Status::ok();
     }));
     VF_RETURN_IF_ERROR(expect('{'));
@@ -178,9 +193,30 @@ class Parser {
   }
 
  private:
+  /// An optional "[1, ?, 8]" after a value's type.
+  StatusOr<std::optional<std::vector<int64_t>>> optionalShape() {
+    if (pos_ >= text_.size() || text_[pos_] != '[') return std::optional<std::vector<int64_t>>();
+    ++pos_;
+    std::vector<int64_t> dims;
+    VF_RETURN_IF_ERROR(commaList(']', [&]() -> Status {
+      skipSpace();
+      if (peekIs('?')) {
+        ++pos_;
+        dims.push_back(-1);
+        return Status::ok();
+      }
+      VF_ASSIGN_OR_RETURN(Arg a, parseArg());
+      if (a.kind != Arg::Kind::Int || a.i < 0) return error("a shape holds sizes or '?'");
+      dims.push_back(a.i);
+      return Status::ok();
+    }));
+    return std::optional<std::vector<int64_t>>(std::move(dims));
+  }
+
   Status parseNode() {
     std::vector<std::string> outNames;
     std::vector<ValueType> outTypes;
+    std::vector<std::optional<std::vector<int64_t>>> outShapes;
     skipSpace();
     if (peekIs('%')) {
       while (true) {
@@ -188,8 +224,10 @@ class Parser {
         VF_RETURN_IF_ERROR(expect(':'));
         VF_ASSIGN_OR_RETURN(std::string typeName, identifier());
         VF_ASSIGN_OR_RETURN(ValueType type, parseValueType(typeName));
+        VF_ASSIGN_OR_RETURN(auto shape, optionalShape());
         outNames.push_back(name);
         outTypes.push_back(type);
+        outShapes.push_back(std::move(shape));
         skipSpace();
         if (peekIs(',')) { ++pos_; continue; }
         break;
@@ -211,6 +249,7 @@ class Parser {
     for (size_t k = 0; k < outNames.size(); ++k) {
       if (values_.count(outNames[k])) return error("value %" + outNames[k] + " is defined twice");
       values_[outNames[k]] = graph_.node(id).outputs[k];
+      if (outShapes[k]) graph_.mutableValue(values_[outNames[k]]).setShape(*outShapes[k]);
     }
     return Status::ok();
   }

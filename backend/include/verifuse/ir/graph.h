@@ -94,6 +94,13 @@ struct Value {
   NodeId producer = -1;     // -1: graph input
   int32_t outputIndex = 0;  // position among the producer's outputs
   std::string name;         // graph inputs keep the user's name; printer renumbers the rest
+  /// Tensor sizes when known (the lowering copies them from FX's fake values); -1 marks a
+  /// symbolic size. Rules use them for side conditions (rank, channel axis, residual shape).
+  bool hasShape = false;
+  std::vector<int64_t> shape;
+  void setShape(std::vector<int64_t> s) { shape = std::move(s); hasShape = true; }
+  /// True if the shape is known and has no symbolic size.
+  bool hasStaticShape() const;
 };
 
 struct Node {

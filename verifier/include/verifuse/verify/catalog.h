@@ -92,6 +92,10 @@ struct ProveReport {
   std::string toText() const;
 };
 
+/// Proves one rule: bounded instances first (a wrong rule is refuted there with a concrete
+/// witness), then the symbolic proof, then its mutants. ok() is the gate for applying the rule.
+RuleResult proveRule(const RuleProof& rule, const ProveAllOptions& options = {});
+
 /// Proves every rule and refutes every mutant of \p catalogue.
 ProveReport proveAll(const std::vector<RuleProof>& catalogue, const ProveAllOptions& options = {});
 

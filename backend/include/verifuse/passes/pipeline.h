@@ -1,0 +1,66 @@
+// The pass pipeline: canonicalize (ATen conv/linear → verifuse fused ops), no-op removal, the
+// proof-carrying fusion rules to a fixpoint, dead-code elimination. Every pass reports whether it
+// changed the graph; the graph is re-verified after each one. Torch-free.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "verifuse/ir/graph.h"
+#include "verifuse/rules/rules.h"
+#include "verifuse/support/status.h"
+#include "verifuse/verify/verdict.h"
+
+namespace verifuse::passes {
+
+/// How rewrites are justified (Options.verify in Python).
+enum class VerifyLevel {
+  kOff,        ///< apply rules without consulting their proofs (reported "not-verified")
+  kRules,      ///< a rule applies only if its proof is Proved (and every mutant Refuted)
+  kInstances,  ///< kRules + every applied fold validated on the real constants
+};
+
+struct ProofOutcome {
+  std::string rule;
+  std::string verdict;   ///< "Proved", "Refuted", "Unknown", "Timeout", "Unsupported"
+  std::string message;   ///< the verifier's message, counterexample included when Refuted
+  double seconds = 0;
+  bool fromCache = false;
+  bool admitted = false; ///< rewrites of this rule may apply
+};
+
+struct PipelineOptions {
+  bool fuse = true;
+  VerifyLevel verify = VerifyLevel::kInstances;
+  /// Proves a rule (with its mutants) and says whether it may apply. Called at most once per rule
+  /// per pipeline run, only for rules that matched. Required unless verify == kOff.
+  std::function<ProofOutcome(const rules::Rule&)> proveRule;
+  /// Validates an applied fold on the real constants (kInstances). Optional.
+  std::function<rules::InstanceCheck(const ir::Graph&, const rules::FusionRecord&)> validateInstance;
+  /// Extra rules tried before the built-in ones (tests: the planted bug).
+  std::vector<rules::Rule> extraRules;
+  int maxIterations = 20;
+};
+
+struct PipelineResult {
+  std::vector<rules::FusionRecord> fusions;
+  std::vector<ProofOutcome> proofs;      ///< one per rule that matched, in first-match order
+  std::map<std::string, int> passChanges;  ///< pass name → number of runs that changed the graph
+  int rulesMatched = 0, rulesApplied = 0, rulesRefused = 0;
+};
+
+/// Runs the whole pipeline on \p graph in place.
+StatusOr<PipelineResult> runPipeline(ir::Graph& graph, const PipelineOptions& options);
+
+// Individual passes (each returns whether it changed the graph).
+StatusOr<bool> canonicalizeFusedOps(ir::Graph& graph);  ///< aten conv/linear → verifuse ops
+StatusOr<bool> removeNoOps(ir::Graph& graph);           ///< clone/detach/alias/eval dropout/views
+StatusOr<bool> eliminateDeadCode(ir::Graph& graph);
+
+/// A float32 constant owned by a host buffer (folded weights).
+ir::ConstantId addHostConstant(ir::Graph& graph, const std::string& baseName, std::vector<int64_t> sizes,
+                               std::vector<float> values);
+
+}  // namespace verifuse::passes

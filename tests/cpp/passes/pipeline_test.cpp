@@ -1,0 +1,313 @@
+// The pass pipeline and the fusion rules.
+//  - Golden before/after IR: tests/golden/rules/NAME.vfir runs through the pipeline and must print
+//    exactly as NAME.after.vfir (VERIFUSE_UPDATE_GOLDEN=1 rewrites the .after files for review).
+//    Files named neg_* are negative cases: what must NOT fuse.
+//  - Numeric folds on real constant data, the proof gate (a refuted rule never applies, the
+//    planted bug), the instance gate, determinism and the rule/obligation pairing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "verifuse/passes/pipeline.h"
+#include "verifuse/rules/rules.h"
+#include "verifuse/verify/catalog.h"
+
+namespace fs = std::filesystem;
+
+namespace verifuse::passes {
+namespace {
+
+using ir::Graph;
+
+std::string readFile(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string stripHeader(const std::string& content) {
+  std::istringstream in(content);
+  std::string line, body;
+  bool header = true;
+  while (std::getline(in, line)) {
+    if (header && line.rfind("//", 0) == 0) continue;
+    header = false;
+    body += line + "\n";
+  }
+  return body;
+}
+
+PipelineOptions unverified() {
+  PipelineOptions o;
+  o.verify = VerifyLevel::kOff;
+  return o;
+}
+
+TEST(RulesGoldenTest, BeforeAfter) {
+  const fs::path dir = fs::path(VERIFUSE_SOURCE_DIR) / "tests/golden/rules";
+  std::vector<fs::path> cases;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() == ".vfir" && name.find(".after.") == std::string::npos) cases.push_back(e.path());
+  }
+  std::sort(cases.begin(), cases.end());
+  ASSERT_GE(cases.size(), 8u) << "golden rule cases missing";
+  const bool update = std::getenv("VERIFUSE_UPDATE_GOLDEN") != nullptr;
+  for (const fs::path& before : cases) {
+    SCOPED_TRACE(before.filename().string());
+    auto g = ir::parseGraph(readFile(before));
+    ASSERT_TRUE(g.isOk()) << g.status().toString();
+    auto result = runPipeline(*g, unverified());
+    ASSERT_TRUE(result.isOk()) << result.status().toString();
+    std::string header = "// " + before.filename().string() + " after the pipeline. Fusions:";
+    for (const auto& f : result->fusions) header += " " + f.rule;
+    header += "\n";
+    const std::string printed = ir::printGraph(*g);
+    fs::path after = before;
+    after.replace_extension(".after.vfir");
+    if (update) {
+      std::ofstream(after) << header << printed;
+      continue;
+    }
+    ASSERT_TRUE(fs::exists(after)) << after << " missing (run with VERIFUSE_UPDATE_GOLDEN=1)";
+    EXPECT_EQ(printed, stripHeader(readFile(after)));
+    // The result must itself be a valid, re-parsable graph.
+    auto reparsed = ir::parseGraph(printed);
+    ASSERT_TRUE(reparsed.isOk()) << reparsed.status().toString();
+  }
+}
+
+size_t countOps(const Graph& g, const std::string& op) {
+  size_t n = 0;
+  for (const auto& node : g.nodes()) n += !node.erased && node.op == op;
+  return n;
+}
+
+std::string fusedPostOps(const Graph& g) {
+  for (const auto& node : g.nodes()) {
+    if (!node.erased && rules::isFusedOp(node)) return node.args[rules::postOpsArgIndex(node)].s;
+  }
+  return "<none>";
+}
+
+Graph parse(const std::string& text) {
+  auto g = ir::parseGraph(text);
+  EXPECT_TRUE(g.isOk()) << g.status().toString();
+  return std::move(g).value();
+}
+
+TEST(RulesTest, ResidualBlockFusesEverything) {
+  Graph g = parse(readFile(fs::path(VERIFUSE_SOURCE_DIR) / "tests/golden/rules/residual_block.vfir"));
+  auto r = runPipeline(g, unverified());
+  ASSERT_TRUE(r.isOk());
+  EXPECT_EQ(countOps(g, rules::kConvOp), 2u);
+  EXPECT_EQ(countOps(g, "aten::_native_batch_norm_legit_no_training"), 0u);
+  EXPECT_EQ(countOps(g, "aten::add"), 0u);
+  EXPECT_EQ(countOps(g, "aten::relu"), 0u);
+  std::vector<std::string> rulesApplied;
+  for (const auto& f : r->fusions) rulesApplied.push_back(f.rule);
+  EXPECT_EQ(rulesApplied, (std::vector<std::string>{"conv-bn-fold", "conv-relu-postop", "conv-bn-fold",
+                                                    "residual-add-sum-postop", "residual-add-relu"}));
+}
+
+TEST(RulesTest, ClampWithReversedBoundsIsNotFused) {
+  Graph g = parse(R"(graph(%x : Tensor[1, 2, 4, 4]) {
+  %0 : Tensor[1, 3, 4, 4] = aten::convolution(%x, $w, None, [1, 1], [0, 0], [1, 1], false, [0, 0], 1)
+  %1 : Tensor[1, 3, 4, 4] = aten::clamp(%0, 2.0, 1.0)
+  return (%1)
+}
+constants {
+  $w : f32[3, 2, 1, 1]
+}
+)");
+  ASSERT_TRUE(runPipeline(g, unverified()).isOk());
+  EXPECT_EQ(countOps(g, "aten::clamp"), 1u);
+  EXPECT_EQ(fusedPostOps(g), "");
+}
+
+TEST(RulesTest, GeluVariantsStayDistinct) {
+  for (const char* approx : {"none", "tanh"}) {
+    Graph g = parse(std::string(R"(graph(%x : Tensor[4, 8]) {
+  %0 : Tensor[8, 3] = aten::permute($w, [1, 0])
+  %1 : Tensor[4, 3] = aten::mm(%x, %0)
+  %2 : Tensor[4, 3] = aten::gelu(%1, ")") + approx + R"(")
+  return (%2)
+}
+constants {
+  $w : f32[3, 8]
+}
+)");
+    ASSERT_TRUE(runPipeline(g, unverified()).isOk());
+    EXPECT_EQ(fusedPostOps(g), std::string(approx) == "none" ? "gelu_erf" : "gelu_tanh");
+  }
+}
+
+TEST(RulesTest, PostOpStringRoundTrips) {
+  std::vector<rules::PostOpSpec> ops = {{"sum", {0.5}}, {"relu", {}}, {"clamp", {-1.5, 6}}, {"leaky_relu", {0.01}},
+                                        {"elu", {1.25}}};
+  auto text = rules::formatPostOps(ops);
+  auto back = rules::parsePostOps(text);
+  ASSERT_TRUE(back.isOk()) << back.status().toString();
+  EXPECT_EQ(*back, ops);
+  EXPECT_FALSE(rules::parsePostOps("relu,bogus").isOk());
+  EXPECT_FALSE(rules::parsePostOps("clamp(1)").isOk());
+}
+
+// ---- numeric folds on real data -----------------------------------------------------------------
+
+struct OwnedConstant {
+  std::shared_ptr<std::vector<float>> data;
+};
+
+ir::ConstantId addData(Graph& g, const std::string& name, std::vector<int64_t> sizes, std::vector<float> v) {
+  return addHostConstant(g, name, std::move(sizes), std::move(v));
+}
+
+const float* constantData(const Graph& g, const ir::Arg& a) {
+  return static_cast<const float*>(g.constants()[static_cast<size_t>(a.i)].data);
+}
+
+TEST(RulesTest, ConvBatchNormFoldMatchesTheFormula) {
+  Graph g;
+  ir::ValueId x = g.addInput("x", ir::ValueType::Tensor);
+  g.mutableValue(x).setShape({1, 2, 3, 3});
+  const std::vector<float> w = {1, 2, 3, 4, -1, -2, 0.5f, 0.25f};  // [2, 2, 1, 2]
+  auto cw = addData(g, "w", {2, 2, 1, 2}, w);
+  auto cb = addData(g, "b", {2}, {0.5f, -0.5f});
+  auto gamma = addData(g, "gamma", {2}, {2.0f, 0.5f});
+  auto beta = addData(g, "beta", {2}, {0.1f, 0.2f});
+  auto mean = addData(g, "mean", {2}, {1.0f, -1.0f});
+  auto var = addData(g, "var", {2}, {4.0f, 0.25f});
+  auto conv = g.addNode("aten::convolution", "",
+                        {ir::Arg::value(x), ir::Arg::constant(cw), ir::Arg::constant(cb), ir::Arg::intList({1, 1}),
+                         ir::Arg::intList({0, 0}), ir::Arg::intList({1, 1}), ir::Arg::boolean(false),
+                         ir::Arg::intList({0, 0}), ir::Arg::integer(1)},
+                        {ir::ValueType::Tensor});
+  ir::ValueId y = g.node(conv).outputs[0];
+  g.mutableValue(y).setShape({1, 2, 3, 2});
+  auto bn = g.addNode("aten::_native_batch_norm_legit_no_training", "",
+                      {ir::Arg::value(y), ir::Arg::constant(gamma), ir::Arg::constant(beta), ir::Arg::constant(mean),
+                       ir::Arg::constant(var), ir::Arg::real(0.1), ir::Arg::real(1e-5)},
+                      {ir::ValueType::Tensor, ir::ValueType::Tensor, ir::ValueType::Tensor});
+  g.setOutputs({ir::Arg::value(g.node(bn).outputs[0])});
+  auto r = runPipeline(g, unverified());
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  ASSERT_EQ(r->fusions.size(), 1u);
+  EXPECT_EQ(r->fusions[0].rule, "conv-bn-fold");
+  const ir::Node& fused = g.node(conv);
+  ASSERT_EQ(fused.op, rules::kConvOp);
+  const float* fw = constantData(g, fused.args[1]);
+  const float* fb = constantData(g, fused.args[2]);
+  const double gm[2] = {2.0, 0.5}, bt[2] = {0.1, 0.2}, mu[2] = {1.0, -1.0}, vr[2] = {4.0, 0.25}, b[2] = {0.5, -0.5};
+  for (int o = 0; o < 2; ++o) {
+    double s = gm[o] / std::sqrt(vr[o] + 1e-5);
+    for (int i = 0; i < 4; ++i) EXPECT_NEAR(fw[o * 4 + i], w[static_cast<size_t>(o * 4 + i)] * s, 1e-6);
+    EXPECT_NEAR(fb[o], (b[o] - mu[o]) * s + bt[o], 1e-6);
+  }
+  // The original constants are untouched (they are the model's parameters).
+  EXPECT_EQ(constantData(g, ir::Arg::constant(cw))[0], 1.0f);
+}
+
+// ---- the proof gate ------------------------------------------------------------------------------
+
+ProofOutcome proveWithZ3(const rules::Rule& rule) {
+  verify::ProveAllOptions options;
+  options.maxK = 2;
+  options.checkAxioms = false;
+  const verify::RuleResult r = verify::proveRule(rule.proof(), options);
+  ProofOutcome out;
+  out.verdict = verify::verdictKindName(r.verdict.kind);
+  out.message = r.verdict.summary() + " " + r.verdict.counterexample.toString();
+  out.admitted = r.ok();
+  return out;
+}
+
+TEST(RulesTest, PlantedBugIsRefusedAndTheCorrectRuleStillApplies) {
+  Graph g = parse(readFile(fs::path(VERIFUSE_SOURCE_DIR) / "tests/golden/rules/conv_bn_relu.vfir"));
+  std::vector<verify::RuleProof> catalogue = {rules::plantedBugProof()};
+  auto planted = rules::plantedBugRule(catalogue);
+  ASSERT_TRUE(planted.isOk()) << planted.status().toString();
+  PipelineOptions o;
+  o.verify = VerifyLevel::kRules;
+  o.proveRule = proveWithZ3;
+  o.extraRules.push_back(std::move(planted).value());
+  auto r = runPipeline(g, o);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  ASSERT_FALSE(r->proofs.empty());
+  EXPECT_EQ(r->proofs[0].rule, "test-planted-conv-bn-fold-without-eps");
+  EXPECT_EQ(r->proofs[0].verdict, "Refuted");
+  EXPECT_FALSE(r->proofs[0].admitted);
+  EXPECT_NE(r->proofs[0].message.find("bn.eps"), std::string::npos) << r->proofs[0].message;
+  for (const auto& f : r->fusions) EXPECT_NE(f.rule, "test-planted-conv-bn-fold-without-eps");
+  ASSERT_FALSE(r->fusions.empty());
+  EXPECT_EQ(r->fusions[0].rule, "conv-bn-fold");
+  EXPECT_EQ(r->fusions[0].proofVerdict, "Proved");
+  EXPECT_GE(r->rulesRefused, 1);
+}
+
+TEST(RulesTest, UnknownVerdictNeverApplies) {
+  Graph g = parse(readFile(fs::path(VERIFUSE_SOURCE_DIR) / "tests/golden/rules/conv_bn_relu.vfir"));
+  PipelineOptions o;
+  o.verify = VerifyLevel::kRules;
+  o.proveRule = [](const rules::Rule&) {
+    ProofOutcome out;
+    out.verdict = "Timeout";
+    out.admitted = false;
+    return out;
+  };
+  auto r = runPipeline(g, o);
+  ASSERT_TRUE(r.isOk());
+  EXPECT_TRUE(r->fusions.empty());
+  EXPECT_EQ(countOps(g, "aten::_native_batch_norm_legit_no_training"), 1u);
+  EXPECT_EQ(countOps(g, rules::kConvOp), 1u);  // canonicalization is not a rewrite of semantics
+}
+
+TEST(RulesTest, RefutedInstanceLeavesTheGraphUnchanged) {
+  Graph g = parse(readFile(fs::path(VERIFUSE_SOURCE_DIR) / "tests/golden/rules/conv_bn_relu.vfir"));
+  PipelineOptions o;
+  o.verify = VerifyLevel::kInstances;
+  o.proveRule = [](const rules::Rule&) {
+    ProofOutcome out;
+    out.verdict = "Proved";
+    out.admitted = true;
+    return out;
+  };
+  o.validateInstance = [](const Graph&, const rules::FusionRecord&) {
+    rules::InstanceCheck c;
+    c.verdict = "Refuted";
+    return c;
+  };
+  auto r = runPipeline(g, o);
+  ASSERT_TRUE(r.isOk());
+  // conv-bn-fold and the scale/shift fallback are refused; post-ops (exact) still apply.
+  EXPECT_EQ(countOps(g, "aten::_native_batch_norm_legit_no_training"), 1u);
+  for (const auto& f : r->fusions) {
+    if (f.fold.kind != rules::FoldRecord::Kind::kNone) EXPECT_FALSE(f.applied) << f.rule;
+  }
+}
+
+TEST(RulesTest, EveryRuleHasAnObligationAndTheCatalogueIsComplete) {
+  auto rules = rules::fusionRules(verify::builtinRuleProofs());
+  ASSERT_TRUE(rules.isOk()) << rules.status().toString();
+  EXPECT_GE(rules->size(), 20u);
+  // Without the catalogue no rule can be built.
+  auto none = rules::fusionRules({});
+  ASSERT_FALSE(none.isOk());
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+}
+
+TEST(RulesTest, PipelineIsDeterministic) {
+  const std::string text = readFile(fs::path(VERIFUSE_SOURCE_DIR) / "tests/golden/rules/residual_block.vfir");
+  Graph a = parse(text), b = parse(text);
+  ASSERT_TRUE(runPipeline(a, unverified()).isOk());
+  ASSERT_TRUE(runPipeline(b, unverified()).isOk());
+  EXPECT_EQ(ir::printGraph(a), ir::printGraph(b));
+}
+
+}  // namespace
+}  // namespace verifuse::passes
