@@ -1,4 +1,4 @@
-"""``python -m verifuse <command>``: demo, prove, shapes, bench."""
+"""``python -m verifuse <command>``: demo, prove, shapes, bench, fuzz."""
 from __future__ import annotations
 
 import importlib
@@ -9,6 +9,7 @@ COMMANDS = {
     "prove": ("verifuse.prove", "prove every rewrite rule and refute every mutant"),
     "shapes": ("verifuse.shapes", "analyze SMT-LIB shape programs"),
     "bench": ("verifuse_bench.cli", "benchmark eager, inductor and verifuse"),
+    "fuzz": ("verifuse.fuzz", "differential fuzzing: random models, verifuse (strict) vs eager"),
 }
 
 
