@@ -37,7 +37,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch/oneDNN threads (1 = quiet comparison)")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--no-inductor", action="store_true", help="skip the inductor comparison")
-    parser.add_argument("--html", default="verifuse-demo.html", help="where to write the report picture")
+    parser.add_argument("--html", default="verifuse_report.html",
+                        help="where to write the report picture (self-contained HTML; default %(default)s)")
     args = parser.parse_args(argv)
 
     import verifuse
@@ -53,6 +54,7 @@ def main(argv: list[str]) -> int:
     report = verifuse.explain(model, x)
     print()
     print(report)
+    print(f"\nreport picture (partitions, fusions, engines): {report.save_html(args.html)}")
     with torch.no_grad():
         reference = model(x)
 

@@ -6,6 +6,7 @@ import collections
 import contextlib
 import dataclasses
 import json
+import os
 import threading
 from typing import Any, Iterator
 
@@ -37,6 +38,11 @@ class GraphReport:
     shape_program_smt2: str = ""
     # Layout conversions at partition boundaries (issue 6).
     reorders: int = 0
+    # Per-node picture data (issue 6), filled by the compiler: one dict per node with keys id,
+    # op, inputs (node ids; a graph input as its "%name"), partition (int or None), engine
+    # ("onednn" | "aten") and fusion (rule or post-op names, or None). When empty, save_html()
+    # reads graph_text instead.
+    nodes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def record_fallback(report: GraphReport, op: str, reason: str) -> None:
@@ -113,13 +119,14 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {
             "fusions": [dict(f, graph=g.graph_id) for g in self.graphs for f in g.fusions],
-            "partitions": [dict(p, graph=g.graph_id) for g in self.graphs for p in g.partitions],
+            "partitions": [_partition_row(p, i, g.graph_id) for g in self.graphs for i, p in enumerate(g.partitions)],
+            "reorders": sum(g.reorders for g in self.graphs),
             "fallbacks": self.fallbacks,
             "proofs": [dict(p, graph=g.graph_id) for g in self.graphs for p in g.proofs],
             "compile_seconds": self.compile_seconds,
             "graphs": [
                 {"graph": g.graph_id, "engine": g.engine, "nodes": g.num_nodes, "constants": g.num_constants,
-                 "ops": dict(g.ops), "compile_seconds": g.compile_seconds}
+                 "ops": dict(g.ops), "compile_seconds": g.compile_seconds, "reorders": g.reorders}
                 for g in self.graphs
             ],
         }
@@ -138,13 +145,68 @@ class Report:
                 lines.append(f"    {'op'.ljust(width)}  count")
                 for op, count in top:
                     lines.append(f"    {op.ljust(width)}  {count}")
-        fusions = self.to_dict()["fusions"]
+        data = self.to_dict()
+        fusions = data["fusions"]
         lines.append(f"  fusions: {len(fusions)}")
         for f in fusions:
             lines.append(f"    {f.get('rule')}: {f.get('nodes')} verdict={f.get('verdict')}")
+        lines.append(f"  partitions: {len(data['partitions'])}, layout conversions (reorders): {data['reorders']}")
+        lines.extend("    " + row for row in _text_table(
+            ["graph", "part", "nodes", "engine", "onednn ms", "aten ms"],
+            [[p["graph"], p["id"], _nodes_cell(p["nodes"]), p["engine"], _ms_cell(p["onednn_ms"]),
+              _ms_cell(p["aten_ms"])] for p in data["partitions"]]))
         lines.append(f"  fallbacks: {len(self.fallbacks)}")
         for f in self.fallbacks:
             lines.append(f"    graph {f['graph']}: {f['node']}: {f['reason']}")
         return "\n".join(lines)
 
     __repr__ = __str__
+
+    def save_html(self, path: str | os.PathLike[str]) -> str:
+        """Writes the report as one self-contained HTML file (inline SVG, no network): each graph
+        drawn with partitions coloured, fused nodes marked and each node's engine, then the
+        fusion, partition, fallback, proof and reorder tables. Returns the absolute path."""
+        from .report_html import render_html
+
+        target = os.path.abspath(os.fspath(path))
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(render_html(self))
+        return target
+
+
+def _partition_row(p: dict[str, Any], index: int, graph_id: int) -> dict[str, Any]:
+    """A partition as to_dict() reports it: always id, nodes, engine and both tuned times (None
+    when not timed), plus whatever else the compiler recorded."""
+    row = dict(p)
+    row.setdefault("id", index)
+    row.setdefault("nodes", [])
+    row.setdefault("engine", "aten")
+    row.setdefault("onednn_ms", None)
+    row.setdefault("aten_ms", None)
+    row["graph"] = graph_id
+    return row
+
+
+def _nodes_cell(nodes: Any) -> str:
+    if isinstance(nodes, (list, tuple)):
+        return ",".join(str(n) for n in nodes) if len(nodes) <= 8 else f"{len(nodes)} nodes"
+    return str(nodes)
+
+
+def _ms_cell(ms: Any) -> str:
+    if ms is None:
+        return "-"
+    return "n/a" if ms < 0 else f"{ms:.4f}"
+
+
+def _text_table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    """Left-aligned columns, two spaces apart; no rows, no table."""
+    if not rows:
+        return []
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+
+    def fmt(row: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+
+    return [fmt(headers)] + [fmt(r) for r in cells]
