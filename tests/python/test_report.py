@@ -222,3 +222,10 @@ def test_explain_report_draws_the_compiled_graph(tmp_path):
     page = open(report.save_html(tmp_path / "r.html"), encoding="utf-8").read()
     assert page.count("<svg") == len([g for g in report.graphs if graph_nodes(g)]) >= 1
     assert "data-node=" in page
+
+
+def test_constant_only_nodes_sit_above_their_first_reader():
+    text = ("graph(%x : Tensor) {\n  %0 : Tensor = aten::relu(%x)\n  %1 : Tensor = aten::permute($w, [1, 0])\n"
+            "  %2 : Tensor = aten::relu(%0)\n  %3 : Tensor = aten::addmm($b, %2, %1, 1, 1)\n  return (%3)\n}\n")
+    boxes = layout_graph(parse_graph_text(text)).boxes
+    assert boxes[1][1] == boxes[2][1]  # the weight permute shares the row of addmm's other input

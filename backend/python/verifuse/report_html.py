@@ -175,6 +175,12 @@ def layout_graph(nodes: list[dict[str, Any]]) -> Layout:
 
     for n in nodes:
         assign_layer(n["id"])
+    # A node that reads only constants (a weight permute) sits just above its first reader,
+    # not on top with an edge down the whole picture.
+    for n in reversed(nodes):
+        if any(src == n["id"] for src, _ in edges) and not any(dst == n["id"] for _, dst in edges):
+            readers = [layer[dst] for src, dst in edges if src == n["id"]]
+            layer[n["id"]] = max(min(readers) - 1, 1)
 
     # Rows of keys: nodes, graph inputs, and one ("~", edge index, layer) slot per crossed layer.
     rows: dict[int, list[Any]] = {}
