@@ -392,6 +392,21 @@ std::string partitionSignature(const Graph& graph, const Partition& partition) {
   return out;
 }
 
+StatusOr<std::vector<std::vector<int64_t>>> partitionInputShapes(const Graph& graph,
+                                                                 const Partition& partition) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (ValueId v : partition.inputs) {
+    const ir::Value& value = graph.value(v);
+    if (value.type != ir::ValueType::Tensor) continue;
+    if (!value.hasStaticShape()) {
+      return unsupported("partition " + std::to_string(partition.id) + ": input " + valueName(graph, v) +
+                         " has no static shape");
+    }
+    shapes.push_back(value.shape);
+  }
+  return shapes;
+}
+
 std::string describePlan(const Graph& graph, const PartitionPlan& plan) {
   std::ostringstream os;
   for (const Partition& p : plan.partitions) {

@@ -323,6 +323,21 @@ TEST(PartitionerTest, SignatureIgnoresConstantNamesButNotShapesOrAttributes) {
   EXPECT_NE(s0.find("aten::relu(n0.0)"), std::string::npos) << s0;
 }
 
+TEST(PartitionerTest, InputShapesForTuningKeys) {
+  Graph g = parse(conv("%0", "%x") + add("%1", "%0", "%y") + "  return (%1)\n",
+                  "%x : Tensor[1, 8, 5, 5], %y : Tensor[1, 8, 5, 5]");
+  PartitionPlan p = plan(g);
+  ASSERT_EQ(p.partitions.size(), 1u);
+  auto shapes = partitionInputShapes(g, p.partitions[0]);
+  ASSERT_TRUE(shapes.isOk()) << shapes.status().toString();
+  EXPECT_EQ(shapes.value(), (std::vector<std::vector<int64_t>>{{1, 8, 5, 5}, {1, 8, 5, 5}}));
+  // Unknown shapes are refused, not keyed as if they were known.
+  Graph h = parse(conv("%0", "%x") + "  return (%0)\n");
+  auto unknown = partitionInputShapes(h, plan(h).partitions[0]);
+  ASSERT_FALSE(unknown.isOk());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kUnsupported);
+}
+
 TEST(PartitionerTest, ErasedNodesAreIgnored) {
   Graph g = parse(conv("%0", "%x") + unary("%1", "aten::cumsum", "%0") + unary("%2", "aten::relu", "%0") +
                   "  return (%2)\n");

@@ -89,6 +89,12 @@ StatusOr<int32_t> conversionsWithoutPartitioning(const ir::Graph& graph,
 /// in any graph and after renumbering. A tuning-database key component.
 std::string partitionSignature(const ir::Graph& graph, const Partition& partition);
 
+/// Static shapes of \p partition's Tensor inputs, in input order: the shape half of a tuning-DB
+/// key. Errors: kUnsupported when an input's shape is unknown or symbolic (-1), since a
+/// decision timed on one size must not be reused for another; callers then use their heuristic.
+StatusOr<std::vector<std::vector<int64_t>>> partitionInputShapes(const ir::Graph& graph,
+                                                                 const Partition& partition);
+
 /// Human-readable plan: one line per partition ("P0 [onednn] n0 aten::convolution, n1 aten::relu
 /// | in 1 out 1 conv 2"), then the ATen nodes. Stable, for logs and golden tests.
 std::string describePlan(const ir::Graph& graph, const PartitionPlan& plan);
