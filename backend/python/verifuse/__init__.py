@@ -31,6 +31,10 @@ def _register() -> None:
 
 _register()
 
+from . import recompiles as _recompiles  # noqa: E402  (Dynamo's recompile limit is reported, not silent)
+
+_recompiles.install()
+
 
 def explain(model: Any, *example_inputs: Any, **options: Any) -> Report:
     """Compiles ``model`` with verifuse, runs it once on ``example_inputs`` under no_grad, and
