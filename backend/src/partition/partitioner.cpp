@@ -140,17 +140,22 @@ bool reachesThroughOutside(Groups& groups, const DataFlow& df, NodeId from, Node
 
 /// Fills inputs, outputs and conversions of \p p from the node -> partition assignment.
 void computeBoundary(const Graph& graph, const DataFlow& df, const std::vector<int32_t>& assignment,
-                     Partition& p) {
+                     const PartitionOptions& options, Partition& p) {
   p.inputs.clear();
   p.outputs.clear();
   p.conversions = 0;
+  p.conversionCost = 0.0;
+  auto convert = [&](ValueId v) {
+    ++p.conversions;
+    p.conversionCost += options.conversionCostOf ? options.conversionCostOf(graph.value(v)) : options.conversionCost;
+  };
   auto inside = [&](NodeId n) { return n >= 0 && assignment[static_cast<size_t>(n)] == p.id; };
   for (NodeId n : p.nodes) {
     for (ValueId v : df.reads[static_cast<size_t>(n)]) {
       if (inside(graph.value(v).producer)) continue;
       if (std::find(p.inputs.begin(), p.inputs.end(), v) != p.inputs.end()) continue;
       p.inputs.push_back(v);
-      if (graph.value(v).type == ir::ValueType::Tensor) ++p.conversions;
+      if (graph.value(v).type == ir::ValueType::Tensor) convert(v);
     }
   }
   for (NodeId n : p.nodes) {
@@ -165,7 +170,7 @@ void computeBoundary(const Graph& graph, const DataFlow& df, const std::vector<i
       }
       if (!usedOutside) continue;
       p.outputs.push_back(v);
-      if (needsPlain && graph.value(v).type == ir::ValueType::Tensor) ++p.conversions;
+      if (needsPlain && graph.value(v).type == ir::ValueType::Tensor) convert(v);
     }
   }
 }
@@ -199,10 +204,9 @@ void finishPlan(const Graph& graph, const DataFlow& df, const PartitionOptions& 
                 std::vector<Partition> parts, std::vector<int32_t> assignment, PartitionPlan& plan) {
   plan.conversions = 0;
   for (Partition& p : parts) {
-    computeBoundary(graph, df, assignment, p);
+    computeBoundary(graph, df, assignment, options, p);
     p.benefit = 0.0;
     for (NodeId n : p.nodes) p.benefit += nodeBenefit(options, graph.node(n));
-    p.conversionCost = p.conversions * options.conversionCost;
     plan.conversions += p.conversions;
   }
   plan.atenNodes.clear();
@@ -332,10 +336,10 @@ StatusOr<PartitionPlan> partitionGraph(const Graph& graph, const PartitionOption
     bool dropped = false;
     if (options.dropUnprofitable) {
       for (Partition& p : parts) {
-        computeBoundary(graph, df, assignment, p);
+        computeBoundary(graph, df, assignment, options, p);
         double benefit = 0.0;
         for (NodeId n : p.nodes) benefit += nodeBenefit(options, graph.node(n));
-        if (benefit <= p.conversions * options.conversionCost) {
+        if (benefit <= p.conversionCost) {
           for (NodeId n : p.nodes) rootOf[static_cast<size_t>(n)] = -1;
           ++plan.droppedPartitions;
           dropped = true;
@@ -361,7 +365,7 @@ StatusOr<int32_t> conversionsWithoutPartitioning(const Graph& graph, const Parti
   std::vector<Partition> parts = collectPartitions(df, rootOf, assignment);
   int32_t total = 0;
   for (Partition& p : parts) {
-    computeBoundary(graph, df, assignment, p);
+    computeBoundary(graph, df, assignment, options, p);
     total += p.conversions;
   }
   return total;

@@ -273,6 +273,31 @@ TEST(PartitionerTest, DroppingAPartitionIsRecomputedForItsNeighbours) {
   EXPECT_DOUBLE_EQ(p.partitions[0].conversionCost, 2.0);
 }
 
+TEST(PartitionerTest, PerTensorConversionCostWeighsBigTensors) {
+  // relu on a big tensor, then on a small one (after a shape-changing ATen op): with a cost by
+  // element count only the small one pays for its conversions.
+  Graph g = parse(unary("%0", "aten::relu", "%x") + unary("%1", "aten::cumsum", "%0") +
+                      "  %2 : Tensor[1, 2] = aten::view(%1, [1, 2])\n" + unary("%3", "aten::topk", "%2") +
+                      unary("%4", "aten::relu", "%3") + "  return (%4)\n",
+                  "%x : Tensor[1, 1000]");
+  for (ir::ValueId v = 0; v < static_cast<ir::ValueId>(g.numValues()); ++v) {
+    ir::Value& value = g.mutableValue(v);
+    if (!value.hasShape) value.setShape(value.producer >= 3 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 1000});
+  }
+  PartitionOptions o = defaultOptions();
+  o.conversionCostOf = [](const ir::Value& v) {
+    double n = 1;
+    for (int64_t d : v.shape) n *= static_cast<double>(d);
+    return n / 1000.0;  // 1 per thousand elements
+  };
+  PartitionPlan p = plan(g, o);
+  // The big relu and the view (it reads the big cumsum output) do not pay; the small relu does.
+  ASSERT_EQ(p.partitions.size(), 1u) << describePlan(g, p);
+  EXPECT_EQ(p.partitions[0].nodes, std::vector<NodeId>{4});
+  EXPECT_DOUBLE_EQ(p.partitions[0].conversionCost, 0.004);
+  EXPECT_EQ(p.droppedPartitions, 2);
+}
+
 TEST(PartitionerTest, NonTensorInputsAreBoundaryInputsButNotConversions) {
   Graph g = parse("  %0 : Tensor = aten::view(%x, [%s0, 8])\n" + unary("%1", "aten::relu", "%0") +
                       "  return (%1)\n",

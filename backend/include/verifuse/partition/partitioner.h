@@ -27,6 +27,9 @@ struct PartitionOptions {
   std::function<double(const ir::Node&)> benefit;
   /// Cost of one layout conversion (reorder) of one boundary tensor, in benefit's unit.
   double conversionCost = 0.0;
+  /// Optional per-tensor cost (e.g. bytes from Value::shape / memory bandwidth); when set it
+  /// replaces conversionCost for every converted tensor.
+  std::function<double(const ir::Value&)> conversionCostOf;
   /// Drop partitions whose benefit does not exceed their conversion cost (their nodes run on
   /// ATen). Off: keep every partition (for tests and for reporting "before" numbers).
   bool dropUnprofitable = true;
@@ -51,7 +54,8 @@ struct Partition {
   int32_t conversions = 0;
   /// Sum of PartitionOptions::benefit over the nodes.
   double benefit = 0.0;
-  /// conversions * PartitionOptions::conversionCost.
+  /// Cost of the conversions: conversions * PartitionOptions::conversionCost, or the sum of
+  /// conversionCostOf over the converted tensors.
   double conversionCost = 0.0;
 };
 
