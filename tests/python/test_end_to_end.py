@@ -219,7 +219,7 @@ def test_explain_report_keys_and_json():
     assert d["fallbacks"] == []
     assert d["compile_seconds"] > 0
     json.loads(report.to_json())
-    assert "aten::convolution" in str(report)
+    assert "verifuse::conv" in str(report) and "conv-bn-fold" in str(report)
 
 
 def test_explain_records_fallback_reason():

@@ -8,6 +8,7 @@ VerifuseError under ``strict``.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import warnings
@@ -175,6 +176,32 @@ def _unsupported_error() -> type:
     return _C.UnsupportedError
 
 
+def _fill_report(graph_report: _report.GraphReport, plan: Any, cpp: dict) -> None:
+    """Copies the C++ compile report (fusions, proofs, engines) into the graph's report."""
+    graph_report.graph_text = plan.graph_text()
+    stats = plan.stats()
+    graph_report.ops = dict(stats["ops"])
+    graph_report.num_nodes = sum(graph_report.ops.values())
+    graph_report.num_constants = int(stats["constants"])
+    graph_report.fusions = [dict(f) for f in cpp["fusions"]]
+    graph_report.proofs = [dict(p) for p in cpp["proofs"]]
+    engines = list(cpp["engines"])
+    onednn = sum(1 for e in engines if e == "onednn")
+    graph_report.partitions = []
+    if onednn:
+        graph_report.partitions.append({"nodes": onednn, "engine": "onednn"})
+    if len(engines) - onednn:
+        graph_report.partitions.append({"nodes": len(engines) - onednn, "engine": "aten"})
+    graph_report.engines = engines
+    graph_report.pipeline_seconds = float(cpp["pipeline_seconds"])
+    graph_report.plan_seconds = float(cpp["plan_seconds"])
+    _report.bump("rules_matched", int(cpp["rules_matched"]))
+    _report.bump("rules_applied", int(cpp["rules_applied"]))
+    _report.bump("rules_refused", int(cpp["rules_refused"]))
+    _report.bump("rules_proved", sum(1 for p in cpp["proofs"] if p["verdict"] == "Proved"))
+    _report.bump("onednn_steps", int(cpp["onednn_steps"]))
+
+
 def _freezing_problem(fake_inputs: list, real_inputs: list, static: list[int], meta: Any) -> Optional[str]:
     """Parameters and buffers are frozen by mapping AOT's static input indices back to the real
     tensors Dynamo passed. The mapping must be one to one, or freezing would bind wrong weights."""
@@ -217,25 +244,25 @@ class CompiledGraphRunner:
         from . import _C
 
         self._stale_weights_error = _C.StaleWeightsError  # looked up once, not per call
-        self._plan = self._build(real_inputs)
-        graph_report.graph_text = self._plan.graph_text()
-        stats = self._plan.stats()
-        graph_report.ops = dict(stats["ops"])
-        graph_report.num_nodes = sum(graph_report.ops.values())
-        graph_report.num_constants = int(stats["constants"])
-        graph_report.partitions.append({"nodes": graph_report.num_nodes, "engine": "aten"})
+        self._plan, cpp_report = self._build(real_inputs)
+        _fill_report(graph_report, self._plan, cpp_report)
 
-    def _build(self, real_inputs: Sequence[Any]) -> Any:
+    def _build(self, real_inputs: Sequence[Any]) -> tuple:
         from . import _C
         from .lowering import lower_graph
 
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         # The first build runs inside AOT tracing, where FakeTensorMode is active on this thread:
-        # tensors the C++ plan creates up front (wrapped scalars) must be real.
+        # tensors the C++ plan creates up front (wrapped scalars, folded constants) must be real.
         with unset_fake_temporarily():
             lowered = lower_graph(self._aot_gm, real_inputs, self._static, self._names)
-            return _C.compile(lowered.graph, lowered.input_arg_index, lowered.frozen, lowered.num_args)
+            opts = self._opts
+            return _C.optimize_and_compile(
+                lowered.graph, lowered.input_arg_index, lowered.frozen, lowered.num_args,
+                verify=opts.verify, fuse=True, onednn=True, bf16=opts.dtype == "bfloat16",
+                cache_dir=str(opts.cache_dir) if opts.cache_dir else "",
+                planted_bug=os.environ.get("VERIFUSE_TEST_PLANTED_BUG") == "1")
 
     def __call__(self, args: list) -> list:
         plan = self._plan
@@ -250,6 +277,6 @@ class CompiledGraphRunner:
     def _refresh(self, stale_plan: Any, args: list) -> Any:
         with self._lock:
             if self._plan is stale_plan:  # another thread may have refreshed already
-                self._plan = self._build(args)
+                self._plan, _ = self._build(args)
                 _report.bump("weight_refreshes")
             return self._plan

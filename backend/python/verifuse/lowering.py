@@ -151,6 +151,7 @@ class _Lowerer:
                 if vtype in ("Other", "None"):
                     raise LoweringError(ph.name, f"graph input of unsupported type {type(val).__name__}")
                 vid = self.g.add_input(self.unique(name), vtype)
+                self.record_shape(vid, val)
                 self.env[ph] = _C.Arg.value(vid)
                 input_arg_index.append(i)
         for node in self.gm.graph.nodes:
@@ -171,6 +172,22 @@ class _Lowerer:
             else:
                 raise LoweringError(node.name, f"unsupported FX node kind {node.op}")
         return LoweredGraph(self.g, input_arg_index, frozen, len(placeholders), self.constant_names)
+
+    def record_shape(self, vid: int, val: Any) -> None:
+        """Gives the C++ rules the tensor's sizes (-1 where the size is symbolic)."""
+        if not isinstance(val, torch.Tensor):
+            return
+        sizes = []
+        for d in val.shape:
+            if isinstance(d, int):
+                sizes.append(int(d))
+            else:
+                try:
+                    known = d.node.maybe_as_int()  # a SymInt: a constant, or symbolic (-1)
+                except Exception:
+                    known = None
+                sizes.append(int(known) if known is not None else -1)
+        self.g.set_shape(vid, sizes)
 
     def lower_call(self, node: torch.fx.Node) -> None:
         target = node.target
@@ -219,6 +236,10 @@ class _Lowerer:
         else:
             out_types = [_return_type(r.type) for r in returns]
         ids = self.g.add_node(qualified, schema.overload_name, args, out_types)
+        val = node.meta.get("val")
+        vals = val if isinstance(val, (list, tuple)) else [val]
+        for vid, v in zip(ids, vals):
+            self.record_shape(vid, v)
         if len(returns) == 1 and not str(returns[0].type).startswith("List["):
             self.env[node] = _C.Arg.value(ids[0])
         else:

@@ -43,6 +43,11 @@ class GraphReport:
     # ("onednn" | "aten") and fusion (rule or post-op names, or None). When empty, save_html()
     # reads graph_text instead.
     nodes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # Per live node of graph_text, the engine that runs it: "onednn", "aten" (a fused op on
+    # ATen), "dispatcher", "builtin" or "constant" (folded at compile time).
+    engines: list[str] = dataclasses.field(default_factory=list)
+    pipeline_seconds: float = 0.0  # rules, proofs and instance validation
+    plan_seconds: float = 0.0      # executor plan: kernels created, weights prepacked
 
 
 def record_fallback(report: GraphReport, op: str, reason: str) -> None:
@@ -129,7 +134,17 @@ class Report:
                  "ops": dict(g.ops), "compile_seconds": g.compile_seconds, "reorders": g.reorders}
                 for g in self.graphs
             ],
+            # --- shapes (issue 5; owned by the shapes work): assumptions, added and Dynamo guards ---
+            "shape_guards": [dict(s, graph=g.graph_id) for g in self.graphs for s in g.shape_guards],
         }
+
+    # --- shapes (issue 5; owned by the shapes work) ---
+    def shape_program_smt2(self, graph: "int | None" = None) -> str:
+        """The shape program of a dynamic-shape graph (``graph`` id; by default the last one) in
+        the corpus's SMT-LIB format, for ``python -m verifuse shapes FILE --redundant``; empty
+        when no graph had symbolic sizes."""
+        programs = [g for g in self.graphs if g.shape_program_smt2 and graph in (None, g.graph_id)]
+        return programs[-1].shape_program_smt2 if programs else ""
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), **kwargs)

@@ -25,8 +25,8 @@ PyObject* gUnsupportedError = nullptr;
   if (status.code() == StatusCode::kStaleWeights) type = gStaleWeightsError;
   else if (status.code() == StatusCode::kUnsupported || status.code() == StatusCode::kUnimplemented) type = gUnsupportedError;
   else if (status.code() == StatusCode::kInvalidGraph) type = PyExc_ValueError;
-  PyErr_SetString(type, status.code() == StatusCode::kInvalidArgument ? status.message().c_str()
-                                                                        : status.toString().c_str());
+  const bool asEager = status.code() == StatusCode::kInvalidArgument && !status.message().empty();
+  PyErr_SetString(type, asEager ? status.message().c_str() : status.toString().c_str());
   throw py::error_already_set();
 }
 
@@ -77,6 +77,9 @@ py::dict statsDict(const runtime::CompiledGraph& cg) {
   d["dispatcher_steps"] = s.dispatcherSteps;
   d["builtin_steps"] = s.builtinSteps;
   d["constants"] = s.constants;
+  d["fused_steps"] = s.fusedSteps;
+  d["onednn_steps"] = s.onednnSteps;
+  d["constant_folded_steps"] = s.constantFoldedSteps;
   std::map<std::string, int> ops;
   for (const auto& n : cg.graph().nodes()) ops[n.qualifiedName()]++;
   d["ops"] = ops;
@@ -120,6 +123,12 @@ void registerCore(py::module_& m) {
              return g.node(id).outputs;
            })
       .def("set_outputs", &ir::Graph::setOutputs)
+      .def("set_shape",
+           [](ir::Graph& g, int32_t value, std::vector<int64_t> shape) {
+             if (value < 0 || static_cast<size_t>(value) >= g.numValues()) throw py::index_error("no such value");
+             g.mutableValue(value).setShape(std::move(shape));
+           },
+           "Records a value's sizes (-1 for a symbolic size).")
       .def("verify", [](const ir::Graph& g) {
         Status s = ir::verifyGraph(g);
         if (!s.isOk()) raise(s);

@@ -116,6 +116,36 @@ StatusOr<bool> canonicalizeFusedOps(Graph& g) {
       changed = true;
     }
   }
+  // An N-d linear is traced as view(x, [M, K]) -> linear -> view(y, [..., N]); verifuse::linear
+  // takes x[..., K] directly, so the flattening view pair disappears and post-ops can follow.
+  auto isView = [](const Node* n) {
+    return n && (n->op == "aten::view" || n->op == "aten::reshape" || n->op == "aten::_unsafe_view") &&
+           n->args.size() == 2 && n->args[0].isValue();
+  };
+  for (size_t k = 0; k < g.nodes().size(); ++k) {
+    const Node& lin = g.nodes()[k];
+    if (lin.erased || lin.op != rules::kLinearOp || !lin.args[rules::kLinearPostOpsArg].s.empty()) continue;
+    const Node* flatten = u::producerOf(g, lin.args[0]);
+    if (!isView(flatten) || !u::hasSingleUse(g, lin.outputs[0])) continue;
+    const auto* xShape = u::staticShape(g, u::valueOf(flatten->args[0]));
+    const auto users = g.users(lin.outputs[0]);
+    const Node* unflatten = &g.node(users[0]);
+    if (!xShape || xShape->size() < 2 || !isView(unflatten)) continue;
+    auto outSize = unflatten->args[1].asIntList();
+    const int64_t n = g.constants()[static_cast<size_t>(lin.args[1].i)].sizes[0];
+    std::vector<int64_t> expected(xShape->begin(), xShape->end() - 1);
+    expected.push_back(n);
+    if (!outSize.isOk() || *outSize != expected) continue;
+    const ValueId x = u::valueOf(flatten->args[0]);
+    const ValueId unflattened = unflatten->outputs[0];
+    const NodeId unflattenId = unflatten->id;
+    Node& m = g.mutableNode(lin.id);
+    m.args[0] = Arg::value(x);
+    g.mutableValue(m.outputs[0]).setShape(expected);
+    g.replaceAllUses(unflattened, m.outputs[0]);
+    g.eraseNode(unflattenId);
+    changed = true;
+  }
   return changed;
 }
 
@@ -129,8 +159,19 @@ StatusOr<bool> removeNoOps(Graph& g) {
     if (g.isGraphOutput(out)) continue;
     ValueId replacement = ir::kNoValue;
     const ValueId in = u::valueOf(n.args[0]);
-    if (n.op == "aten::clone" || n.op == "aten::detach" || n.op == "aten::alias" || n.op == "aten::lift_fresh_copy") {
+    if (n.op == "aten::detach" || n.op == "aten::alias" || n.op == "aten::lift_fresh_copy") {
       replacement = in;
+    } else if (n.op == "aten::clone") {
+      // clone fixes strides (x.contiguous() is a clone with memory_format=contiguous) and a later
+      // view may rely on them: drop it only when every reader chooses its own output layout.
+      bool freshReaders = true;
+      for (NodeId user : g.users(out)) {
+        const Node& r = g.node(user);
+        // Element-wise ops keep their input's strides, so only conv/linear (which choose their own
+        // output layout) qualify.
+        freshReaders &= rules::isFusedOp(r);
+      }
+      if (freshReaders) replacement = in;
     } else if (n.op == "aten::dropout" && n.args.size() == 3 && n.args[2].kind == Arg::Kind::Bool && n.args[2].i == 0) {
       replacement = in;
     } else if ((n.op == "aten::view" || n.op == "aten::reshape" || n.op == "aten::_unsafe_view") && n.args.size() == 2) {

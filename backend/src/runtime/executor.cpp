@@ -3,6 +3,9 @@
 // their last use. The plan is immutable after compileGraph, so any number of threads may run it.
 #include "verifuse/runtime/executor.h"
 
+#include "runtime/fused_ops.h"
+#include "verifuse/rules/rules.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
@@ -10,6 +13,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 #include <optional>
 
 namespace verifuse::runtime {
@@ -37,6 +41,7 @@ using BuiltinFn = std::function<StatusOr<c10::IValue>(const std::vector<c10::IVa
 
 struct Step {
   std::optional<c10::OperatorHandle> op;
+  std::shared_ptr<const FusedOp> fused;
   BuiltinFn builtin;
   std::string name;
   std::vector<ArgSlot> args;
@@ -294,6 +299,8 @@ struct CompiledGraph::Impl {
   std::vector<Step> steps;
   std::vector<FrozenCheck> frozen;
   ExecutorStats stats;
+  std::vector<std::pair<ValueId, c10::IValue>> folded;  // values computed at compile time
+  std::vector<std::string> nodeEngines;
 };
 
 at::Tensor constantToTensor(const ir::ConstantTensor& c) {
@@ -368,10 +375,51 @@ StatusOr<Step> planStep(const ir::Node& n, const std::vector<at::Tensor>& consta
   return step;
 }
 
+/// True if every reader of \p v accepts any memory format (so a convolution may leave it
+/// channels-last): other convolutions, pooling and element-wise ops. Views need eager's strides,
+/// and graph outputs keep eager's layout.
+bool layoutAgnosticReaders(const ir::Graph& g, ValueId v, int depth = 0) {
+  static const std::set<std::string> agnostic = {
+      "aten::max_pool2d_with_indices", "aten::max_pool2d", "aten::avg_pool2d",
+      "aten::_adaptive_avg_pool2d", "aten::adaptive_avg_pool2d", "aten::mean.dim", "aten::add.Tensor",
+      "aten::sub.Tensor", "aten::mul.Tensor", "aten::div.Tensor", "aten::relu", "aten::addcmul",
+      "aten::sigmoid", "aten::hardswish", "aten::hardsigmoid", "aten::hardtanh", "aten::clamp", "aten::silu",
+      "aten::gelu", "aten::tanh", "aten::leaky_relu", "aten::elu", "aten::max_pool3d_with_indices",
+      "aten::avg_pool3d", "aten::_adaptive_avg_pool3d", "aten::clamp_min", "aten::clamp_max"};
+  // Element-wise ops and pooling keep their input's memory format, so their outputs must in turn
+  // reach only layout-agnostic readers; a convolution re-decides for its own output.
+  if (g.isGraphOutput(v) || depth > 64) return false;
+  for (ir::NodeId user : g.users(v)) {
+    const ir::Node& n = g.node(user);
+    if (n.op == "verifuse::conv") continue;
+    if (!agnostic.count(n.qualifiedName())) return false;
+    for (ValueId out : n.outputs) {
+      if (g.value(out).type != ir::ValueType::Tensor) continue;
+      // max_pool2d_with_indices' indices: unused or read like any tensor.
+      if (!layoutAgnosticReaders(g, out, depth + 1)) return false;
+    }
+  }
+  return true;
+}
+
+/// A dispatcher step whose arguments are all fixed (frozen constants and literals) and whose
+/// outputs are tensors: deterministic (the lowering rejects random ops), so it is folded.
+bool isFoldable(const Step& step) {
+  if (step.unpackList || step.outputs.empty()) return false;
+  for (const ArgSlot& a : step.args) {
+    if (a.kind != ArgSlot::Kind::Fixed) return false;
+  }
+  for (const auto& r : step.op->schema().returns()) {
+    if (r.type()->kind() != c10::TypeKind::TensorType) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std::vector<int32_t> inputArgIndex,
-                                                            std::vector<FrozenInput> frozen, int32_t numArgs) {
+                                                            std::vector<FrozenInput> frozen, int32_t numArgs,
+                                                            const CompileOptions& options) {
   VF_RETURN_IF_ERROR(ir::verifyGraph(graph));
   if (inputArgIndex.size() != graph.inputs().size()) {
     return invalidArgument("inputArgIndex has " + std::to_string(inputArgIndex.size()) + " entries for " +
@@ -413,7 +461,45 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
 
   for (size_t s = 0; s < graph.nodes().size(); ++s) {
     const ir::Node& n = graph.nodes()[s];
-    VF_ASSIGN_OR_RETURN(Step step, planStep(n, impl->constants));
+    Step step;
+    if (rules::isFusedOp(n)) {
+      step.name = n.op;
+      step.outputs = n.outputs;
+      for (const Arg& a : n.args) {
+        if (!a.isValue()) continue;
+        ArgSlot slot;
+        slot.kind = ArgSlot::Kind::Value;
+        slot.value = static_cast<ValueId>(a.i);
+        step.args.push_back(std::move(slot));
+      }
+      const ir::Value& x = graph.value(static_cast<ValueId>(n.args[0].i));
+      const std::vector<int64_t>* shape = x.hasStaticShape() ? &x.shape : nullptr;
+      auto fused = createFusedOp(n, impl->constants, shape, options, layoutAgnosticReaders(graph, n.outputs[0]));
+      if (!fused.isOk()) return fused.status().withContext(n.op);
+      step.fused = std::shared_ptr<const FusedOp>(std::move(fused).value());
+      impl->stats.fusedSteps++;
+      if (step.fused->engine() == "onednn") impl->stats.onednnSteps++;
+      impl->nodeEngines.push_back(step.fused->engine());
+    } else {
+      VF_ASSIGN_OR_RETURN(step, planStep(n, impl->constants));
+      bool feedsOutput = false;
+      for (ValueId out : n.outputs) feedsOutput |= isOutput[static_cast<size_t>(out)];
+      if (step.op && !feedsOutput && isFoldable(step)) {
+        // Constant folding over frozen constants: evaluate once now, never per call.
+        std::vector<c10::IValue> stack;
+        for (const ArgSlot& a : step.args) stack.push_back(a.fixed);
+        try {
+          step.op->callBoxed(stack);
+        } catch (const std::exception& e) {
+          return unsupported(step.name + " failed on constant inputs: " + e.what());
+        }
+        for (size_t k = 0; k < step.outputs.size(); ++k) impl->folded.emplace_back(step.outputs[k], std::move(stack[k]));
+        impl->stats.constantFoldedSteps++;
+        impl->nodeEngines.push_back("constant");
+        continue;
+      }
+      impl->nodeEngines.push_back(step.op ? "dispatcher" : "builtin");
+    }
     for (size_t v = 0; v < lastUse.size(); ++v) {
       if (lastUse[v] == static_cast<int64_t>(s) && !isOutput[v]) step.freeAfter.push_back(static_cast<ValueId>(v));
     }
@@ -421,7 +507,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     for (ValueId out : n.outputs) {
       if (lastUse[static_cast<size_t>(out)] == -1 && !isOutput[static_cast<size_t>(out)]) step.freeAfter.push_back(out);
     }
-    (step.op ? impl->stats.dispatcherSteps : impl->stats.builtinSteps)++;
+    if (!step.fused) (step.op ? impl->stats.dispatcherSteps : impl->stats.builtinSteps)++;
     impl->steps.push_back(std::move(step));
   }
   impl->stats.constants = impl->constants.size();
@@ -435,6 +521,7 @@ CompiledGraph::CompiledGraph(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 CompiledGraph::~CompiledGraph() = default;
 const ir::Graph& CompiledGraph::graph() const { return impl_->graph; }
 ExecutorStats CompiledGraph::stats() const { return impl_->stats; }
+const std::vector<std::string>& CompiledGraph::nodeEngines() const { return impl_->nodeEngines; }
 
 Status CompiledGraph::checkFrozenInputs(const std::vector<c10::IValue>& args) const {
   for (const FrozenCheck& f : impl_->frozen) {
@@ -461,6 +548,28 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
   for (size_t k = 0; k < p.inputArgIndex.size(); ++k) {
     slots[static_cast<size_t>(p.graph.inputs()[k])] = args[static_cast<size_t>(p.inputArgIndex[k])];
   }
+  for (const auto& [v, value] : p.folded) slots[static_cast<size_t>(v)] = value;
+  // NaN/Inf inputs run every fused op as its ATen composition: oneDNN's clip-based post-ops turn
+  // NaN into a bound where torch propagates it. One reduction per input detects them (an overflow
+  // to Inf in the sum only costs the fast path, never correctness).
+  bool exact = false;
+  if (p.stats.fusedSteps > 0) {
+    try {
+      for (ValueId in : p.graph.inputs()) {
+        const c10::IValue& v = slots[static_cast<size_t>(in)];
+        if (!v.isTensor()) continue;
+        const at::Tensor& t = v.toTensor();
+        if (!t.is_floating_point() || t.numel() == 0 || !t.device().is_cpu()) continue;
+        if (!std::isfinite(t.sum().item<double>())) {
+          exact = true;
+          break;
+        }
+      }
+    } catch (const std::exception&) {
+      exact = true;  // an input ATen cannot even sum: let the ops report it as eager would
+    }
+  }
+  std::vector<at::Tensor> fusedInputs;
   std::vector<c10::IValue> stack;
   try {
     for (const Step& step : p.steps) {
@@ -482,7 +591,16 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
           }
         }
       }
-      if (step.builtin) {
+      if (step.fused) {
+        fusedInputs.clear();
+        for (const c10::IValue& v : stack) {
+          if (!v.isTensor()) return invalidArgument(step.name + ": expected a tensor argument");
+          fusedInputs.push_back(v.toTensor());
+        }
+        stack.clear();
+        slots[static_cast<size_t>(step.outputs[0])] = step.fused->run(fusedInputs, exact);
+        fusedInputs.clear();
+      } else if (step.builtin) {
         VF_ASSIGN_OR_RETURN(c10::IValue out, step.builtin(stack));
         slots[static_cast<size_t>(step.outputs[0])] = std::move(out);
       } else {

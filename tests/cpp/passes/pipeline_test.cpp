@@ -213,6 +213,82 @@ TEST(RulesTest, ConvBatchNormFoldMatchesTheFormula) {
   EXPECT_EQ(constantData(g, ir::Arg::constant(cw))[0], 1.0f);
 }
 
+Graph convBnWithData() {
+  Graph g;
+  ir::ValueId x = g.addInput("x", ir::ValueType::Tensor);
+  g.mutableValue(x).setShape({1, 3, 4, 4});
+  std::vector<float> w(16 * 3 * 9);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(static_cast<float>(i)) * 0.3f;
+  std::vector<float> stat(16), var(16);
+  for (size_t i = 0; i < 16; ++i) {
+    stat[i] = 0.1f * static_cast<float>(i) - 0.7f;
+    var[i] = 1e-4f + 0.05f * static_cast<float>(i);  // tiny variances: eps matters
+  }
+  auto cw = addData(g, "w", {16, 3, 3, 3}, w);
+  auto gm = addData(g, "gamma", {16}, stat), bt = addData(g, "beta", {16}, stat);
+  auto mu = addData(g, "mean", {16}, stat), vr = addData(g, "var", {16}, var);
+  auto conv = g.addNode("aten::convolution", "",
+                        {ir::Arg::value(x), ir::Arg::constant(cw), ir::Arg::none(), ir::Arg::intList({1, 1}),
+                         ir::Arg::intList({1, 1}), ir::Arg::intList({1, 1}), ir::Arg::boolean(false),
+                         ir::Arg::intList({0, 0}), ir::Arg::integer(1)},
+                        {ir::ValueType::Tensor});
+  g.mutableValue(g.node(conv).outputs[0]).setShape({1, 16, 4, 4});
+  auto bn = g.addNode("aten::_native_batch_norm_legit_no_training", "",
+                      {ir::Arg::value(g.node(conv).outputs[0]), ir::Arg::constant(gm), ir::Arg::constant(bt),
+                       ir::Arg::constant(mu), ir::Arg::constant(vr), ir::Arg::real(0.1), ir::Arg::real(1e-3)},
+                      {ir::ValueType::Tensor, ir::ValueType::Tensor, ir::ValueType::Tensor});
+  g.setOutputs({ir::Arg::value(g.node(bn).outputs[0])});
+  return g;
+}
+
+ProofOutcome admitAll(const rules::Rule&) {
+  ProofOutcome out;
+  out.verdict = "Proved";
+  out.admitted = true;
+  return out;
+}
+
+TEST(InstanceValidationTest, CorrectFoldIsProvedWithABound) {
+  Graph g = convBnWithData();
+  PipelineOptions o;
+  o.verify = VerifyLevel::kInstances;
+  o.proveRule = admitAll;
+  o.validateInstance = validateFoldInstance;
+  auto r = runPipeline(g, o);
+  ASSERT_TRUE(r.isOk());
+  ASSERT_EQ(r->fusions.size(), 1u);
+  EXPECT_TRUE(r->fusions[0].applied);
+  EXPECT_EQ(r->fusions[0].instance.verdict, "Proved") << r->fusions[0].instance.detail;
+  EXPECT_GT(r->fusions[0].instance.maxErrorBound, 0.0);
+  EXPECT_LE(r->fusions[0].instance.maxError, r->fusions[0].instance.maxErrorBound);
+}
+
+TEST(InstanceValidationTest, PlantedBugInstanceIsRefutedEvenIfItsProofWereAdmitted) {
+  // Defence in depth: even with the rule gate bypassed, the instance check catches eps dropped.
+  Graph g = convBnWithData();
+  PipelineOptions o;
+  o.verify = VerifyLevel::kInstances;
+  o.proveRule = admitAll;
+  o.validateInstance = validateFoldInstance;
+  auto planted = rules::plantedBugRule({rules::plantedBugProof()});
+  ASSERT_TRUE(planted.isOk());
+  o.extraRules.push_back(std::move(planted).value());
+  auto r = runPipeline(g, o);
+  ASSERT_TRUE(r.isOk());
+  ASSERT_GE(r->fusions.size(), 2u);
+  bool sawRefused = false, sawGood = false;
+  for (const auto& f : r->fusions) {
+    if (f.rule == "test-planted-conv-bn-fold-without-eps") {
+      EXPECT_FALSE(f.applied);
+      EXPECT_EQ(f.instance.verdict, "Refuted");
+      sawRefused = true;
+    }
+    if (f.rule == "conv-bn-fold" && f.applied) sawGood = true;
+  }
+  EXPECT_TRUE(sawRefused);
+  EXPECT_TRUE(sawGood);
+}
+
 // ---- the proof gate ------------------------------------------------------------------------------
 
 ProofOutcome proveWithZ3(const rules::Rule& rule) {

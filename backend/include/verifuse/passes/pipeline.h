@@ -59,6 +59,11 @@ StatusOr<bool> canonicalizeFusedOps(ir::Graph& graph);  ///< aten conv/linear â†
 StatusOr<bool> removeNoOps(ir::Graph& graph);           ///< clone/detach/alias/eval dropout/views
 StatusOr<bool> eliminateDeadCode(ir::Graph& graph);
 
+/// Instance validation of a fold (kInstances): recomputes the folded constants from the originals in
+/// long double and checks each against a per-output-channel float32 rounding bound. "Proved" when
+/// every value is within its bound, "Refuted" otherwise, "Unsupported" without data.
+rules::InstanceCheck validateFoldInstance(const ir::Graph& graph, const rules::FusionRecord& record);
+
 /// A float32 constant owned by a host buffer (folded weights).
 ir::ConstantId addHostConstant(ir::Graph& graph, const std::string& baseName, std::vector<int64_t> sizes,
                                std::vector<float> values);

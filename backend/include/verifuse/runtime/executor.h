@@ -24,6 +24,15 @@ struct ExecutorStats {
   size_t dispatcherSteps = 0;
   size_t builtinSteps = 0;
   size_t constants = 0;
+  size_t fusedSteps = 0;          ///< verifuse::conv / verifuse::linear steps
+  size_t onednnSteps = 0;         ///< of those, running on oneDNN
+  size_t constantFoldedSteps = 0; ///< steps with only constant inputs, evaluated once at compile time
+};
+
+/// How fused ops run.
+struct CompileOptions {
+  bool useOnednn = true;  ///< false: the ATen composition of every fused op (autotuning baseline)
+  bool bf16 = false;      ///< convolution and matmul in bfloat16 with float32 accumulation
 };
 
 class CompiledGraph;
@@ -35,7 +44,8 @@ class CompiledGraph;
 StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph,
                                                             std::vector<int32_t> inputArgIndex,
                                                             std::vector<FrozenInput> frozen,
-                                                            int32_t numArgs);
+                                                            int32_t numArgs,
+                                                            const CompileOptions& options = {});
 
 /// Converts a constant to the tensor the executor uses (the original at::Tensor if the bindings
 /// created it, else a view over the host buffer that keeps it alive).
@@ -57,6 +67,9 @@ class CompiledGraph {
 
   const ir::Graph& graph() const;
   ExecutorStats stats() const;
+  /// Per node of graph(): "onednn", "aten" (fused op on ATen), "dispatcher", "builtin" or
+  /// "constant" (folded at compile time).
+  const std::vector<std::string>& nodeEngines() const;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -1,0 +1,121 @@
+// Instance validation of constant folds: the folded constants a rule produced must equal the
+// rule's formula, recomputed here in long double from the original constants, within a float32
+// rounding bound derived per output channel. Independent of the rewrite code that computed them.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "verifuse/passes/pipeline.h"
+
+namespace verifuse::passes {
+
+namespace {
+
+using rules::FoldRecord;
+using Real = long double;
+
+std::vector<Real> load(const ir::Graph& g, ir::ConstantId id) {
+  std::vector<Real> out;
+  if (id < 0) return out;
+  const ir::ConstantTensor& c = g.constants().at(static_cast<size_t>(id));
+  if (!c.data || c.dtype != ir::DType::Float32 || !c.isContiguous()) return out;
+  const float* p = static_cast<const float*>(c.data);
+  out.assign(p, p + c.numel());
+  return out;
+}
+
+/// Per-channel factor vector from an operand constant (numel 1 or C) or the record's scalar.
+std::vector<Real> channelVector(const ir::Graph& g, ir::ConstantId operand, double scalar, int64_t channels) {
+  if (operand < 0) return std::vector<Real>(static_cast<size_t>(channels), scalar);
+  std::vector<Real> v = load(g, operand);
+  if (v.size() == 1) return std::vector<Real>(static_cast<size_t>(channels), v[0]);
+  return v;
+}
+
+}  // namespace
+
+rules::InstanceCheck validateFoldInstance(const ir::Graph& g, const rules::FusionRecord& rec) {
+  rules::InstanceCheck check;
+  const FoldRecord& f = rec.fold;
+  if (f.kind == FoldRecord::Kind::kNone) {
+    check.verdict = "exact";
+    return check;
+  }
+  // Expected folded weight w'[o, i] = W[o, i] * scale[o] and bias b'[o] = B[o] * biasScale[o] + shift[o].
+  std::vector<Real> scale, shift, biasScale;
+  int64_t c = 0;
+  if (f.kind == FoldRecord::Kind::kBatchNorm) {
+    std::vector<Real> gamma = load(g, f.gamma), beta = load(g, f.beta), mean = load(g, f.mean), var = load(g, f.var);
+    c = static_cast<int64_t>(mean.size());
+    if (mean.empty() || var.size() != mean.size()) {
+      check.verdict = "Unsupported";
+      check.detail = "batch norm statistics have no data";
+      return check;
+    }
+    scale.resize(static_cast<size_t>(c));
+    shift.resize(static_cast<size_t>(c));
+    for (size_t o = 0; o < static_cast<size_t>(c); ++o) {
+      Real gm = gamma.empty() ? 1.0L : gamma[o], bt = beta.empty() ? 0.0L : beta[o];
+      scale[o] = gm / std::sqrt(var[o] + static_cast<Real>(f.eps));
+      shift[o] = bt - mean[o] * scale[o];
+    }
+    biasScale = scale;
+  } else {
+    const int64_t outC = g.constants().at(static_cast<size_t>(f.foldedWeight)).sizes.at(0);
+    c = outC;
+    std::vector<Real> factors = channelVector(g, f.operand, f.scalar, c);
+    scale.assign(static_cast<size_t>(c), 1.0L);
+    shift.assign(static_cast<size_t>(c), 0.0L);
+    biasScale.assign(static_cast<size_t>(c), 1.0L);
+    for (size_t o = 0; o < static_cast<size_t>(c); ++o) {
+      if (f.kind == FoldRecord::Kind::kChannelMul) scale[o] = biasScale[o] = factors[o];
+      if (f.kind == FoldRecord::Kind::kChannelDiv) scale[o] = biasScale[o] = 1.0L / factors[o];
+      if (f.kind == FoldRecord::Kind::kChannelAdd) shift[o] = (f.operand >= 0 ? static_cast<Real>(f.scalar) : 1.0L) * factors[o];
+    }
+  }
+  // A standalone batch norm (no weight) folds to scale/shift constants themselves.
+  const bool standalone = f.weight < 0;
+  std::vector<Real> w = standalone ? std::vector<Real>(static_cast<size_t>(c), 1.0L) : load(g, f.weight);
+  std::vector<Real> b = load(g, f.bias);
+  std::vector<Real> fw = load(g, f.foldedWeight), fb = load(g, f.foldedBias);
+  if (w.empty() || fw.size() != w.size() || c <= 0 || w.size() % static_cast<size_t>(c) != 0 ||
+      (f.foldedBias >= 0 && fb.size() != static_cast<size_t>(c))) {
+    check.verdict = "Unsupported";
+    check.detail = "constants have no data or unexpected sizes";
+    return check;
+  }
+  const size_t perChannel = w.size() / static_cast<size_t>(c);
+  // One float32 rounding of the exact value, plus the rounding of the double-precision product the
+  // rewrite computed first: 2 ulp(|exact|) per element, i.e. |exact| * 2^-23, and 2^-149 (the
+  // smallest subnormal) for values that round to zero.
+  const Real ulpFactor = std::ldexp(1.0L, -23), tiny = std::ldexp(1.0L, -149);
+  bool ok = true;
+  for (size_t o = 0; o < static_cast<size_t>(c); ++o) {
+    Real channelBound = 0;
+    for (size_t i = 0; i < perChannel; ++i) {
+      Real exact = w[o * perChannel + i] * scale[o];
+      Real bound = std::fabs(exact) * ulpFactor + tiny;
+      Real err = std::fabs(fw[o * perChannel + i] - exact);
+      channelBound = std::max(channelBound, bound);
+      check.maxError = std::max<double>(check.maxError, static_cast<double>(err));
+      if (!(err <= bound)) ok = false;
+    }
+    if (!fb.empty()) {
+      Real exact = standalone ? shift[o] : (b.empty() ? 0.0L : b[o]) * biasScale[o] + shift[o];
+      Real bound = std::fabs(exact) * ulpFactor + tiny;
+      Real err = std::fabs(fb[o] - exact);
+      channelBound = std::max(channelBound, bound);
+      check.maxError = std::max<double>(check.maxError, static_cast<double>(err));
+      if (!(err <= bound)) ok = false;
+    }
+    check.maxErrorBound = std::max<double>(check.maxErrorBound, static_cast<double>(channelBound));
+  }
+  check.verdict = ok ? "Proved" : "Refuted";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%zu channels x %zu values; max |folded - formula| = %.3g, bound %.3g",
+                static_cast<size_t>(c), perChannel, check.maxError, check.maxErrorBound);
+  check.detail = buf;
+  return check;
+}
+
+}  // namespace verifuse::passes

@@ -1,0 +1,313 @@
+// verifuse::conv / verifuse::linear on oneDNN, with the exact ATen composition as fallback.
+//
+// Layout policy: a 2-D/3-D convolution reads and writes channels-last tensors (NHWC / NDHWC),
+// the layout oneDNN's fastest f32 kernels use on this CPU class; torch describes them with strides,
+// so ATen ops between two convolutions (pooling, adds) work on them directly and no reorder is
+// needed between consecutive convolutions. A plain NCHW input is converted once at entry.
+#include "runtime/fused_ops.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+#include <mutex>
+
+#include "verifuse/kernels/kernel.h"
+#include "verifuse/kernels/ops.h"
+#include "verifuse/rules/rules.h"
+
+namespace verifuse::runtime {
+
+namespace {
+
+using kernels::Kernel;
+using rules::PostOpSpec;
+
+StatusOr<kernels::PostOp> toKernelPostOp(const PostOpSpec& s) {
+  using kernels::PostOp;
+  const float fmax = std::numeric_limits<float>::max();
+  auto clampF = [&](double v) { return static_cast<float>(std::max<double>(-fmax, std::min<double>(fmax, v))); };
+  if (s.kind == "relu") return PostOp::relu();
+  if (s.kind == "leaky_relu") return PostOp::leakyRelu(static_cast<float>(s.params[0]));
+  if (s.kind == "gelu_erf") return PostOp::geluErf();
+  if (s.kind == "gelu_tanh") return PostOp::geluTanh();
+  if (s.kind == "silu") return PostOp::silu();
+  if (s.kind == "sigmoid") return PostOp::sigmoid();
+  if (s.kind == "tanh") return PostOp::tanh();
+  if (s.kind == "hardswish") return PostOp::hardswish();
+  if (s.kind == "hardsigmoid") return PostOp::hardsigmoid();
+  if (s.kind == "clamp") return PostOp::clamp(clampF(s.params[0]), clampF(s.params[1]));
+  if (s.kind == "elu") return PostOp::elu(static_cast<float>(s.params[0]));
+  if (s.kind == "sum") return PostOp::sum(static_cast<float>(s.params[0]));
+  return unimplemented("post-op " + s.kind);
+}
+
+/// The ATen composition a post-op chain stands for (the reference the oneDNN path must match).
+at::Tensor applyPostOpsAten(at::Tensor y, const std::vector<PostOpSpec>& ops, const at::Tensor* residual) {
+  for (const PostOpSpec& s : ops) {
+    if (s.kind == "relu") y = at::relu(y);
+    else if (s.kind == "leaky_relu") y = at::leaky_relu(y, s.params[0]);
+    else if (s.kind == "gelu_erf") y = at::gelu(y, "none");
+    else if (s.kind == "gelu_tanh") y = at::gelu(y, "tanh");
+    else if (s.kind == "silu") y = at::silu(y);
+    else if (s.kind == "sigmoid") y = at::sigmoid(y);
+    else if (s.kind == "tanh") y = at::tanh(y);
+    else if (s.kind == "hardswish") y = at::hardswish(y);
+    else if (s.kind == "hardsigmoid") y = at::hardsigmoid(y);
+    else if (s.kind == "clamp") {
+      std::optional<at::Scalar> lo, hi;
+      if (std::isfinite(s.params[0])) lo = s.params[0];
+      if (std::isfinite(s.params[1])) hi = s.params[1];
+      y = at::clamp(y, lo, hi);
+    } else if (s.kind == "elu") y = at::elu(y, s.params[0]);
+    else if (s.kind == "sum") y = at::add(y, *residual, s.params[0]);
+  }
+  return y;
+}
+
+bool hasSum(const std::vector<PostOpSpec>& ops) {
+  for (const auto& s : ops) {
+    if (s.kind == "sum") return true;
+  }
+  return false;
+}
+
+/// One kernel per input shape, created on first use and kept.
+class KernelCache {
+ public:
+  template <typename Create>
+  StatusOr<std::shared_ptr<const Kernel>> get(const std::vector<int64_t>& dims, Create create) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [d, k] : entries_) {
+      if (d == dims) return k;
+    }
+    VF_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> kernel, create());
+    std::shared_ptr<const Kernel> shared(std::move(kernel));
+    entries_.emplace_back(dims, shared);
+    implInfo_ = shared->implInfo();
+    return shared;
+  }
+  std::string implInfo() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return implInfo_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::vector<std::pair<std::vector<int64_t>, std::shared_ptr<const Kernel>>> entries_;
+  mutable std::string implInfo_;
+};
+
+class FusedBase : public FusedOp {
+ public:
+  std::string engine() const override { return useOnednn_ ? "onednn" : "aten"; }
+  std::string implInfo() const override { return cache_.implInfo(); }
+  bool holdsConstants() const override {
+    std::lock_guard<std::mutex> lock(weightMu_);
+    return weight_.defined();
+  }
+
+ public:  // an internal class: createFusedOp configures the fields directly
+  /// Weight and bias for kernel creation.
+  std::pair<at::Tensor, at::Tensor> weights() const {
+    std::lock_guard<std::mutex> lock(weightMu_);
+    return {weight_, bias_};
+  }
+
+  at::Tensor weight_, bias_;  // contiguous float32 (the folded constants)
+  at::Tensor atenWeight_, atenBias_;  // kept only for the ATen path
+  std::vector<PostOpSpec> postOps_;
+  kernels::ComputeType compute_ = kernels::ComputeType::kF32;
+  bool useOnednn_ = true;
+  KernelCache cache_;
+  mutable std::mutex weightMu_;
+};
+
+// ---- convolution ----------------------------------------------------------------------------------
+
+class FusedConv final : public FusedBase {
+ public:
+  std::vector<int64_t> stride_, padding_, dilation_;
+  int64_t groups_ = 1;
+  bool channelsLastOutput_ = true;
+
+  at::MemoryFormat activationFormat(int64_t rank) const {
+    if (rank == 4) return at::MemoryFormat::ChannelsLast;
+    if (rank == 5) return at::MemoryFormat::ChannelsLast3d;
+    return at::MemoryFormat::Contiguous;
+  }
+
+  StatusOr<std::shared_ptr<const Kernel>> kernelFor(const std::vector<int64_t>& dims) const {
+    return cache_.get(dims, [&]() -> StatusOr<std::unique_ptr<Kernel>> {
+      auto [w, b] = weights();
+      if (!w.defined()) return unimplemented("conv: weights were released after prepacking (static shapes)");
+      kernels::ConvParams p;
+      p.srcDims = dims;
+      p.weightDims = w.sizes().vec();
+      p.weights = w.data_ptr<float>();
+      p.bias = b.defined() ? b.data_ptr<float>() : nullptr;
+      p.stride = stride_;
+      p.padL = padding_;
+      p.dilation = dilation_;
+      p.groups = groups_;
+      for (const PostOpSpec& s : postOps_) {
+        VF_ASSIGN_OR_RETURN(kernels::PostOp op, toKernelPostOp(s));
+        p.postOps.push_back(op);
+      }
+      const auto fmt = dims.size() >= 4 ? kernels::Format::kChannelsLast : kernels::Format::kPlain;
+      p.srcFormat = fmt;
+      p.dstFormat = channelsLastOutput_ ? fmt : kernels::Format::kPlain;
+      p.compute = compute_;
+      return kernels::createConv(p);
+    });
+  }
+
+  at::Tensor runAten(const std::vector<at::Tensor>& in) const {
+    at::Tensor y = at::convolution(in[0], atenWeight_, atenBias_.defined() ? std::optional<at::Tensor>(atenBias_) : std::nullopt,
+                                   stride_, padding_, dilation_, false, std::vector<int64_t>(stride_.size(), 0), groups_);
+    y = applyPostOpsAten(y, postOps_, in.size() > 1 ? &in[1] : nullptr);
+    return channelsLastOutput_ ? y : y.contiguous();
+  }
+
+  at::Tensor run(const std::vector<at::Tensor>& in, bool exact) const override {
+    const at::Tensor& x = in.at(0);
+    const int64_t rank = static_cast<int64_t>(stride_.size()) + 2;
+    if (!useOnednn_ || exact || x.scalar_type() != at::kFloat || x.dim() != rank || !x.device().is_cpu() ||
+        x.layout() != at::kStrided || x.numel() == 0) {
+      return runAten(in);  // eager's errors and edge cases, exactly
+    }
+    const at::MemoryFormat fmt = activationFormat(rank);
+    at::Tensor xc = x.contiguous(fmt);
+    auto kernel = kernelFor(xc.sizes().vec());
+    if (!kernel.isOk()) return runAten(in);
+    const Kernel& k = **kernel;
+    at::Tensor out = at::empty(k.dstLayout().dims(),
+                               x.options().memory_format(channelsLastOutput_ ? fmt : at::MemoryFormat::Contiguous));
+    if (!k.dstLayout().isPlain() || k.dstLayout().strides() != out.strides().vec()) return runAten(in);
+    if (hasSum(postOps_)) {
+      const at::Tensor& r = in.at(1);
+      if (r.sizes() != out.sizes() || r.scalar_type() != at::kFloat) return runAten(in);
+      out.copy_(r);
+    }
+    const void* src = xc.data_ptr();
+    Status s = k.execute({src}, out.data_ptr());
+    TORCH_CHECK(s.isOk(), "verifuse: oneDNN convolution failed: ", s.toString());
+    return out;
+  }
+};
+
+// ---- linear ---------------------------------------------------------------------------------------
+
+class FusedLinear final : public FusedBase {
+ public:
+  StatusOr<std::shared_ptr<const Kernel>> kernelFor(int64_t m) const {
+    return cache_.get({m}, [&]() -> StatusOr<std::unique_ptr<Kernel>> {
+      auto [w, b] = weights();
+      if (!w.defined()) return unimplemented("linear: weights were released after prepacking (static shapes)");
+      kernels::LinearParams p;
+      p.m = m;
+      p.n = w.size(0);
+      p.k = w.size(1);
+      p.weights = w.data_ptr<float>();
+      p.bias = b.defined() ? b.data_ptr<float>() : nullptr;
+      for (const PostOpSpec& s : postOps_) {
+        VF_ASSIGN_OR_RETURN(kernels::PostOp op, toKernelPostOp(s));
+        p.postOps.push_back(op);
+      }
+      p.compute = compute_;
+      return kernels::createLinear(p);
+    });
+  }
+
+  at::Tensor runAten(const std::vector<at::Tensor>& in) const {
+    at::Tensor y = at::linear(in[0], atenWeight_, atenBias_.defined() ? std::optional<at::Tensor>(atenBias_) : std::nullopt);
+    return applyPostOpsAten(y, postOps_, in.size() > 1 ? &in[1] : nullptr);
+  }
+
+  at::Tensor run(const std::vector<at::Tensor>& in, bool exact) const override {
+    const at::Tensor& x = in.at(0);
+    if (!useOnednn_ || exact || x.scalar_type() != at::kFloat || x.dim() < 1 || !x.device().is_cpu() ||
+        x.layout() != at::kStrided || x.numel() == 0 || x.size(-1) != outFeaturesIn_) {
+      return runAten(in);
+    }
+    at::Tensor xc = x.contiguous();
+    const int64_t m = xc.numel() / outFeaturesIn_;
+    auto kernel = kernelFor(m);
+    if (!kernel.isOk()) return runAten(in);
+    std::vector<int64_t> outSizes = x.sizes().vec();
+    outSizes.back() = outFeatures_;
+    at::Tensor out = at::empty(outSizes, x.options());
+    if (hasSum(postOps_)) {
+      const at::Tensor& r = in.at(1);
+      if (r.sizes() != out.sizes() || r.scalar_type() != at::kFloat) return runAten(in);
+      out.copy_(r);
+    }
+    Status s = (*kernel)->execute({static_cast<const void*>(xc.data_ptr())}, out.data_ptr());
+    TORCH_CHECK(s.isOk(), "verifuse: oneDNN inner product failed: ", s.toString());
+    return out;
+  }
+
+  int64_t outFeatures_ = 0, outFeaturesIn_ = 0;
+};
+
+at::Tensor constantArg(const ir::Arg& a, const std::vector<at::Tensor>& constants) {
+  if (!a.isConstant()) return at::Tensor();
+  return constants.at(static_cast<size_t>(a.i));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::vector<at::Tensor>& constants,
+                                                 const std::vector<int64_t>* inputShape,
+                                                 const CompileOptions& options, bool channelsLastOutput) {
+  VF_ASSIGN_OR_RETURN(std::vector<PostOpSpec> postOps, rules::parsePostOps(n.args.at(rules::postOpsArgIndex(n)).s));
+  at::Tensor w = constantArg(n.args.at(1), constants);
+  at::Tensor b = constantArg(n.args.at(2), constants);
+  if (!w.defined() || w.scalar_type() != at::kFloat) return unsupported(n.op + ": weight is not a float32 constant");
+  std::unique_ptr<FusedOp> result;
+  if (n.op == rules::kConvOp) {
+    auto op = std::make_unique<FusedConv>();
+    VF_ASSIGN_OR_RETURN(op->stride_, n.args[3].asIntList());
+    VF_ASSIGN_OR_RETURN(op->padding_, n.args[4].asIntList());
+    VF_ASSIGN_OR_RETURN(op->dilation_, n.args[5].asIntList());
+    if (n.args[6].kind != ir::Arg::Kind::Int) return unsupported("verifuse::conv: groups is not constant");
+    op->groups_ = n.args[6].i;
+    op->channelsLastOutput_ = channelsLastOutput;
+    op->postOps_ = postOps;
+    op->compute_ = options.bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
+    op->useOnednn_ = options.useOnednn;
+    op->atenWeight_ = w;
+    op->atenBias_ = b;
+    op->weight_ = w.contiguous();
+    op->bias_ = b.defined() ? b.contiguous() : b;
+    if (op->useOnednn_ && inputShape) {
+      std::vector<int64_t> dims = *inputShape;
+      auto k = op->kernelFor(dims);
+      if (!k.isOk()) op->useOnednn_ = false;  // oneDNN has no implementation: ATen for this node
+    }
+    result = std::move(op);
+  } else if (n.op == rules::kLinearOp) {
+    auto op = std::make_unique<FusedLinear>();
+    op->postOps_ = postOps;
+    op->compute_ = options.bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
+    op->useOnednn_ = options.useOnednn;
+    op->atenWeight_ = w;
+    op->atenBias_ = b;
+    op->weight_ = w.contiguous();
+    op->bias_ = b.defined() ? b.contiguous() : b;
+    op->outFeatures_ = w.size(0);
+    op->outFeaturesIn_ = w.size(1);
+    if (op->useOnednn_ && inputShape && !inputShape->empty()) {
+      int64_t m = 1;
+      for (size_t d = 0; d + 1 < inputShape->size(); ++d) m *= (*inputShape)[d];
+      auto k = op->kernelFor(m);
+      if (!k.isOk()) op->useOnednn_ = false;
+    }
+    result = std::move(op);
+  } else {
+    return unsupported("unknown fused op " + n.op);
+  }
+  return result;
+}
+
+}  // namespace verifuse::runtime

@@ -1,0 +1,208 @@
+"""Numeric tests of every fusion rule against eager, plus what explain() reports about them.
+
+Tolerances: folding batch norm or a per-channel constant into float32 weights changes rounding
+(the report's per-channel bound on the constants is ~2^-23 relative), and oneDNN accumulates in a
+different order than ATen; outputs are compared with rtol=1e-4, atol=1e-4 * max(1, max|eager|).
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import verifuse
+from verifuse.models import SmallResNet, randomize_batchnorm
+
+
+def check(model, *inputs, rules=(), no_ops=(), rtol=1e-4, atol=1e-4, **options):
+    model = model.eval()
+    randomize_batchnorm(model)
+    with torch.no_grad():
+        expected = model(*inputs)
+    report = verifuse.explain(model, *inputs, strict=True, **options)
+    compiled = torch.compile(model, backend="verifuse", options={"strict": True, **options})
+    with torch.no_grad():
+        got = compiled(*inputs)
+    scale = max(1.0, expected.abs().max().item())
+    torch.testing.assert_close(got, expected, rtol=rtol, atol=atol * scale)
+    applied = [f["rule"] for f in report.to_dict()["fusions"] if f.get("applied", True)]
+    for rule in rules:
+        assert rule in applied, f"{rule} not applied; fusions: {applied}\n{report}"
+    ops = {op for g in report.graphs for op in g.ops}
+    for op in no_ops:
+        assert not any(o.startswith(op) for o in ops), f"{op} left in the graph: {sorted(ops)}"
+    return report
+
+
+BN_OPS = ("aten::_native_batch_norm_legit_no_training", "aten::native_batch_norm")
+
+
+@pytest.mark.parametrize("dims,kw", [
+    (1, dict(stride=2, padding=1)),
+    (2, dict(stride=1, padding=1)),
+    (2, dict(stride=2, padding=2, dilation=2, groups=2, bias=False)),
+    (2, dict(padding=0, groups=8)),  # depthwise
+    (3, dict(padding=1, bias=False)),
+])
+def test_conv_bn_fold(dims, kw):
+    conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[dims]
+    bn = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}[dims]
+    model = nn.Sequential(conv(8, 16, 3, **kw), bn(16))
+    x = torch.randn(2, 8, *([9] * dims))
+    check(model, x, rules=["conv-bn-fold"], no_ops=BN_OPS)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_bn_fold(bias):
+    model = nn.Sequential(nn.Linear(32, 24, bias=bias), nn.BatchNorm1d(24), nn.ReLU())
+    check(model, torch.randn(5, 32), rules=["linear-bn-fold", "conv-relu-postop"], no_ops=BN_OPS)
+
+
+def test_linear_nd_input_with_activation():
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(approximate="tanh"), nn.Linear(32, 8))
+    check(model, torch.randn(3, 7, 16), rules=["conv-gelu-tanh-postop"])
+
+
+def test_standalone_batch_norm_becomes_scale_shift():
+    model = nn.Sequential(nn.BatchNorm2d(3), nn.Conv2d(3, 4, 3))
+    check(model, torch.randn(2, 3, 8, 8), rules=["bn-to-scale-shift"], no_ops=BN_OPS)
+
+
+ACTIVATIONS = [
+    (nn.ReLU(), "conv-relu-postop"),
+    (nn.LeakyReLU(0.2), "conv-leaky-relu-postop"),
+    (nn.GELU(), "conv-gelu-erf-postop"),
+    (nn.GELU(approximate="tanh"), "conv-gelu-tanh-postop"),
+    (nn.SiLU(), "conv-silu-postop"),
+    (nn.Sigmoid(), "conv-sigmoid-postop"),
+    (nn.Tanh(), "conv-tanh-postop"),
+    (nn.Hardswish(), "conv-hardswish-postop"),
+    (nn.Hardsigmoid(), "conv-hardsigmoid-postop"),
+    (nn.ReLU6(), "conv-relu6-postop"),
+    (nn.Hardtanh(), "conv-hardtanh-postop"),
+    (nn.Hardtanh(-0.5, 2.0), "conv-clamp-postop"),
+    (nn.ELU(0.7), "conv-elu-postop"),
+]
+
+
+@pytest.mark.parametrize("act,rule", ACTIVATIONS, ids=[r for _, r in ACTIVATIONS])
+def test_conv_activation_post_op(act, rule):
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), act)
+    check(model, torch.randn(2, 4, 10, 10) * 3, rules=["conv-bn-fold", rule], no_ops=BN_OPS)
+
+
+@pytest.mark.parametrize("act,rule", ACTIVATIONS[:6], ids=[r for _, r in ACTIVATIONS[:6]])
+def test_linear_activation_post_op(act, rule):
+    model = nn.Sequential(nn.Linear(12, 20), act, nn.Linear(20, 4))
+    check(model, torch.randn(6, 12) * 3, rules=[rule])
+
+
+class Residual(nn.Module):
+    def __init__(self, scale=1.0, conv_second=False):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.scale = scale
+        self.conv_second = conv_second
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))
+        out = (x + y) if self.conv_second else torch.add(y, x, alpha=self.scale)
+        return F.relu(out)
+
+
+@pytest.mark.parametrize("scale,conv_second", [(1.0, False), (0.5, False), (1.0, True)])
+def test_residual_add_then_relu(scale, conv_second):
+    check(Residual(scale, conv_second), torch.randn(2, 8, 6, 6),
+          rules=["conv-bn-fold", "residual-add-sum-postop", "residual-add-relu"], no_ops=BN_OPS + ("aten::add",))
+
+
+class ChannelAffine(nn.Module):
+    def __init__(self, wrong_axis=False):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3)
+        shape = (1, 1, 6) if wrong_axis else (6, 1, 1)
+        self.register_buffer("scale", torch.rand(*shape) + 0.5)
+        self.register_buffer("shift", torch.randn(1, 6, 1, 1))
+
+    def forward(self, x):
+        return F.hardswish((self.conv(x) * self.scale + self.shift) / 3.0)
+
+
+def test_per_channel_constants_fold_into_the_weights():
+    check(ChannelAffine(), torch.randn(2, 3, 8, 8),
+          rules=["per-channel-mul-fold", "per-channel-add-fold", "per-channel-div-fold", "conv-hardswish-postop"],
+          no_ops=("aten::mul", "aten::add", "aten::div"))
+
+
+def test_scale_on_the_wrong_axis_is_not_folded():
+    report = check(ChannelAffine(wrong_axis=True), torch.randn(2, 3, 8, 8))
+    applied = [f["rule"] for f in report.to_dict()["fusions"]]
+    assert "per-channel-mul-fold" not in applied
+
+
+def test_small_resnet_has_no_batch_norm_left_and_every_fusion_is_proved():
+    model = SmallResNet()
+    report = check(model, torch.randn(2, 3, 32, 32), rules=["conv-bn-fold", "conv-relu-postop",
+                                                             "residual-add-sum-postop"], no_ops=BN_OPS)
+    d = report.to_dict()
+    assert all(f["proof"] == "Proved" for f in d["fusions"]), d["fusions"]
+    folds = [f for f in d["fusions"] if f["fold"] != "none"]
+    assert folds and all(f["instance"] == "Proved" and f["max_error_bound"] > 0 for f in folds)
+    assert all(p["verdict"] == "Proved" for p in d["proofs"])
+    assert "relu" not in {op.split("::")[-1] for g in report.graphs for op in g.ops}
+    text = str(report)
+    assert "conv-bn-fold" in text
+
+
+def test_verify_off_still_fuses_but_says_not_verified():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    report = check(model, torch.randn(1, 3, 8, 8), verify="off", rules=["conv-bn-fold"])
+    assert {f["proof"] for f in report.to_dict()["fusions"]} == {"not-verified"}
+
+
+def test_bfloat16_option_runs_and_stays_close():
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(16 * 8 * 8, 10))
+    # bf16 has an 8-bit mantissa: results agree with float32 to ~1e-2 relative.
+    check(model, torch.randn(2, 3, 8, 8), dtype="bfloat16", rtol=5e-2, atol=5e-2)
+
+
+def test_weights_updated_after_compile_are_refolded():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).eval()
+    randomize_batchnorm(model)
+    compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+    x = torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        compiled(x)
+        model[1].running_var.mul_(4.0)  # the folded weights are now stale
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_planted_bug_is_refused_at_compile_time_and_the_model_still_matches_eager():
+    code = r"""
+import torch, torch.nn as nn, verifuse
+from verifuse.models import randomize_batchnorm
+model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).eval()
+randomize_batchnorm(model)
+with torch.no_grad():
+    model[1].running_var.fill_(1e-3)  # tiny variances: dropping eps would change the result
+x = torch.randn(2, 3, 10, 10)
+report = verifuse.explain(model, x, strict=True)
+d = report.to_dict()
+planted = [p for p in d["proofs"] if p["rule"].startswith("test-planted")]
+assert planted and planted[0]["verdict"] == "Refuted" and not planted[0]["admitted"], d["proofs"]
+assert "counterexample" in planted[0]["message"] and "eps" in planted[0]["message"], planted[0]["message"]
+assert not any(f["rule"].startswith("test-planted") and f["applied"] for f in d["fusions"])
+assert any(f["rule"] == "conv-bn-fold" for f in d["fusions"])
+compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+with torch.no_grad():
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+print("OK")
+"""
+    env = dict(os.environ, VERIFUSE_TEST_PLANTED_BUG="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
