@@ -71,7 +71,7 @@ def run_vf(exe: str, path: Path, extra: list[str]) -> tuple[dict | None, float, 
     return json.loads(out.stdout), dt, ""
 
 
-def verify(path: Path, rep: dict, red: dict | None, check_timeout_ms: int) -> dict:
+def verify(path: Path, rep: dict, red: dict | None, check_timeout_ms: int, retry_timeout_ms: int = 20000) -> dict:
     import z3
     res = {"model_ok": None, "red_confirmed": 0, "red_unknown": 0, "red_refuted": 0}
     asserts = list(z3.parse_smt2_string(path.read_text()))
@@ -102,18 +102,70 @@ def verify(path: Path, rep: dict, red: dict | None, check_timeout_ms: int) -> di
                 s.add(c == z3.RealVal(f"{v.numerator}/{v.denominator}"))
         res["model_ok"] = ok and s.check() == z3.sat
     if red and red.get("redundancy"):
+        # Prefix redundancy: a_1..a_{i-1} |= a_i, i.e. (earlier asserts) and not a_i is unsat. An
+        # assert z3 has confirmed redundant is not added to the solver: it is implied by what is
+        # already there, so the solver's content is unchanged and later checks stay small (most
+        # asserts are redundant). Unknowns (incremental z3, check_timeout_ms) are retried with a
+        # fresh, non-incremental solver (z3's preprocessing runs there) and a longer timeout.
         marked = {a["index"] for a in red["redundancy"]["asserts"]}
         s = z3.Solver()
         s.set("timeout", check_timeout_ms)
+        kept: list[int] = []
+        retry: list[tuple[int, int]] = []  # (assert index, how many kept asserts precede it)
+
+        def check_group(group: list[int]) -> None:
+            # Every assert of a run of consecutive marked asserts is implied by the same solver
+            # content (the ones before it in the run are implied by it), so one query
+            # (content and not (a_i and ... and a_k)) unsat confirms the whole run; otherwise
+            # split it in halves, adding what is not confirmed to the solver.
+            s.push()
+            s.add(z3.Not(z3.And([asserts[j] for j in group])) if len(group) > 1 else z3.Not(asserts[group[0]]))
+            r = s.check()
+            s.pop()
+            res["red_queries"] = res.get("red_queries", 0) + 1
+            if r == z3.unsat:
+                res["red_confirmed"] += len(group)
+                return
+            if len(group) > 1:
+                half = len(group) // 2
+                check_group(group[:half])
+                check_group(group[half:])
+                return
+            if r == z3.sat:
+                res["red_refuted"] += 1
+                res.setdefault("refuted_indices", []).append(group[0])
+            else:
+                retry.append((group[0], len(kept)))
+            s.add(asserts[group[0]])
+            kept.append(group[0])
+
+        run: list[int] = []
         for i, a in enumerate(asserts):
             if i in marked:
-                s.push()
-                s.add(z3.Not(a))
-                r = s.check()
-                s.pop()
-                key = "red_confirmed" if r == z3.unsat else ("red_refuted" if r == z3.sat else "red_unknown")
-                res[key] += 1
-            s.add(a)
+                run.append(i)
+                if len(run) < 512:
+                    continue
+            if run:
+                check_group(run)
+                run = []
+            if i not in marked:
+                s.add(a)
+                kept.append(i)
+        if run:
+            check_group(run)
+        for i, n_kept in retry:
+            s2 = z3.Solver()
+            s2.set("timeout", retry_timeout_ms)
+            s2.add([asserts[j] for j in kept[:n_kept]])
+            s2.add(z3.Not(asserts[i]))
+            r = s2.check()
+            key = "red_confirmed" if r == z3.unsat else ("red_refuted" if r == z3.sat else "red_unknown")
+            res[key] += 1
+            if r == z3.sat:
+                res.setdefault("refuted_indices", []).append(i)
+            elif r != z3.unsat:
+                res.setdefault("unknown_indices", []).append(i)
+        res["red_retried"] = len(retry)
     return res
 
 
@@ -168,7 +220,9 @@ def main(argv: list[str]) -> int:
                "redundant_by_reasoning": red["redundancy"]["by_reasoning"] if red else 0}
         if not args.no_verify and rep:
             try:
+                t_check = time.perf_counter()
                 row.update(verify(f, rep, red, args.check_timeout_ms))
+                row["recheck_s"] = time.perf_counter() - t_check
             except Exception as e:  # noqa: BLE001 - a verification failure is data, not a crash
                 row["verify_error"] = str(e)[:200]
         rows.append(row)
@@ -220,6 +274,8 @@ def main(argv: list[str]) -> int:
         "redundancy_confirmed": sum(r.get("red_confirmed", 0) for r in rows),
         "redundancy_unknown": sum(r.get("red_unknown", 0) for r in rows),
         "redundancy_refuted": sum(r.get("red_refuted", 0) for r in rows),
+        "redundancy_retried_fresh_solver": sum(r.get("red_retried", 0) for r in rows),
+        "recheck_total_s": sum(r.get("recheck_s", 0) for r in rows),
         "verify_errors": sum("verify_error" in r for r in rows),
         "over_10s": [r["file"] for r in rows if r["vf_s"] > 10],
         "verifuse_not_solved": [f"{r['file']}: {r['vf_verdict']} ({r['vf_decided_by']})" for r in rows
@@ -255,7 +311,8 @@ def main(argv: list[str]) -> int:
         f"({out['redundant_by_reasoning_total']} by reasoning); pass time {out['verifuse_redundant_pass_total_s']:.1f} s\n"
         f"- python z3 re-check: models ok {out['models_checked_ok']}, failed {out['models_failed']}; "
         f"redundancies confirmed {out['redundancy_confirmed']}, unknown {out['redundancy_unknown']}, "
-        f"refuted {out['redundancy_refuted']}; verify errors {out['verify_errors']}\n"
+        f"refuted {out['redundancy_refuted']} ({out['redundancy_retried_fresh_solver']} needed the fresh-solver retry); "
+        f"verify errors {out['verify_errors']}; re-check time {out['recheck_total_s']:.0f} s\n"
         f"- files over 10 s (verifuse): {out['over_10s'] or 'none'}\n"
         f"- environment: {out['environment']}\n")
     print(md.read_text())

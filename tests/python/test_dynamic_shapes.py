@@ -1,0 +1,223 @@
+"""Shape guards under dynamic shapes (verifuse.guards): which of the plan's shape assumptions
+Dynamo's guards entail, the runtime guards verifuse adds for the rest, the exported shape program
+(re-checked with python z3, an independent solver), and compile counts for batch 1..16.
+
+Until backend.py calls ``attach_shape_guards`` itself, ``hooked_backend()`` installs the same hook.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+import pytest
+import torch
+import torch.nn as nn
+
+import verifuse
+from verifuse import report as _report
+from verifuse.guards import ShapeGuardError, hooked_backend, to_python, to_smt
+
+z3 = pytest.importorskip("z3")
+
+try:
+    from verifuse import _C
+
+    HAVE_ENGINE = hasattr(_C, "analyze_shapes")
+except ImportError:  # pragma: no cover - the extension is part of the build
+    HAVE_ENGINE = False
+pytestmark = pytest.mark.skipif(not HAVE_ENGINE, reason="verifuse._C.analyze_shapes is not built")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    verifuse.reset_stats()
+    yield
+    torch._dynamo.reset()
+
+
+@contextlib.contextmanager
+def backed_size_oblivious():
+    import torch.fx.experimental._config as fx_config
+
+    with fx_config.patch(backed_size_oblivious=True):
+        yield
+
+
+def conv_heuristics_off():
+    """Dynamo's fake convolution asks ATen which conv backend it would use (for the output memory
+    format); ATen's mkldnn/nnpack heuristics compare the batch with 16 and that becomes a guard."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
+    stack.enter_context(torch.backends.nnpack.flags(enabled=False))
+    return stack
+
+
+class TinyEncoder(nn.Module):
+    """Post-norm transformer encoder layer from explicit Linear / LayerNorm / softmax matmuls
+    (nn.TransformerEncoderLayer takes a fused fast path in eval + no_grad)."""
+
+    def __init__(self, hidden: int = 32, heads: int = 4, ffn: int = 64):
+        super().__init__()
+        self.heads, self.dh = heads, hidden // heads
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.out = nn.Linear(hidden, hidden)
+        self.ln1 = nn.LayerNorm(hidden)
+        self.ff1 = nn.Linear(hidden, ffn)
+        self.ff2 = nn.Linear(ffn, hidden)
+        self.ln2 = nn.LayerNorm(hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.dh).permute(2, 0, 3, 1, 4)
+        att = torch.softmax(q @ k.transpose(-1, -2) / self.dh ** 0.5, dim=-1)
+        ctx = (att @ v).transpose(1, 2).reshape(b, s, h)
+        x = self.ln1(x + self.out(ctx))
+        return self.ln2(x + self.ff2(torch.relu(self.ff1(x))))
+
+
+def small_resnet() -> nn.Module:
+    from verifuse.models import SmallResNet, randomize_batchnorm
+
+    torch.manual_seed(0)
+    return randomize_batchnorm(SmallResNet(width=8)).eval()
+
+
+def shape_entries(graphs, kind: str) -> list[dict]:
+    return [e for g in graphs for e in g.shape_guards if e["type"] == kind]
+
+
+# --------------------------------------------------------------------------------------------
+# printers
+# --------------------------------------------------------------------------------------------
+
+def test_printers_agree_with_python_and_z3() -> None:
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, Max, Min, PythonMod
+
+    a, b = sympy.Symbol("s0", integer=True), sympy.Symbol("s1", integer=True)
+    names = {a: "x_size0", b: "x_size1"}
+    exprs = [FloorDiv(a - 1, 2) + 1, PythonMod(a, 3), FloorDiv(a, b), PythonMod(a, b), Max(a, 3 * b), Min(a, b - 4),
+             a * b - 2 * a ** 2 + 7]
+    for e in exprs:
+        py = to_python(e, names)
+        smt = to_smt(e, names)
+        for va, vb in itertools.product([-7, -1, 0, 1, 2, 5, 13], [-3, -1, 1, 2, 4]):
+            want = eval(py, {"max": max, "min": min}, {"x_size0": va, "x_size1": vb})  # noqa: S307
+            x0, x1 = z3.Ints("x_size0 x_size1")
+            term = z3.parse_smt2_string(f"(declare-const x_size0 Int)(declare-const x_size1 Int)(assert (= 0 {smt}))")[0]
+            got = z3.simplify(z3.substitute(term.arg(1), (x0, z3.IntVal(va)), (x1, z3.IntVal(vb))))
+            assert got.as_long() == want, (e, va, vb, smt)
+
+
+# --------------------------------------------------------------------------------------------
+# end to end
+# --------------------------------------------------------------------------------------------
+
+def test_plain_dynamic_guards_entail_every_assumption() -> None:
+    """dynamic=True alone: Dynamo's range (sizes >= 2) and the convolution meta checks entail the
+    plan's assumptions (kernel 5 without padding, pooling, dilated conv), so nothing is added."""
+    m = nn.Sequential(nn.Conv2d(3, 4, 5), nn.ReLU(), nn.MaxPool2d(3, 2), nn.Conv2d(4, 4, 3, dilation=2)).eval()
+    compiled = torch.compile(m, backend="verifuse", dynamic=True)
+    with hooked_backend(), _report.collect() as graphs, torch.no_grad():
+        for shape in [(2, 3, 20, 20), (3, 3, 21, 25), (5, 3, 30, 19)]:
+            x = torch.randn(*shape)
+            torch.testing.assert_close(compiled(x), m(x), rtol=1e-4, atol=1e-4)
+    assumptions = shape_entries(graphs, "assumption")
+    kinds = {a["kind"] for a in assumptions}
+    assert {"convolution window fits", "pooling window fits", "positive size"} <= kinds
+    assert assumptions and all(a["entailed"] for a in assumptions), assumptions
+    assert not shape_entries(graphs, "added_guard")
+    assert shape_entries(graphs, "dynamo_guard")
+
+
+def test_resnet_one_graph_for_batch_1_to_16_with_added_guards() -> None:
+    m = small_resnet()
+    compiled = torch.compile(m, backend="verifuse", dynamic=True)
+    with backed_size_oblivious(), hooked_backend(), _report.collect() as graphs, torch.no_grad():
+        for b in range(1, 17):
+            x = torch.randn(b, 3, 32, 32)
+            with conv_heuristics_off() if b == 1 else contextlib.nullcontext():
+                y = compiled(x)
+            torch.testing.assert_close(y, m(x), rtol=1e-4, atol=1e-4)
+        assert verifuse.stats()["graphs_compiled"] == 1
+        # Under backed_size_oblivious a size may be 0 as far as Dynamo's guards go: verifuse adds
+        # guards for the sizes its plan assumes positive and runs such inputs eagerly.
+        added = [g["text"] for g in shape_entries(graphs, "added_guard") if g["checked_at_runtime"]]
+        assert "x_size0 >= 1" in added and "x_size2 >= 1" in added, added
+        x0 = torch.randn(0, 3, 32, 32)
+        with pytest.warns(UserWarning, match="shape guard failed"):
+            y0 = compiled(x0)
+        assert y0.shape == (0, 10)
+    assert verifuse.stats()["shape_guard_fallbacks"] == 1
+    assert verifuse.stats()["graphs_compiled"] == 1
+    report = _report.Report(list(graphs), 0.0)
+    d = report.to_dict()
+    assert any(e["type"] == "added_guard" for e in d["shape_guards"])
+    check_program_with_z3(report.shape_program_smt2(), [e for e in graphs[-1].shape_guards if e["type"] == "assumption"])
+
+
+def test_strict_mode_raises_on_a_violated_added_guard() -> None:
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU()).eval()
+    compiled = torch.compile(m, backend="verifuse", dynamic=True, options={"strict": True})
+    with backed_size_oblivious(), hooked_backend(), torch.no_grad():
+        compiled(torch.randn(2, 3, 8, 8))
+        with pytest.raises(ShapeGuardError, match="shape guard failed"):
+            compiled(torch.randn(0, 3, 8, 8))
+
+
+def test_encoder_one_graph_for_batch_and_sequence() -> None:
+    torch.manual_seed(0)
+    m = TinyEncoder().eval()
+    compiled = torch.compile(m, backend="verifuse", dynamic=True)
+    shapes = [(b, s) for b in (1, 2, 3, 8, 16) for s in (16, 17, 64, 127, 128)]
+    with backed_size_oblivious(), hooked_backend(), _report.collect() as graphs, torch.no_grad():
+        for b, s in shapes:
+            x = torch.randn(b, s, 32)
+            torch.testing.assert_close(compiled(x), m(x), rtol=1e-4, atol=1e-4)
+    assert verifuse.stats()["graphs_compiled"] == 1
+    assumptions = shape_entries(graphs, "assumption")
+    assert any(a["kind"] == "view keeps element count" for a in assumptions)
+    assert any(a["entailed"] for a in assumptions)
+    check_program_with_z3(graphs[-1].shape_program_smt2,
+                          [e for e in graphs[-1].shape_guards if e["type"] == "assumption"])
+
+
+def test_static_shapes_skip_the_analysis() -> None:
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    compiled = torch.compile(m, backend="verifuse", dynamic=False)
+    with hooked_backend(), _report.collect() as graphs, torch.no_grad():
+        compiled(torch.randn(1, 3, 8, 8))
+    assert graphs and all(not g.shape_guards and not g.shape_program_smt2 for g in graphs)
+    assert _report.Report(list(graphs), 0.0).shape_program_smt2() == ""
+
+
+# --------------------------------------------------------------------------------------------
+# independent check of the exported program
+# --------------------------------------------------------------------------------------------
+
+def check_program_with_z3(program: str, assumptions: list[dict]) -> None:
+    """The shape program parses in z3 and in verifuse's engine; every assumption reported entailed
+    is implied by Dynamo's guards according to z3, every one reported not entailed is not."""
+    from verifuse import shapes
+
+    assert program.startswith("; verifuse shape program")
+    rep = shapes.analyze(program, redundant=True)
+    assert rep["verdict"] == "sat"
+    lines = program.splitlines()
+    decls = "\n".join(ln for ln in lines if ln.startswith(("(declare-const", "(define-fun guard_")))
+    guards = [ln.split()[1] for ln in lines if ln.startswith("(define-fun guard_")]
+    written = [ln for ln in lines if ln.startswith("(define-fun assume_")]
+    assert written
+    for line in written:
+        name = line.split()[1]
+        a = assumptions[int(name.removeprefix("assume_"))]  # assume_<i> is the i-th assumption
+        s = z3.Solver()
+        s.set("timeout", 10000)
+        s.add(z3.parse_smt2_string(decls + "\n" + line + "\n" + "".join(f"(assert {g})" for g in guards)
+                                   + f"(assert (not {name}))"))
+        r = s.check()
+        if a["entailed"]:
+            assert r == z3.unsat, (a, s.model() if r == z3.sat else r)
+        else:
+            assert r == z3.sat, (a, r)
