@@ -71,7 +71,8 @@ def run_vf(exe: str, path: Path, extra: list[str]) -> tuple[dict | None, float, 
     return json.loads(out.stdout), dt, ""
 
 
-def verify(path: Path, rep: dict, red: dict | None, check_timeout_ms: int, retry_timeout_ms: int = 20000) -> dict:
+def verify(path: Path, rep: dict, red: dict | None, check_timeout_ms: int, retry_timeout_ms: int = 10000,
+           budget_s: float = 300.0) -> dict:
     import z3
     res = {"model_ok": None, "red_confirmed": 0, "red_unknown": 0, "red_refuted": 0}
     asserts = list(z3.parse_smt2_string(path.read_text()))
@@ -108,6 +109,8 @@ def verify(path: Path, rep: dict, red: dict | None, check_timeout_ms: int, retry
         # asserts are redundant). Unknowns (incremental z3, check_timeout_ms) are retried with a
         # fresh, non-incremental solver (z3's preprocessing runs there) and a longer timeout.
         marked = {a["index"] for a in red["redundancy"]["asserts"]}
+        deadline = time.perf_counter() + budget_s  # past it, the rest counts as unchecked
+        group_timeout_ms = min(500, check_timeout_ms)
         s = z3.Solver()
         s.set("timeout", check_timeout_ms)
         kept: list[int] = []
@@ -118,7 +121,11 @@ def verify(path: Path, rep: dict, red: dict | None, check_timeout_ms: int, retry
             # content (the ones before it in the run are implied by it), so one query
             # (content and not (a_i and ... and a_k)) unsat confirms the whole run; otherwise
             # split it in halves, adding what is not confirmed to the solver.
+            if time.perf_counter() > deadline:
+                res["red_unchecked"] = res.get("red_unchecked", 0) + len(group)
+                return
             s.push()
+            s.set("timeout", group_timeout_ms if len(group) > 1 else check_timeout_ms)
             s.add(z3.Not(z3.And([asserts[j] for j in group])) if len(group) > 1 else z3.Not(asserts[group[0]]))
             r = s.check()
             s.pop()
@@ -154,6 +161,9 @@ def verify(path: Path, rep: dict, red: dict | None, check_timeout_ms: int, retry
         if run:
             check_group(run)
         for i, n_kept in retry:
+            if time.perf_counter() > deadline:
+                res["red_unchecked"] = res.get("red_unchecked", 0) + 1
+                continue
             s2 = z3.Solver()
             s2.set("timeout", retry_timeout_ms)
             s2.add([asserts[j] for j in kept[:n_kept]])
@@ -185,6 +195,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--no-verify", action="store_true")
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--check-timeout-ms", type=int, default=2000)
+    ap.add_argument("--recheck-budget-s", type=float, default=300.0,
+                    help="python z3 re-check time per file; redundancies not reached count as unchecked")
     args = ap.parse_args(argv)
 
     exe = find_bin()
@@ -221,7 +233,7 @@ def main(argv: list[str]) -> int:
         if not args.no_verify and rep:
             try:
                 t_check = time.perf_counter()
-                row.update(verify(f, rep, red, args.check_timeout_ms))
+                row.update(verify(f, rep, red, args.check_timeout_ms, budget_s=args.recheck_budget_s))
                 row["recheck_s"] = time.perf_counter() - t_check
             except Exception as e:  # noqa: BLE001 - a verification failure is data, not a crash
                 row["verify_error"] = str(e)[:200]
@@ -275,6 +287,8 @@ def main(argv: list[str]) -> int:
         "redundancy_unknown": sum(r.get("red_unknown", 0) for r in rows),
         "redundancy_refuted": sum(r.get("red_refuted", 0) for r in rows),
         "redundancy_retried_fresh_solver": sum(r.get("red_retried", 0) for r in rows),
+        "redundancy_unchecked_budget": sum(r.get("red_unchecked", 0) for r in rows),
+        "redundancy_unchecked_files": [f"{r['file']}: {r['red_unchecked']}" for r in rows if r.get("red_unchecked")],
         "recheck_total_s": sum(r.get("recheck_s", 0) for r in rows),
         "verify_errors": sum("verify_error" in r for r in rows),
         "over_10s": [r["file"] for r in rows if r["vf_s"] > 10],
@@ -311,7 +325,9 @@ def main(argv: list[str]) -> int:
         f"({out['redundant_by_reasoning_total']} by reasoning); pass time {out['verifuse_redundant_pass_total_s']:.1f} s\n"
         f"- python z3 re-check: models ok {out['models_checked_ok']}, failed {out['models_failed']}; "
         f"redundancies confirmed {out['redundancy_confirmed']}, unknown {out['redundancy_unknown']}, "
-        f"refuted {out['redundancy_refuted']} ({out['redundancy_retried_fresh_solver']} needed the fresh-solver retry); "
+        f"refuted {out['redundancy_refuted']}, not re-checked within the per-file budget "
+        f"{out['redundancy_unchecked_budget']} {out['redundancy_unchecked_files'] or ''}; "
+        f"{out['redundancy_retried_fresh_solver']} needed the fresh-solver retry; "
         f"verify errors {out['verify_errors']}; re-check time {out['recheck_total_s']:.0f} s\n"
         f"- files over 10 s (verifuse): {out['over_10s'] or 'none'}\n"
         f"- environment: {out['environment']}\n")
