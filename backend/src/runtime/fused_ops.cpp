@@ -79,11 +79,20 @@ class KernelCache {
   StatusOr<std::shared_ptr<const Kernel>> get(const std::vector<int64_t>& dims, Create create) const {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [d, k] : entries_) {
-      if (d == dims) return k;
+      if (d != dims) continue;
+      if (!k) return unimplemented("oneDNN has only its reference implementation for this shape");
+      return k;
     }
-    VF_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> kernel, create());
-    std::shared_ptr<const Kernel> shared(std::move(kernel));
+    auto created = create();
+    std::shared_ptr<const Kernel> shared;
+    // oneDNN's reference kernels ("ref:any") are orders of magnitude slower than ATen: a shape that
+    // only has one runs on ATen (remembered, so the primitive is not created again).
+    if (created.isOk() && (*created)->implInfo().rfind("ref", 0) != 0) shared = std::move(created).value();
     entries_.emplace_back(dims, shared);
+    if (!shared) {
+      return created.isOk() ? unimplemented("oneDNN has only its reference implementation for this shape")
+                            : created.status();
+    }
     implInfo_ = shared->implInfo();
     return shared;
   }
@@ -156,7 +165,9 @@ class FusedConv final : public FusedBase {
       }
       const auto fmt = dims.size() >= 4 ? kernels::Format::kChannelsLast : kernels::Format::kPlain;
       p.srcFormat = fmt;
-      p.dstFormat = channelsLastOutput_ ? fmt : kernels::Format::kPlain;
+      // Same format on both sides: oneDNN has no optimized kernel for NHWC in, NCHW out (it
+      // falls back to its reference convolution, ~300x slower); a plain result is reordered after.
+      p.dstFormat = fmt;
       p.compute = compute_;
       return kernels::createConv(p);
     });
@@ -181,8 +192,7 @@ class FusedConv final : public FusedBase {
     auto kernel = kernelFor(xc.sizes().vec());
     if (!kernel.isOk()) return runAten(in);
     const Kernel& k = **kernel;
-    at::Tensor out = at::empty(k.dstLayout().dims(),
-                               x.options().memory_format(channelsLastOutput_ ? fmt : at::MemoryFormat::Contiguous));
+    at::Tensor out = at::empty(k.dstLayout().dims(), x.options().memory_format(fmt));
     if (!k.dstLayout().isPlain() || k.dstLayout().strides() != out.strides().vec()) return runAten(in);
     if (hasSum(postOps_)) {
       const at::Tensor& r = in.at(1);
@@ -192,7 +202,7 @@ class FusedConv final : public FusedBase {
     const void* src = xc.data_ptr();
     Status s = k.execute({src}, out.data_ptr());
     TORCH_CHECK(s.isOk(), "verifuse: oneDNN convolution failed: ", s.toString());
-    return out;
+    return channelsLastOutput_ ? out : out.contiguous();
   }
 };
 
