@@ -38,9 +38,12 @@ __all__ = ["ShapeGuardResult", "ShapeGuardError", "analyze_shape_guards", "attac
            "to_python"]
 
 
-class ShapeGuardError(RuntimeError):
+from .backend import VerifuseError  # noqa: E402 - the package imports backend first anyway
+
+
+class ShapeGuardError(VerifuseError):
     """Input sizes violate a shape assumption the compiled plan relies on (and Dynamo's guards do
-    not check)."""
+    not check); raised instead of the eager fallback under strict mode."""
 
 
 class _Untranslatable(Exception):
