@@ -298,7 +298,12 @@ class ShapeGuardResult:
 
     def report_entries(self) -> list[dict[str, Any]]:
         """For GraphReport.shape_guards: every assumption (entailed or not) and every added guard."""
-        out: list[dict[str, Any]] = []
+        out: list[dict[str, Any]] = [{
+            "type": "summary", "seconds": round(self.seconds, 4), "solver_calls": self.solver_calls,
+            "assumptions": len(self.assumptions), "entailed": sum(a["entailed"] for a in self.assumptions),
+            "runtime_checks": sum(1 for g in self.added_guards if g.get("python")),
+            "static_assumptions": self.static_assumptions, "non_size_guards": self.non_size_guards,
+            "symbols": {k: v["source"] for k, v in self.symbols.items()}}]
         for a in self.assumptions:
             out.append({"type": "assumption", "text": a["text"], "kind": a["kind"], "nodes": a["nodes"],
                         "entailed": a["entailed"], "how": a["how"], "added_guard": not a["entailed"],
