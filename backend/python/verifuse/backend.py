@@ -186,12 +186,16 @@ def _fill_report(graph_report: _report.GraphReport, plan: Any, cpp: dict) -> Non
     graph_report.fusions = [dict(f) for f in cpp["fusions"]]
     graph_report.proofs = [dict(p) for p in cpp["proofs"]]
     engines = list(cpp["engines"])
-    onednn = sum(1 for e in engines if e == "onednn")
-    graph_report.partitions = []
-    if onednn:
-        graph_report.partitions.append({"nodes": onednn, "engine": "onednn"})
-    if len(engines) - onednn:
-        graph_report.partitions.append({"nodes": len(engines) - onednn, "engine": "aten"})
+    graph_report.partitions = [dict(p) for p in cpp.get("partitions", [])]
+    aten_nodes = int(cpp.get("aten_nodes", 0))
+    if aten_nodes:
+        graph_report.partitions.append({"id": len(graph_report.partitions), "nodes": aten_nodes, "engine": "aten",
+                                        "onednn_ms": None, "aten_ms": None})
+    graph_report.reorders = int(cpp.get("reorders", 0))
+    graph_report.reorders_before = int(cpp.get("reorders_before", 0))
+    graph_report.nodes = [dict(n) for n in cpp.get("nodes", [])]
+    graph_report.timings_run = int(cpp.get("timings_run", 0))
+    graph_report.tuning_db = str(cpp.get("tuning_db", ""))
     graph_report.engines = engines
     graph_report.pipeline_seconds = float(cpp["pipeline_seconds"])
     graph_report.plan_seconds = float(cpp["plan_seconds"])
@@ -262,7 +266,7 @@ class CompiledGraphRunner:
                 lowered.graph, lowered.input_arg_index, lowered.frozen, lowered.num_args,
                 verify=opts.verify, fuse=True, onednn=True, bf16=opts.dtype == "bfloat16",
                 cache_dir=str(opts.cache_dir) if opts.cache_dir else "",
-                planted_bug=os.environ.get("VERIFUSE_TEST_PLANTED_BUG") == "1")
+                planted_bug=os.environ.get("VERIFUSE_TEST_PLANTED_BUG") == "1", autotune=opts.autotune)
 
     def __call__(self, args: list) -> list:
         plan = self._plan

@@ -46,6 +46,9 @@ class GraphReport:
     # Per live node of graph_text, the engine that runs it: "onednn", "aten" (a fused op on
     # ATen), "dispatcher", "builtin" or "constant" (folded at compile time).
     engines: list[str] = dataclasses.field(default_factory=list)
+    reorders_before: int = 0       # conversions if every oneDNN node were its own partition
+    timings_run: int = 0           # autotuner timings this compile ran (0 with a warm tuning DB)
+    tuning_db: str = ""
     pipeline_seconds: float = 0.0  # rules, proofs and instance validation
     plan_seconds: float = 0.0      # executor plan: kernels created, weights prepacked
 
@@ -131,7 +134,9 @@ class Report:
             "compile_seconds": self.compile_seconds,
             "graphs": [
                 {"graph": g.graph_id, "engine": g.engine, "nodes": g.num_nodes, "constants": g.num_constants,
-                 "ops": dict(g.ops), "compile_seconds": g.compile_seconds, "reorders": g.reorders}
+                 "ops": dict(g.ops), "compile_seconds": g.compile_seconds, "reorders": g.reorders,
+                 "reorders_before": g.reorders_before, "timings_run": g.timings_run, "tuning_db": g.tuning_db,
+                 "pipeline_seconds": g.pipeline_seconds, "plan_seconds": g.plan_seconds}
                 for g in self.graphs
             ],
             # --- shapes (issue 5; owned by the shapes work): assumptions, added and Dynamo guards ---

@@ -9,6 +9,8 @@
 #include <mutex>
 
 #include "bindings/registry.h"
+#include "verifuse/kernels/tuning_db.h"
+#include "verifuse/partition/partitioner.h"
 #include "verifuse/passes/pipeline.h"
 #include "verifuse/rules/rules.h"
 #include "verifuse/runtime/executor.h"
@@ -94,7 +96,7 @@ void registerPipeline(py::module_& m) {
       "optimize_and_compile",
       [](ir::Graph graph, std::vector<int32_t> inputArgIndex, const std::vector<std::pair<int32_t, int32_t>>& frozen,
          int32_t numArgs, const std::string& verifyLevel, bool fuse, bool onednn, bool bf16,
-         const std::string& cacheDir, bool plantedBug) {
+         const std::string& cacheDir, bool plantedBug, bool autotune) {
         passes::PipelineOptions options;
         options.fuse = fuse;
         if (verifyLevel == "off") options.verify = passes::VerifyLevel::kOff;
@@ -113,6 +115,17 @@ void registerPipeline(py::module_& m) {
         runtime::CompileOptions compileOptions;
         compileOptions.useOnednn = onednn;
         compileOptions.bf16 = bf16;
+        compileOptions.autotune = autotune;
+        std::unique_ptr<kernels::TuningDb> tuningDb;
+        std::string tuningNote;
+        if (autotune && !cacheDir.empty() && onednn) {
+          auto db = kernels::TuningDb::open(cacheDir);
+          if (db.isOk()) tuningDb = std::move(db).value();
+          else tuningNote = db.status().toString();  // unusable cache dir: tune without persisting
+        }
+        // Without a usable cache_dir the size heuristic decides (nothing to keep decisions in).
+        compileOptions.tuningDb = tuningDb.get();
+        const int64_t timingsBefore = kernels::timingCallCount();
 
         StatusOr<passes::PipelineResult> result = passes::PipelineResult{};
         StatusOr<std::shared_ptr<const runtime::CompiledGraph>> compiled = Status::ok();
@@ -131,6 +144,7 @@ void registerPipeline(py::module_& m) {
         }
         if (!result.isOk()) raiseStatus(result.status());
         if (!compiled.isOk()) raiseStatus(compiled.status());
+        if (tuningDb) (void)tuningDb->flush();  // a failed write only costs a re-tune next time
 
         py::dict report;
         py::list fusions;
@@ -173,11 +187,90 @@ void registerPipeline(py::module_& m) {
         report["fused_steps"] = stats.fusedSteps;
         report["onednn_steps"] = stats.onednnSteps;
         report["constant_folded_steps"] = stats.constantFoldedSteps;
+        report["timings_run"] = kernels::timingCallCount() - timingsBefore;
+        if (tuningDb) {
+          auto ts = tuningDb->stats();
+          report["tuning_db"] = tuningDb->path();
+          report["tuning_db_hits"] = ts.hits;
+          report["tuning_db_rebuilt"] = ts.rebuilt ? ts.rebuildReason : std::string();
+        } else {
+          report["tuning_db"] = tuningNote;
+        }
+        // Partitions: maximal acyclic groups of nodes that run on oneDNN (their activations stay
+        // channels-last between them); conversions are counted only at partition boundaries.
+        const ir::Graph& planned = cg.graph();
+        const auto& engines = cg.nodeEngines();
+        const auto& timings = cg.nodeTimings();
+        std::map<ir::NodeId, size_t> index;
+        for (size_t k = 0; k < planned.nodes().size(); ++k) index[planned.nodes()[k].id] = k;
+        partition::PartitionOptions po;
+        po.capable = [&](const ir::Node& node) {
+          auto it = index.find(node.id);
+          return it != index.end() && engines[it->second] == "onednn";
+        };
+        po.benefit = [](const ir::Node&) { return 1.0; };
+        po.conversionCost = 0.0;
+        po.dropUnprofitable = false;
+        py::list partitions;
+        auto plan = partition::partitionGraph(planned, po);
+        auto before = partition::conversionsWithoutPartitioning(planned, po);
+        if (plan.isOk()) {
+          for (const auto& part : plan->partitions) {
+            py::dict d;
+            d["id"] = part.id;
+            d["nodes"] = part.nodes.size();
+            d["engine"] = "onednn";
+            double one = 0, aten = 0;
+            bool timed = true;
+            py::list ops;
+            for (ir::NodeId id : part.nodes) {
+              const auto& t = timings[index[id]];
+              timed &= t.first >= 0 && t.second >= 0;
+              one += t.first;
+              aten += t.second;
+              ops.append(planned.node(id).op);
+            }
+            d["onednn_ms"] = timed ? py::object(py::float_(one)) : py::object(py::none());
+            d["aten_ms"] = timed ? py::object(py::float_(aten)) : py::object(py::none());
+            d["ops"] = ops;
+            partitions.append(d);
+          }
+          report["aten_nodes"] = plan->atenNodes.size();
+          report["reorders"] = plan->conversions;
+        }
+        report["partitions"] = partitions;
+        report["reorders_before"] = before.isOk() ? *before : -1;
+        py::list nodeInfo;
+        for (size_t k = 0; k < planned.nodes().size(); ++k) {
+          const ir::Node& node = planned.nodes()[k];
+          py::dict d;
+          d["id"] = node.id;
+          d["op"] = node.qualifiedName();
+          std::vector<ir::ValueId> used;
+          for (const ir::Arg& a : node.args) a.collectValues(used);
+          py::list inputs;
+          for (ir::ValueId v : used) {
+            ir::NodeId producer = planned.value(v).producer;
+            if (producer >= 0) inputs.append(producer);
+            else inputs.append("%" + planned.value(v).name);
+          }
+          d["inputs"] = inputs;
+          d["partition"] = plan.isOk() && plan->partitionOf.size() > static_cast<size_t>(node.id) &&
+                                   plan->partitionOf[static_cast<size_t>(node.id)] >= 0
+                               ? py::object(py::int_(plan->partitionOf[static_cast<size_t>(node.id)]))
+                               : py::object(py::none());
+          d["engine"] = engines[k] == "onednn" ? "onednn" : "aten";
+          d["fusion"] = rules::isFusedOp(node) && !node.args[rules::postOpsArgIndex(node)].s.empty()
+                            ? py::object(py::str(node.args[rules::postOpsArgIndex(node)].s))
+                            : py::object(py::none());
+          nodeInfo.append(d);
+        }
+        report["nodes"] = nodeInfo;
         return py::make_tuple(std::const_pointer_cast<runtime::CompiledGraph>(*compiled), report);
       },
       py::arg("graph"), py::arg("input_arg_index"), py::arg("frozen"), py::arg("num_args"),
       py::arg("verify") = "instances", py::arg("fuse") = true, py::arg("onednn") = true, py::arg("bf16") = false,
-      py::arg("cache_dir") = "", py::arg("planted_bug") = false,
+      py::arg("cache_dir") = "", py::arg("planted_bug") = false, py::arg("autotune") = false,
       "Runs the fusion pipeline and builds the plan: returns (CompiledGraph, report dict).");
 }
 

@@ -301,6 +301,7 @@ struct CompiledGraph::Impl {
   ExecutorStats stats;
   std::vector<std::pair<ValueId, c10::IValue>> folded;  // values computed at compile time
   std::vector<std::string> nodeEngines;
+  std::vector<std::pair<double, double>> nodeTimings;
 };
 
 at::Tensor constantToTensor(const ir::ConstantTensor& c) {
@@ -480,6 +481,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       impl->stats.fusedSteps++;
       if (step.fused->engine() == "onednn") impl->stats.onednnSteps++;
       impl->nodeEngines.push_back(step.fused->engine());
+      impl->nodeTimings.push_back(step.fused->tunedMs());
     } else {
       VF_ASSIGN_OR_RETURN(step, planStep(n, impl->constants));
       bool feedsOutput = false;
@@ -496,9 +498,11 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         for (size_t k = 0; k < step.outputs.size(); ++k) impl->folded.emplace_back(step.outputs[k], std::move(stack[k]));
         impl->stats.constantFoldedSteps++;
         impl->nodeEngines.push_back("constant");
+        impl->nodeTimings.emplace_back(-1.0, -1.0);
         continue;
       }
       impl->nodeEngines.push_back(step.op ? "dispatcher" : "builtin");
+      impl->nodeTimings.emplace_back(-1.0, -1.0);
     }
     for (size_t v = 0; v < lastUse.size(); ++v) {
       if (lastUse[v] == static_cast<int64_t>(s) && !isOutput[v]) step.freeAfter.push_back(static_cast<ValueId>(v));
@@ -522,6 +526,7 @@ CompiledGraph::~CompiledGraph() = default;
 const ir::Graph& CompiledGraph::graph() const { return impl_->graph; }
 ExecutorStats CompiledGraph::stats() const { return impl_->stats; }
 const std::vector<std::string>& CompiledGraph::nodeEngines() const { return impl_->nodeEngines; }
+const std::vector<std::pair<double, double>>& CompiledGraph::nodeTimings() const { return impl_->nodeTimings; }
 
 Status CompiledGraph::checkFrozenInputs(const std::vector<c10::IValue>& args) const {
   for (const FrozenCheck& f : impl_->frozen) {

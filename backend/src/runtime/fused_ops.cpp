@@ -7,6 +7,7 @@
 #include "runtime/fused_ops.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <cmath>
 #include <limits>
@@ -111,6 +112,7 @@ class FusedBase : public FusedOp {
  public:
   std::string engine() const override { return useOnednn_ ? "onednn" : "aten"; }
   std::string implInfo() const override { return cache_.implInfo(); }
+  std::pair<double, double> tunedMs() const override { return {tunedOnednnMs_, tunedAtenMs_}; }
   bool holdsConstants() const override {
     std::lock_guard<std::mutex> lock(weightMu_);
     return weight_.defined();
@@ -128,6 +130,7 @@ class FusedBase : public FusedOp {
   std::vector<PostOpSpec> postOps_;
   kernels::ComputeType compute_ = kernels::ComputeType::kF32;
   bool useOnednn_ = true;
+  double tunedOnednnMs_ = -1, tunedAtenMs_ = -1;
   KernelCache cache_;
   mutable std::mutex weightMu_;
 };
@@ -260,6 +263,61 @@ class FusedLinear final : public FusedBase {
   int64_t outFeatures_ = 0, outFeaturesIn_ = 0;
 };
 
+/// A stable description of a fused node for the tuning database: op, weight shape, attributes
+/// and post-ops (not the weights' values: timing does not depend on them).
+std::string tuningSignature(const ir::Node& n, const at::Tensor& w) {
+  std::string sig = n.op + " w=" + c10::str(w.sizes()) + " args=";
+  for (size_t k = 3; k < n.args.size(); ++k) {
+    const ir::Arg& a = n.args[k];
+    if (a.kind == ir::Arg::Kind::String) sig += "'" + a.s + "'";
+    else if (a.kind == ir::Arg::Kind::Int) sig += std::to_string(a.i);
+    else if (a.kind == ir::Arg::Kind::List) {
+      auto v = a.asIntList();
+      if (v.isOk()) sig += c10::str(c10::IntArrayRef(*v));
+    } else if (a.kind == ir::Arg::Kind::Value) {
+      sig += "%";
+    }
+    sig += ";";
+  }
+  return sig;
+}
+
+/// Chooses the engine of a static-shape fused op: autotuned (timed on real shapes, decision kept
+/// in the tuning database) or, without autotuning, by size: tiny ops pay more for oneDNN's call
+/// and layout overhead than they gain.
+template <typename Op>
+void chooseEngine(Op& op, const ir::Node& n, const at::Tensor& w, at::Tensor x, const std::vector<int64_t>& outShape,
+                  bool hasResidual, const CompileOptions& options) {
+  const double macs = static_cast<double>(c10::multiply_integers(outShape)) * static_cast<double>(w.numel() / w.size(0));
+  if (!options.autotune || !options.tuningDb) {
+    op.useOnednn_ = macs >= 4096.0;
+    return;
+  }
+  std::vector<at::Tensor> in = {x};
+  if (hasResidual) in.push_back(at::randn(outShape, x.options()));
+  auto runOnednn = [&]() -> Status {
+    op.useOnednn_ = true;
+    (void)op.run(in, false);
+    return Status::ok();
+  };
+  auto runAten = [&]() -> Status {
+    (void)op.runAten(in);
+    return Status::ok();
+  };
+  std::vector<std::vector<int64_t>> shapes;
+  for (const at::Tensor& t : in) shapes.push_back(t.sizes().vec());
+  auto key = kernels::TuningKey::forThisMachine(tuningSignature(n, w), shapes,
+                                                options.bf16 ? "bf16" : "f32", at::get_num_threads());
+  auto decision = kernels::tuneOrLookup(*options.tuningDb, key, runOnednn, runAten, 1, options.tuneRepeats);
+  if (!decision.isOk()) {
+    op.useOnednn_ = true;
+    return;
+  }
+  op.useOnednn_ = decision->engine == kernels::Engine::kOneDnn;
+  op.tunedOnednnMs_ = decision->onednnMs;
+  op.tunedAtenMs_ = decision->atenMs;
+}
+
 at::Tensor constantArg(const ir::Arg& a, const std::vector<at::Tensor>& constants) {
   if (!a.isConstant()) return at::Tensor();
   return constants.at(static_cast<size_t>(a.i));
@@ -293,7 +351,13 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     if (op->useOnednn_ && inputShape) {
       std::vector<int64_t> dims = *inputShape;
       auto k = op->kernelFor(dims);
-      if (!k.isOk()) op->useOnednn_ = false;  // oneDNN has no implementation: ATen for this node
+      if (!k.isOk()) {
+        op->useOnednn_ = false;  // oneDNN has no implementation: ATen for this node
+      } else {
+        const int64_t rank = static_cast<int64_t>(dims.size());
+        at::Tensor x = at::randn(dims, at::TensorOptions().dtype(at::kFloat)).contiguous(op->activationFormat(rank));
+        chooseEngine(*op, n, w, x, (*k)->dstLayout().dims(), hasSum(postOps), options);
+      }
     }
     result = std::move(op);
   } else if (n.op == rules::kLinearOp) {
@@ -311,7 +375,14 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
       int64_t m = 1;
       for (size_t d = 0; d + 1 < inputShape->size(); ++d) m *= (*inputShape)[d];
       auto k = op->kernelFor(m);
-      if (!k.isOk()) op->useOnednn_ = false;
+      if (!k.isOk()) {
+        op->useOnednn_ = false;
+      } else {
+        std::vector<int64_t> outShape = *inputShape;
+        outShape.back() = op->outFeatures_;
+        at::Tensor x = at::randn(*inputShape, at::TensorOptions().dtype(at::kFloat));
+        chooseEngine(*op, n, w, x, outShape, hasSum(postOps), options);
+      }
     }
     result = std::move(op);
   } else {

@@ -29,6 +29,8 @@ class FusedOp {
   /// True while the op still references the node's constant tensors (false once a static-shape
   /// op has prepacked its weights and dropped the originals).
   virtual bool holdsConstants() const = 0;
+  /// Autotuning result in milliseconds {oneDNN, ATen}; -1 where not timed.
+  virtual std::pair<double, double> tunedMs() const = 0;
 };
 
 /// Builds the executor for a fused node. \p inputShape: the static shape of x when known (the

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "verifuse/ir/graph.h"
+#include "verifuse/kernels/tuning_db.h"
 #include "verifuse/support/status.h"
 
 namespace verifuse::runtime {
@@ -33,6 +34,11 @@ struct ExecutorStats {
 struct CompileOptions {
   bool useOnednn = true;  ///< false: the ATen composition of every fused op (autotuning baseline)
   bool bf16 = false;      ///< convolution and matmul in bfloat16 with float32 accumulation
+  /// Time each static-shape fused op on oneDNN and on ATen and keep the faster (decisions stored
+  /// in \p tuningDb when given); false: a size heuristic decides.
+  bool autotune = false;
+  kernels::TuningDb* tuningDb = nullptr;
+  int tuneRepeats = 3;
 };
 
 class CompiledGraph;
@@ -67,6 +73,8 @@ class CompiledGraph {
 
   const ir::Graph& graph() const;
   ExecutorStats stats() const;
+  /// Per node of graph(): tuned milliseconds {oneDNN, ATen} of fused ops (-1: not timed).
+  const std::vector<std::pair<double, double>>& nodeTimings() const;
   /// Per node of graph(): "onednn", "aten" (fused op on ATen), "dispatcher", "builtin" or
   /// "constant" (folded at compile time).
   const std::vector<std::string>& nodeEngines() const;
