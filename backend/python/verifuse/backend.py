@@ -153,7 +153,12 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
             return make_boxed_func(_fallback(aot_gm, err.reason, opts, graph_report, op=err.node))
         except _unsupported_error() as err:
             return make_boxed_func(_fallback(aot_gm, str(err), opts, graph_report))
-        return runner
+        from .guards import attach_shape_guards
+
+        # Shape assumptions vs Dynamo's guards (issue 5): records them in graph_report and wraps the
+        # runner with a size check for the assumptions the guards do not entail (eager fallback, or
+        # ShapeGuardError under strict). Static graphs get `runner` back unchanged.
+        return attach_shape_guards(runner, aot_gm, fake_inputs, example_inputs, static, graph_report, opts.strict)
 
     compiler = aot_autograd(
         fw_compiler=training_compiler,

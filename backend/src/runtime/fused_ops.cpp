@@ -293,6 +293,14 @@ void chooseEngine(Op& op, const ir::Node& n, const at::Tensor& w, at::Tensor x, 
     op.useOnednn_ = macs >= 4096.0;
     return;
   }
+  // Big ops are not timed: both engines run the same oneDNN conv/GEMM kernels there, and the fused
+  // path saves the post-ops' memory passes, so oneDNN wins; timing them would make compile time
+  // grow with the batch (ResNet-50 at batch 32 spent 10 s tuning). Small ops, where call and layout
+  // overhead decide, are timed.
+  if (macs > options.tuneMaxMacs) {
+    op.useOnednn_ = true;
+    return;
+  }
   std::vector<at::Tensor> in = {x};
   if (hasResidual) in.push_back(at::randn(outShape, x.options()));
   auto runOnednn = [&]() -> Status {

@@ -39,6 +39,8 @@ struct CompileOptions {
   bool autotune = false;
   kernels::TuningDb* tuningDb = nullptr;
   int tuneRepeats = 3;
+  /// Ops above this many multiply-adds run on oneDNN untimed (see chooseEngine).
+  double tuneMaxMacs = 2.0e7;
 };
 
 class CompiledGraph;
