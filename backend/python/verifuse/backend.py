@@ -253,6 +253,8 @@ class CompiledGraphRunner:
         from . import _C
 
         self._stale_weights_error = _C.StaleWeightsError  # looked up once, not per call
+        self._unsupported_error = _C.UnsupportedError
+        self._exact_plan = None
         self._plan, cpp_report = self._build(real_inputs)
         _fill_report(graph_report, self._plan, cpp_report)
 
@@ -279,13 +281,43 @@ class CompiledGraphRunner:
             out = plan.run(args)
         except self._stale_weights_error:
             plan = self._refresh(plan, args)
-            out = plan.run(args)
+            out = self._run_checked(plan, args)
+        except self._unsupported_error:
+            out = self._exact(args)
         args.clear()  # boxed convention: release the inputs early
         return list(out)
+
+    def _run_checked(self, plan: Any, args: list) -> Any:
+        try:
+            return plan.run(args)
+        except self._unsupported_error:
+            return self._exact(args)
+
+    def _exact(self, args: list) -> Any:
+        """Runs the unfused ATen plan: for inputs the oneDNN plan hands back (NaN/Inf values need
+        torch's NaN semantics, and the fused ops keep only prepacked weights). Built on first use."""
+        from . import _C
+        from .lowering import lower_graph
+
+        with self._lock:
+            if self._exact_plan is None:
+                lowered = lower_graph(self._aot_gm, args, self._static, self._names)
+                self._exact_plan, _ = _C.optimize_and_compile(
+                    lowered.graph, lowered.input_arg_index, lowered.frozen, lowered.num_args,
+                    verify="off", fuse=False, onednn=False, autotune=False)
+                _report.bump("exact_plans_built")
+            exact = self._exact_plan
+        try:
+            return exact.run(args)
+        except self._stale_weights_error:
+            with self._lock:
+                self._exact_plan = None
+            return self._exact(args)
 
     def _refresh(self, stale_plan: Any, args: list) -> Any:
         with self._lock:
             if self._plan is stale_plan:  # another thread may have refreshed already
                 self._plan, _ = self._build(args)
+                self._exact_plan = None
                 _report.bump("weight_refreshes")
             return self._plan

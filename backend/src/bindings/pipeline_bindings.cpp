@@ -116,6 +116,7 @@ void registerPipeline(py::module_& m) {
         compileOptions.useOnednn = onednn;
         compileOptions.bf16 = bf16;
         compileOptions.autotune = autotune;
+        compileOptions.releaseWeights = onednn && fuse;
         std::unique_ptr<kernels::TuningDb> tuningDb;
         std::string tuningNote;
         if (autotune && !cacheDir.empty() && onednn) {

@@ -77,16 +77,29 @@ rules::InstanceCheck validateFoldInstance(const ir::Graph& g, const rules::Fusio
   }
   // A standalone batch norm (no weight) folds to scale/shift constants themselves.
   const bool standalone = f.weight < 0;
-  std::vector<Real> w = standalone ? std::vector<Real>(static_cast<size_t>(c), 1.0) : load(g, f.weight);
+  // Weights are read in place (float pointers), not copied: validating ResNet-50's largest layer
+  // must not add tens of MB to compile-time peak memory.
+  const float* wData = nullptr;
+  size_t wCount = static_cast<size_t>(c);
+  if (!standalone) {
+    const ir::ConstantTensor& wc = g.constants().at(static_cast<size_t>(f.weight));
+    if (wc.data && wc.dtype == ir::DType::Float32 && wc.isContiguous()) wData = static_cast<const float*>(wc.data);
+    wCount = static_cast<size_t>(wc.numel());
+  }
+  const ir::ConstantTensor& fwc = g.constants().at(static_cast<size_t>(f.foldedWeight));
+  const float* fwData = fwc.data && fwc.dtype == ir::DType::Float32 && fwc.isContiguous()
+                            ? static_cast<const float*>(fwc.data) : nullptr;
   std::vector<Real> b = load(g, f.bias);
-  std::vector<Real> fw = load(g, f.foldedWeight), fb = load(g, f.foldedBias);
-  if (w.empty() || fw.size() != w.size() || c <= 0 || w.size() % static_cast<size_t>(c) != 0 ||
-      (f.foldedBias >= 0 && fb.size() != static_cast<size_t>(c))) {
+  std::vector<Real> fb = load(g, f.foldedBias);
+  if ((!standalone && !wData) || !fwData || static_cast<size_t>(fwc.numel()) != wCount || c <= 0 ||
+      wCount % static_cast<size_t>(c) != 0 || (f.foldedBias >= 0 && fb.size() != static_cast<size_t>(c))) {
     check.verdict = "Unsupported";
     check.detail = "constants have no data or unexpected sizes";
     return check;
   }
-  const size_t perChannel = w.size() / static_cast<size_t>(c);
+  auto w = [&](size_t k) -> Real { return standalone ? 1.0 : static_cast<Real>(wData[k]); };
+  auto fw = [&](size_t k) -> Real { return static_cast<Real>(fwData[k]); };
+  const size_t perChannel = wCount / static_cast<size_t>(c);
   // One float32 rounding of the exact value, plus the rounding of the double-precision product the
   // rewrite computed first: 2 ulp(|exact|) per element, i.e. |exact| * 2^-23, and 2^-149 (the
   // smallest subnormal) for values that round to zero.
@@ -95,9 +108,9 @@ rules::InstanceCheck validateFoldInstance(const ir::Graph& g, const rules::Fusio
   for (size_t o = 0; o < static_cast<size_t>(c); ++o) {
     Real channelBound = 0;
     for (size_t i = 0; i < perChannel; ++i) {
-      Real exact = w[o * perChannel + i] * scale[o];
+      Real exact = w(o * perChannel + i) * scale[o];
       Real bound = std::fabs(exact) * ulpFactor + tiny;
-      Real err = std::fabs(fw[o * perChannel + i] - exact);
+      Real err = std::fabs(fw(o * perChannel + i) - exact);
       channelBound = std::max(channelBound, bound);
       check.maxError = std::max<double>(check.maxError, static_cast<double>(err));
       if (!(err <= bound)) ok = false;

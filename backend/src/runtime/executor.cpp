@@ -42,6 +42,7 @@ using BuiltinFn = std::function<StatusOr<c10::IValue>(const std::vector<c10::IVa
 struct Step {
   std::optional<c10::OperatorHandle> op;
   std::shared_ptr<const FusedOp> fused;
+  ValueId donatedResidual = ir::kNoValue;  // fused op's residual at its last use: accumulated in place
   BuiltinFn builtin;
   std::string name;
   std::vector<ArgSlot> args;
@@ -460,6 +461,23 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   for (const Arg& a : graph.outputs()) a.collectValues(used);
   for (ValueId v : used) isOutput[static_cast<size_t>(v)] = true;
 
+  // Folded constants (host buffers) read by exactly one fused op: the op takes the only reference,
+  // so once its kernel holds the prepacked copy the folded one is freed (peak memory).
+  std::vector<int> constantReaders(graph.constants().size(), 0);
+  std::vector<bool> readByFused(graph.constants().size(), false);
+  for (const ir::Node& n : graph.nodes()) {
+    std::function<void(const Arg&)> visit = [&](const Arg& a) {
+      if (a.isConstant()) {
+        constantReaders[static_cast<size_t>(a.i)]++;
+        readByFused[static_cast<size_t>(a.i)] = readByFused[static_cast<size_t>(a.i)] || rules::isFusedOp(n);
+      }
+      for (const Arg& e : a.list) visit(e);
+    };
+    for (const Arg& a : n.args) visit(a);
+  }
+  for (const Arg& a : graph.outputs()) {
+    if (a.isConstant()) constantReaders[static_cast<size_t>(a.i)] += 2;
+  }
   for (size_t s = 0; s < graph.nodes().size(); ++s) {
     const ir::Node& n = graph.nodes()[s];
     Step step;
@@ -475,7 +493,29 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       }
       const ir::Value& x = graph.value(static_cast<ValueId>(n.args[0].i));
       const std::vector<int64_t>* shape = x.hasStaticShape() ? &x.shape : nullptr;
+      std::vector<at::Tensor> taken;  // references handed to the op (and dropped here)
+      if (options.releaseWeights && shape) {
+        for (size_t k : {size_t{1}, size_t{2}}) {
+          const Arg& a = n.args[k];
+          if (!a.isConstant()) continue;
+          const size_t c = static_cast<size_t>(a.i);
+          ir::ConstantTensor& ct = graph.mutableConstants()[c];
+          if (ct.ownerKind == ir::ConstantOwner::HostBuffer && constantReaders[c] == 1 && readByFused[c]) {
+            taken.push_back(impl->constants[c]);
+            ct.owner.reset();
+            ct.data = nullptr;
+          }
+        }
+      }
       auto fused = createFusedOp(n, impl->constants, shape, options, layoutAgnosticReaders(graph, n.outputs[0]));
+      if (!taken.empty()) {
+        for (const Arg& a : {n.args[1], n.args[2]}) {
+          if (a.isConstant() && !graph.constants()[static_cast<size_t>(a.i)].data) {
+            impl->constants[static_cast<size_t>(a.i)] = at::Tensor();
+          }
+        }
+        taken.clear();
+      }
       if (!fused.isOk()) return fused.status().withContext(n.op);
       step.fused = std::shared_ptr<const FusedOp>(std::move(fused).value());
       impl->stats.fusedSteps++;
@@ -512,6 +552,13 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       if (lastUse[static_cast<size_t>(out)] == -1 && !isOutput[static_cast<size_t>(out)]) step.freeAfter.push_back(out);
     }
     if (!step.fused) (step.op ? impl->stats.dispatcherSteps : impl->stats.builtinSteps)++;
+    if (step.fused && step.args.size() == 2 && step.args[1].value != step.args[0].value) {
+      const ValueId r = step.args[1].value;
+      if (lastUse[static_cast<size_t>(r)] == static_cast<int64_t>(s) && !isOutput[static_cast<size_t>(r)] &&
+          graph.value(r).producer >= 0) {
+        step.donatedResidual = r;  // an intermediate nobody reads later: its buffer can take the sum
+      }
+    }
     impl->steps.push_back(std::move(step));
   }
   impl->stats.constants = impl->constants.size();
@@ -603,6 +650,7 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
           fusedInputs.push_back(v.toTensor());
         }
         stack.clear();
+        if (step.donatedResidual != ir::kNoValue) slots[static_cast<size_t>(step.donatedResidual)] = c10::IValue();
         slots[static_cast<size_t>(step.outputs[0])] = step.fused->run(fusedInputs, exact);
         fusedInputs.clear();
       } else if (step.builtin) {
@@ -626,6 +674,9 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
       for (ValueId v : step.freeAfter) slots[static_cast<size_t>(v)] = c10::IValue();
     }
   } catch (const c10::Error& e) {
+    if (isNeedsExactPlanError(e.what_without_backtrace())) {
+      return unimplemented(e.what_without_backtrace());
+    }
     // ATen's own message without the C++ backtrace, as eager shows it.
     return invalidArgument(e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -73,6 +73,20 @@ bool hasSum(const std::vector<PostOpSpec>& ops) {
   return false;
 }
 
+/// The message of the error a fused op raises when its ATen composition is needed after its folded
+/// weights were released; the executor turns it into StatusCode::kUnimplemented so the caller runs
+/// the unfused plan instead.
+constexpr const char* kNeedsExactPlan = "verifuse: exact plan needed (prepacked weights only)";
+
+/// True if \p r may be overwritten in place: the executor handed over its only reference (the
+/// value's last use), no other tensor shares its storage, and it has exactly the strides the
+/// kernel writes.
+bool donatedResidual(const at::Tensor& r, const std::vector<int64_t>& strides) {
+  return r.use_count() == 1 && r.storage().use_count() == 1 && r.storage_offset() == 0 &&
+         r.strides().vec() == strides && r.device().is_cpu() &&
+         r.storage().nbytes() == static_cast<size_t>(r.numel()) * sizeof(float);
+}
+
 /// One kernel per input shape, created on first use and kept.
 class KernelCache {
  public:
@@ -117,6 +131,9 @@ class FusedBase : public FusedOp {
     std::lock_guard<std::mutex> lock(weightMu_);
     return weight_.defined();
   }
+  void requireWeights() const {
+    TORCH_CHECK(!released_, kNeedsExactPlan);
+  }
 
  public:  // an internal class: createFusedOp configures the fields directly
   /// Weight and bias for kernel creation.
@@ -124,6 +141,17 @@ class FusedBase : public FusedOp {
     std::lock_guard<std::mutex> lock(weightMu_);
     return {weight_, bias_};
   }
+  /// Static shapes: the kernel holds the prepacked weights, so the folded float32 copy is dropped
+  /// (it would double the model's weight memory). The ATen composition then needs the exact plan.
+  void releaseWeights() {
+    std::lock_guard<std::mutex> lock(weightMu_);
+    weight_ = at::Tensor();
+    bias_ = at::Tensor();
+    atenWeight_ = at::Tensor();
+    atenBias_ = at::Tensor();
+    released_ = true;
+  }
+  bool released_ = false;
 
   at::Tensor weight_, bias_;  // contiguous float32 (the folded constants)
   at::Tensor atenWeight_, atenBias_;  // kept only for the ATen path
@@ -177,6 +205,7 @@ class FusedConv final : public FusedBase {
   }
 
   at::Tensor runAten(const std::vector<at::Tensor>& in) const {
+    requireWeights();
     at::Tensor y = at::convolution(in[0], atenWeight_, atenBias_.defined() ? std::optional<at::Tensor>(atenBias_) : std::nullopt,
                                    stride_, padding_, dilation_, false, std::vector<int64_t>(stride_.size(), 0), groups_);
     y = applyPostOpsAten(y, postOps_, in.size() > 1 ? &in[1] : nullptr);
@@ -195,13 +224,24 @@ class FusedConv final : public FusedBase {
     auto kernel = kernelFor(xc.sizes().vec());
     if (!kernel.isOk()) return runAten(in);
     const Kernel& k = **kernel;
-    at::Tensor out = at::empty(k.dstLayout().dims(), x.options().memory_format(fmt));
-    if (!k.dstLayout().isPlain() || k.dstLayout().strides() != out.strides().vec()) return runAten(in);
+    if (!k.dstLayout().isPlain()) return runAten(in);
+    const std::vector<int64_t> dstStrides = k.dstLayout().strides();
+    at::Tensor out;
     if (hasSum(postOps_)) {
       const at::Tensor& r = in.at(1);
-      if (r.sizes() != out.sizes() || r.scalar_type() != at::kFloat) return runAten(in);
-      out.copy_(r);
+      if (r.sizes().vec() != k.dstLayout().dims() || r.scalar_type() != at::kFloat) return runAten(in);
+      // The residual's last reader may accumulate into it in place (the executor hands it over):
+      // that saves a full copy per residual block. Only when nothing else can see the buffer.
+      if (donatedResidual(r, dstStrides)) {
+        out = r;
+      } else {
+        out = at::empty(k.dstLayout().dims(), x.options().memory_format(fmt));
+        out.copy_(r);
+      }
+    } else {
+      out = at::empty(k.dstLayout().dims(), x.options().memory_format(fmt));
     }
+    if (out.strides().vec() != dstStrides) return runAten(in);
     const void* src = xc.data_ptr();
     Status s = k.execute({src}, out.data_ptr());
     TORCH_CHECK(s.isOk(), "verifuse: oneDNN convolution failed: ", s.toString());
@@ -233,6 +273,7 @@ class FusedLinear final : public FusedBase {
   }
 
   at::Tensor runAten(const std::vector<at::Tensor>& in) const {
+    requireWeights();
     at::Tensor y = at::linear(in[0], atenWeight_, atenBias_.defined() ? std::optional<at::Tensor>(atenBias_) : std::nullopt);
     return applyPostOpsAten(y, postOps_, in.size() > 1 ? &in[1] : nullptr);
   }
@@ -249,11 +290,19 @@ class FusedLinear final : public FusedBase {
     if (!kernel.isOk()) return runAten(in);
     std::vector<int64_t> outSizes = x.sizes().vec();
     outSizes.back() = outFeatures_;
-    at::Tensor out = at::empty(outSizes, x.options());
+    at::Tensor out;
     if (hasSum(postOps_)) {
       const at::Tensor& r = in.at(1);
-      if (r.sizes() != out.sizes() || r.scalar_type() != at::kFloat) return runAten(in);
-      out.copy_(r);
+      if (r.sizes().vec() != outSizes || r.scalar_type() != at::kFloat) return runAten(in);
+      const auto dense = c10::contiguous_strides(outSizes);
+      if (donatedResidual(r, std::vector<int64_t>(dense.begin(), dense.end()))) {
+        out = r;
+      } else {
+        out = at::empty(outSizes, x.options());
+        out.copy_(r);
+      }
+    } else {
+      out = at::empty(outSizes, x.options());
     }
     Status s = (*kernel)->execute({static_cast<const void*>(xc.data_ptr())}, out.data_ptr());
     TORCH_CHECK(s.isOk(), "verifuse: oneDNN inner product failed: ", s.toString());
@@ -333,6 +382,8 @@ at::Tensor constantArg(const ir::Arg& a, const std::vector<at::Tensor>& constant
 
 }  // namespace
 
+bool isNeedsExactPlanError(const std::string& message) { return message.find(kNeedsExactPlan) != std::string::npos; }
+
 StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::vector<at::Tensor>& constants,
                                                  const std::vector<int64_t>* inputShape,
                                                  const CompileOptions& options, bool channelsLastOutput) {
@@ -365,6 +416,7 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
         const int64_t rank = static_cast<int64_t>(dims.size());
         at::Tensor x = at::randn(dims, at::TensorOptions().dtype(at::kFloat)).contiguous(op->activationFormat(rank));
         chooseEngine(*op, n, w, x, (*k)->dstLayout().dims(), hasSum(postOps), options);
+        if (op->useOnednn_ && options.releaseWeights) op->releaseWeights();
       }
     }
     result = std::move(op);
@@ -390,6 +442,7 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
         outShape.back() = op->outFeatures_;
         at::Tensor x = at::randn(*inputShape, at::TensorOptions().dtype(at::kFloat));
         chooseEngine(*op, n, w, x, outShape, hasSum(postOps), options);
+        if (op->useOnednn_ && options.releaseWeights) op->releaseWeights();
       }
     }
     result = std::move(op);

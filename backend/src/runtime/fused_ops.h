@@ -14,6 +14,9 @@
 
 namespace verifuse::runtime {
 
+/// What a fused op throws when it must run its ATen composition but released its weights.
+bool isNeedsExactPlanError(const std::string& message);
+
 class FusedOp {
  public:
   virtual ~FusedOp() = default;

@@ -39,6 +39,10 @@ struct CompileOptions {
   bool autotune = false;
   kernels::TuningDb* tuningDb = nullptr;
   int tuneRepeats = 3;
+  /// Static-shape fused ops on oneDNN keep only their prepacked weights (the folded float32 copy
+  /// is freed). Inputs that need the ATen composition (NaN/Inf) then make run() return
+  /// kUnimplemented "exact plan needed": the caller runs an unfused plan instead.
+  bool releaseWeights = false;
   /// Ops above this many multiply-adds run on oneDNN untimed (see chooseEngine).
   double tuneMaxMacs = 2.0e7;
 };
