@@ -155,6 +155,20 @@ class FusedBase : public FusedOp {
 
   at::Tensor weight_, bias_;  // contiguous float32 (the folded constants)
   at::Tensor atenWeight_, atenBias_;  // kept only for the ATen path
+
+  /// The buffer the kernel writes: fresh, or holding the residual of a sum post-op (the residual
+  /// itself when the executor handed it over at its last use: no copy; a copy otherwise). An
+  /// undefined tensor when the residual does not match (the caller runs the ATen composition).
+  at::Tensor outputBuffer(const std::vector<at::Tensor>& in, const std::vector<int64_t>& dims,
+                          const std::vector<int64_t>& strides, const at::TensorOptions& options) const {
+    if (!hasSum(postOps_)) return at::empty(dims, options);
+    const at::Tensor& r = in.at(1);
+    if (r.sizes().vec() != dims || r.scalar_type() != at::kFloat) return at::Tensor();
+    if (donatedResidual(r, strides)) return r;
+    at::Tensor out = at::empty(dims, options);
+    out.copy_(r);
+    return out;
+  }
   std::vector<PostOpSpec> postOps_;
   kernels::ComputeType compute_ = kernels::ComputeType::kF32;
   bool useOnednn_ = true;
@@ -226,22 +240,8 @@ class FusedConv final : public FusedBase {
     const Kernel& k = **kernel;
     if (!k.dstLayout().isPlain()) return runAten(in);
     const std::vector<int64_t> dstStrides = k.dstLayout().strides();
-    at::Tensor out;
-    if (hasSum(postOps_)) {
-      const at::Tensor& r = in.at(1);
-      if (r.sizes().vec() != k.dstLayout().dims() || r.scalar_type() != at::kFloat) return runAten(in);
-      // The residual's last reader may accumulate into it in place (the executor hands it over):
-      // that saves a full copy per residual block. Only when nothing else can see the buffer.
-      if (donatedResidual(r, dstStrides)) {
-        out = r;
-      } else {
-        out = at::empty(k.dstLayout().dims(), x.options().memory_format(fmt));
-        out.copy_(r);
-      }
-    } else {
-      out = at::empty(k.dstLayout().dims(), x.options().memory_format(fmt));
-    }
-    if (out.strides().vec() != dstStrides) return runAten(in);
+    at::Tensor out = outputBuffer(in, k.dstLayout().dims(), dstStrides, x.options().memory_format(fmt));
+    if (!out.defined() || out.strides().vec() != dstStrides) return runAten(in);
     const void* src = xc.data_ptr();
     Status s = k.execute({src}, out.data_ptr());
     TORCH_CHECK(s.isOk(), "verifuse: oneDNN convolution failed: ", s.toString());
@@ -290,20 +290,9 @@ class FusedLinear final : public FusedBase {
     if (!kernel.isOk()) return runAten(in);
     std::vector<int64_t> outSizes = x.sizes().vec();
     outSizes.back() = outFeatures_;
-    at::Tensor out;
-    if (hasSum(postOps_)) {
-      const at::Tensor& r = in.at(1);
-      if (r.sizes().vec() != outSizes || r.scalar_type() != at::kFloat) return runAten(in);
-      const auto dense = c10::contiguous_strides(outSizes);
-      if (donatedResidual(r, std::vector<int64_t>(dense.begin(), dense.end()))) {
-        out = r;
-      } else {
-        out = at::empty(outSizes, x.options());
-        out.copy_(r);
-      }
-    } else {
-      out = at::empty(outSizes, x.options());
-    }
+    const auto dense = c10::contiguous_strides(outSizes);
+    at::Tensor out = outputBuffer(in, outSizes, std::vector<int64_t>(dense.begin(), dense.end()), x.options());
+    if (!out.defined()) return runAten(in);
     Status s = (*kernel)->execute({static_cast<const void*>(xc.data_ptr())}, out.data_ptr());
     TORCH_CHECK(s.isOk(), "verifuse: oneDNN inner product failed: ", s.toString());
     return out;
@@ -382,6 +371,21 @@ at::Tensor constantArg(const ir::Arg& a, const std::vector<at::Tensor>& constant
 
 }  // namespace
 
+namespace {
+
+void configureCommon(FusedBase& op, const at::Tensor& w, const at::Tensor& b, const std::vector<PostOpSpec>& postOps,
+                     const CompileOptions& options) {
+  op.postOps_ = postOps;
+  op.compute_ = options.bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
+  op.useOnednn_ = options.useOnednn;
+  op.atenWeight_ = w;
+  op.atenBias_ = b;
+  op.weight_ = w.contiguous();
+  op.bias_ = b.defined() ? b.contiguous() : b;
+}
+
+}  // namespace
+
 bool isNeedsExactPlanError(const std::string& message) { return message.find(kNeedsExactPlan) != std::string::npos; }
 
 StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::vector<at::Tensor>& constants,
@@ -400,13 +404,7 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     if (n.args[6].kind != ir::Arg::Kind::Int) return unsupported("verifuse::conv: groups is not constant");
     op->groups_ = n.args[6].i;
     op->channelsLastOutput_ = channelsLastOutput;
-    op->postOps_ = postOps;
-    op->compute_ = options.bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
-    op->useOnednn_ = options.useOnednn;
-    op->atenWeight_ = w;
-    op->atenBias_ = b;
-    op->weight_ = w.contiguous();
-    op->bias_ = b.defined() ? b.contiguous() : b;
+    configureCommon(*op, w, b, postOps, options);
     if (op->useOnednn_ && inputShape) {
       std::vector<int64_t> dims = *inputShape;
       auto k = op->kernelFor(dims);
@@ -422,13 +420,7 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     result = std::move(op);
   } else if (n.op == rules::kLinearOp) {
     auto op = std::make_unique<FusedLinear>();
-    op->postOps_ = postOps;
-    op->compute_ = options.bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
-    op->useOnednn_ = options.useOnednn;
-    op->atenWeight_ = w;
-    op->atenBias_ = b;
-    op->weight_ = w.contiguous();
-    op->bias_ = b.defined() ? b.contiguous() : b;
+    configureCommon(*op, w, b, postOps, options);
     op->outFeatures_ = w.size(0);
     op->outFeaturesIn_ = w.size(1);
     if (op->useOnednn_ && inputShape && !inputShape->empty()) {
