@@ -269,11 +269,15 @@ class CompiledGraphRunner:
         with unset_fake_temporarily():
             lowered = lower_graph(self._aot_gm, real_inputs, self._static, self._names)
             opts = self._opts
+            # Benchmarking knob (bench/autotune_compare.py): VERIFUSE_ENGINE=aten runs every fused op
+            # as its ATen composition, =onednn puts every op oneDNN can take on oneDNN untimed.
+            engine = os.environ.get("VERIFUSE_ENGINE", "auto")
             return _C.optimize_and_compile(
                 lowered.graph, lowered.input_arg_index, lowered.frozen, lowered.num_args,
-                verify=opts.verify, fuse=True, onednn=True, bf16=opts.dtype == "bfloat16",
+                verify=opts.verify, fuse=True, onednn=engine != "aten", bf16=opts.dtype == "bfloat16",
                 cache_dir=str(opts.cache_dir) if opts.cache_dir else "",
-                planted_bug=os.environ.get("VERIFUSE_TEST_PLANTED_BUG") == "1", autotune=opts.autotune)
+                planted_bug=os.environ.get("VERIFUSE_TEST_PLANTED_BUG") == "1",
+                autotune=opts.autotune and engine == "auto")
 
     def __call__(self, args: list) -> list:
         plan = self._plan
