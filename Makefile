@@ -33,7 +33,8 @@ SANITIZE_DIR ?= build/asan
 SANITIZE_TARGETS ?= verifuse_ir_test verifuse_passes_test verifuse_partition_test verifuse_kernels_test \
 	verifuse_verifier_test verifuse_shapes_test
 SANITIZE_ENV = ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizer/lsan.supp
 
 test-sanitize: deps
 	cmake -S . -B $(SANITIZE_DIR) $$(command -v ninja >/dev/null && [ ! -f $(SANITIZE_DIR)/CMakeCache.txt ] && echo -G Ninja) \
