@@ -79,16 +79,17 @@ rules::InstanceCheck validateFoldInstance(const ir::Graph& g, const rules::Fusio
   const bool standalone = f.weight < 0;
   // Weights are read in place (float pointers), not copied: validating ResNet-50's largest layer
   // must not add tens of MB to compile-time peak memory.
+  // (Lazily folded weights are materialized for the check and freed right after it.)
+  std::shared_ptr<std::vector<float>> keepW, keepFw;
   const float* wData = nullptr;
   size_t wCount = static_cast<size_t>(c);
   if (!standalone) {
     const ir::ConstantTensor& wc = g.constants().at(static_cast<size_t>(f.weight));
-    if (wc.data && wc.dtype == ir::DType::Float32 && wc.isContiguous()) wData = static_cast<const float*>(wc.data);
+    if (wc.dtype == ir::DType::Float32 && wc.isContiguous()) wData = wc.floatData(keepW);
     wCount = static_cast<size_t>(wc.numel());
   }
   const ir::ConstantTensor& fwc = g.constants().at(static_cast<size_t>(f.foldedWeight));
-  const float* fwData = fwc.data && fwc.dtype == ir::DType::Float32 && fwc.isContiguous()
-                            ? static_cast<const float*>(fwc.data) : nullptr;
+  const float* fwData = fwc.dtype == ir::DType::Float32 && fwc.isContiguous() ? fwc.floatData(keepFw) : nullptr;
   std::vector<Real> b = load(g, f.bias);
   std::vector<Real> fb = load(g, f.foldedBias);
   if ((!standalone && !wData) || !fwData || static_cast<size_t>(fwc.numel()) != wCount || c <= 0 ||

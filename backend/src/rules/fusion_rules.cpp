@@ -91,19 +91,34 @@ FoldedConstants foldPerChannel(Graph& g, const Node& fused, const std::vector<do
   const ir::ConstantTensor* b = fused.args[2].isConstant() ? &g.constants()[static_cast<size_t>(fused.args[2].i)] : nullptr;
   const int64_t channels = w.sizes[0];
   const int64_t perChannel = channels ? w.numel() / channels : 0;
-  const bool computable = w.data && (b == nullptr || b->data) && !scale.empty();
+  const bool computable = w.hasData() && (b == nullptr || b->data) && !scale.empty();
   FoldedConstants out;
-  std::vector<float> wv, bv;
+  std::vector<float> bv;
   std::vector<double> bias = toDoubles(b);
+  std::function<std::shared_ptr<std::vector<float>>()> lazyWeight;
   if (computable) {
-    const float* src = static_cast<const float*>(w.data);
-    wv.resize(static_cast<size_t>(w.numel()));
-    for (int64_t o = 0; o < channels; ++o) {
-      for (int64_t i = 0; i < perChannel; ++i) {
-        size_t k = static_cast<size_t>(o * perChannel + i);
-        wv[k] = static_cast<float>(static_cast<double>(src[k]) * scale[static_cast<size_t>(o)]);
+    // The weight is folded on demand (W'[o, i] = W[o, i] * scale[o], in double, stored as float):
+    // the source is kept alive by reference, never copied here.
+    std::shared_ptr<void> sourceOwner = w.owner;
+    const float* sourceData = static_cast<const float*>(w.data);
+    auto sourceLazy = w.materialize;
+    const int64_t numel = w.numel();
+    lazyWeight = [sourceOwner, sourceData, sourceLazy, scale, channels, perChannel, numel]() {
+      std::shared_ptr<std::vector<float>> tmp;
+      const float* src = sourceData;
+      if (!src && sourceLazy) {
+        tmp = sourceLazy();
+        src = tmp->data();
       }
-    }
+      auto folded = std::make_shared<std::vector<float>>(static_cast<size_t>(numel));
+      for (int64_t o = 0; o < channels; ++o) {
+        for (int64_t i = 0; i < perChannel; ++i) {
+          size_t k = static_cast<size_t>(o * perChannel + i);
+          (*folded)[k] = static_cast<float>(static_cast<double>(src[k]) * scale[static_cast<size_t>(o)]);
+        }
+      }
+      return folded;
+    };
     if (b || makeBias) {
       bv.resize(static_cast<size_t>(channels));
       for (int64_t o = 0; o < channels; ++o) {
@@ -120,7 +135,8 @@ FoldedConstants foldPerChannel(Graph& g, const Node& fused, const std::vector<do
   std::string wName = w.name;
   std::vector<int64_t> wSizes = w.sizes;
   std::string bName = b ? foldedName(b->name) : wName + "_bias_folded";
-  out.weight = passes::addHostConstant(g, foldedName(wName), wSizes, std::move(wv));
+  out.weight = passes::addHostConstant(g, foldedName(wName), wSizes, {});
+  g.mutableConstants()[static_cast<size_t>(out.weight)].materialize = std::move(lazyWeight);
   if (b || makeBias) {
     out.bias = passes::addHostConstant(g, bName, {channels}, std::move(bv));
   }

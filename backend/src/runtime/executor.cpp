@@ -432,7 +432,38 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   }
   graph.compact();
   auto impl = std::make_unique<CompiledGraph::Impl>();
-  for (const ir::ConstantTensor& c : graph.constants()) {
+  // Folded constants (host buffers) read by exactly one fused op: the op takes the only reference,
+  // so once its kernel holds the prepacked copy the folded one is freed (peak memory).
+  std::vector<int> constantReaders(graph.constants().size(), 0);
+  std::vector<bool> readByFused(graph.constants().size(), false);
+  for (const ir::Node& n : graph.nodes()) {
+    std::function<void(const Arg&)> visit = [&](const Arg& a) {
+      if (a.isConstant()) {
+        constantReaders[static_cast<size_t>(a.i)]++;
+        readByFused[static_cast<size_t>(a.i)] = readByFused[static_cast<size_t>(a.i)] || rules::isFusedOp(n);
+      }
+      for (const Arg& e : a.list) visit(e);
+    };
+    for (const Arg& a : n.args) visit(a);
+  }
+  for (const Arg& a : graph.outputs()) {
+    if (a.isConstant()) constantReaders[static_cast<size_t>(a.i)] += 2;
+  }
+  for (ir::ConstantTensor& c : graph.mutableConstants()) {
+    const size_t id = impl->constants.size();
+    if (!c.data && c.materialize) {
+      // A lazily folded weight: materialized when its one fused reader is built (below), so the
+      // folded copies never all exist at once. Anything else reading it gets it now.
+      if (constantReaders[id] == 1 && readByFused[id]) {
+        impl->constants.emplace_back();
+        continue;
+      }
+      auto buffer = c.materialize();
+      c.data = buffer->data();
+      c.owner = buffer;
+      c.ownerKind = ir::ConstantOwner::HostBuffer;
+      c.materialize = nullptr;
+    }
     if (!c.data && c.numel() > 0) return invalidArgument("constant '" + c.name + "' has no data");
     impl->constants.push_back(constantToTensor(c));
   }
@@ -461,23 +492,6 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   for (const Arg& a : graph.outputs()) a.collectValues(used);
   for (ValueId v : used) isOutput[static_cast<size_t>(v)] = true;
 
-  // Folded constants (host buffers) read by exactly one fused op: the op takes the only reference,
-  // so once its kernel holds the prepacked copy the folded one is freed (peak memory).
-  std::vector<int> constantReaders(graph.constants().size(), 0);
-  std::vector<bool> readByFused(graph.constants().size(), false);
-  for (const ir::Node& n : graph.nodes()) {
-    std::function<void(const Arg&)> visit = [&](const Arg& a) {
-      if (a.isConstant()) {
-        constantReaders[static_cast<size_t>(a.i)]++;
-        readByFused[static_cast<size_t>(a.i)] = readByFused[static_cast<size_t>(a.i)] || rules::isFusedOp(n);
-      }
-      for (const Arg& e : a.list) visit(e);
-    };
-    for (const Arg& a : n.args) visit(a);
-  }
-  for (const Arg& a : graph.outputs()) {
-    if (a.isConstant()) constantReaders[static_cast<size_t>(a.i)] += 2;
-  }
   for (size_t s = 0; s < graph.nodes().size(); ++s) {
     const ir::Node& n = graph.nodes()[s];
     Step step;
@@ -494,6 +508,19 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       const ir::Value& x = graph.value(static_cast<ValueId>(n.args[0].i));
       const std::vector<int64_t>* shape = x.hasStaticShape() ? &x.shape : nullptr;
       std::vector<at::Tensor> taken;  // references handed to the op (and dropped here)
+      for (size_t k : {size_t{1}, size_t{2}}) {
+        const Arg& a = n.args[k];
+        if (!a.isConstant()) continue;
+        const size_t c = static_cast<size_t>(a.i);
+        ir::ConstantTensor& ct = graph.mutableConstants()[c];
+        if (!impl->constants[c].defined() && ct.materialize) {
+          auto buffer = ct.materialize();
+          ct.data = buffer->data();
+          ct.owner = buffer;
+          ct.ownerKind = ir::ConstantOwner::HostBuffer;
+          impl->constants[c] = constantToTensor(ct);
+        }
+      }
       if (options.releaseWeights && shape) {
         for (size_t k : {size_t{1}, size_t{2}}) {
           const Arg& a = n.args[k];

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -47,7 +48,19 @@ struct ConstantTensor {
   void* data = nullptr;                 // null for constants parsed from text (no data)
   std::shared_ptr<void> owner;          // keeps `data` alive
   ConstantOwner ownerKind = ConstantOwner::None;
+  /// A folded float32 constant computed on demand (data == nullptr): the executor materializes it
+  /// when the one op reading it is built and frees it once the kernel has prepacked it, so the
+  /// folded copies of a model's weights never all exist at once.
+  std::function<std::shared_ptr<std::vector<float>>()> materialize;
 
+  /// Float32 data: the buffer itself, or a freshly materialized copy held by \p keep.
+  const float* floatData(std::shared_ptr<std::vector<float>>& keep) const {
+    if (data) return static_cast<const float*>(data);
+    if (!materialize) return nullptr;
+    keep = materialize();
+    return keep ? keep->data() : nullptr;
+  }
+  bool hasData() const { return data != nullptr || static_cast<bool>(materialize); }
   int64_t numel() const;
   bool isContiguous() const;
 };
