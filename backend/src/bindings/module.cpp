@@ -15,11 +15,10 @@ namespace py = pybind11;
 
 namespace verifuse::bindings {
 namespace {
-
 PyObject* gStaleWeightsError = nullptr;
 PyObject* gUnsupportedError = nullptr;
+}  // namespace
 
-/// Raises the Python exception for \p status (never returns).
 [[noreturn]] void raise(const Status& status) {
   PyObject* type = PyExc_RuntimeError;
   if (status.code() == StatusCode::kStaleWeights) type = gStaleWeightsError;
@@ -29,6 +28,8 @@ PyObject* gUnsupportedError = nullptr;
   PyErr_SetString(type, asEager ? status.message().c_str() : status.toString().c_str());
   throw py::error_already_set();
 }
+
+namespace {
 
 template <typename T>
 T unwrap(StatusOr<T> s) {

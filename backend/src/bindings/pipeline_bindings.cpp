@@ -73,14 +73,6 @@ ProofMemo& proofMemo() {
   return *memo;
 }
 
-[[noreturn]] void raiseStatus(const Status& s) {
-  if (s.code() == StatusCode::kUnsupported || s.code() == StatusCode::kUnimplemented) {
-    PyErr_SetString(py::module_::import("verifuse._C").attr("UnsupportedError").ptr(), s.toString().c_str());
-    throw py::error_already_set();
-  }
-  throw std::runtime_error(s.toString());
-}
-
 const char* foldKindName(rules::FoldRecord::Kind k) {
   switch (k) {
     case rules::FoldRecord::Kind::kBatchNorm: return "batch_norm";
@@ -107,7 +99,7 @@ void registerPipeline(py::module_& m) {
         options.validateInstance = passes::validateFoldInstance;
         if (plantedBug) {
           auto planted = rules::plantedBugRule({rules::plantedBugProof()});
-          if (!planted.isOk()) raiseStatus(planted.status());
+          if (!planted.isOk()) raise(planted.status());
           options.extraRules.push_back(std::move(planted).value());
         }
         std::vector<runtime::FrozenInput> f;
@@ -143,8 +135,8 @@ void registerPipeline(py::module_& m) {
           }
           planSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
         }
-        if (!result.isOk()) raiseStatus(result.status());
-        if (!compiled.isOk()) raiseStatus(compiled.status());
+        if (!result.isOk()) raise(result.status());
+        if (!compiled.isOk()) raise(compiled.status());
         if (tuningDb) (void)tuningDb->flush();  // a failed write only costs a re-tune next time
 
         py::dict report;

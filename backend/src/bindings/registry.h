@@ -9,6 +9,8 @@
 #include <map>
 #include <string>
 
+#include "verifuse/support/status.h"
+
 namespace verifuse::bindings {
 
 using BindingFn = std::function<void(pybind11::module_&)>;
@@ -18,6 +20,11 @@ inline std::map<std::string, BindingFn>& bindingRegistry() {
   static std::map<std::string, BindingFn> registry;
   return registry;
 }
+
+/// Raises the Python exception for \p status (never returns): StaleWeightsError, UnsupportedError
+/// (kUnsupported/kUnimplemented), ValueError (kInvalidGraph), or RuntimeError with ATen's own
+/// message for kInvalidArgument. Defined in module.cpp; every binding group uses it.
+[[noreturn]] void raise(const Status& status);
 
 struct BindingRegistrar {
   BindingRegistrar(const char* name, BindingFn fn) { bindingRegistry().emplace(name, std::move(fn)); }

@@ -63,6 +63,12 @@ bool validBias(const Graph& g, const Arg& b, int64_t n) {
   return c && c->sizes.size() == 1 && c->sizes[0] == n;
 }
 
+/// view / reshape / _unsafe_view of a graph value to a size list.
+bool isView(const Node* n) {
+  return n && (n->op == "aten::view" || n->op == "aten::reshape" || n->op == "aten::_unsafe_view") &&
+         n->args.size() == 2 && n->args[0].isValue();
+}
+
 void toLinear(Node& n, Arg x, Arg w, Arg b) {
   n.op = rules::kLinearOp;
   n.overload = "";
@@ -118,10 +124,6 @@ StatusOr<bool> canonicalizeFusedOps(Graph& g) {
   }
   // An N-d linear is traced as view(x, [M, K]) -> linear -> view(y, [..., N]); verifuse::linear
   // takes x[..., K] directly, so the flattening view pair disappears and post-ops can follow.
-  auto isView = [](const Node* n) {
-    return n && (n->op == "aten::view" || n->op == "aten::reshape" || n->op == "aten::_unsafe_view") &&
-           n->args.size() == 2 && n->args[0].isValue();
-  };
   for (size_t k = 0; k < g.nodes().size(); ++k) {
     const Node& lin = g.nodes()[k];
     if (lin.erased || lin.op != rules::kLinearOp || !lin.args[rules::kLinearPostOpsArg].s.empty()) continue;
@@ -174,7 +176,7 @@ StatusOr<bool> removeNoOps(Graph& g) {
       if (freshReaders) replacement = in;
     } else if (n.op == "aten::dropout" && n.args.size() == 3 && n.args[2].kind == Arg::Kind::Bool && n.args[2].i == 0) {
       replacement = in;
-    } else if ((n.op == "aten::view" || n.op == "aten::reshape" || n.op == "aten::_unsafe_view") && n.args.size() == 2) {
+    } else if (isView(&n)) {
       auto size = n.args[1].asIntList();
       if (!size.isOk()) continue;
       // view(x, x.shape) is x; view(view(y, s1), y.shape) is y.
@@ -183,8 +185,7 @@ StatusOr<bool> removeNoOps(Graph& g) {
         replacement = in;
       } else {
         const Node* p = u::producerOf(g, n.args[0]);
-        if (p && (p->op == "aten::view" || p->op == "aten::reshape" || p->op == "aten::_unsafe_view") &&
-            p->args.size() == 2 && p->args[0].isValue()) {
+        if (isView(p)) {
           const auto* srcShape = u::staticShape(g, u::valueOf(p->args[0]));
           if (srcShape && *srcShape == *size) replacement = u::valueOf(p->args[0]);
         }
@@ -221,12 +222,6 @@ std::string describeNode(const Graph& g, NodeId id) {
     return n.op + (ops.empty() ? "" : "[" + ops + "]");
   }
   return n.qualifiedName();
-}
-
-/// Rules whose rewrite creates folded constants (the instance validator checks those).
-bool foldsConstants(const rules::Rule& rule) {
-  const std::string& id = rule.id();
-  return id.find("bn") != std::string::npos || id.find("fold") != std::string::npos;
 }
 
 class RuleDriver {
@@ -277,7 +272,7 @@ class RuleDriver {
         // refuted instance leaves the graph exactly as it was. Post-op mappings change no constants
         // (their proof is the whole story) and rewrite in place.
         const bool validates = options_.verify == VerifyLevel::kInstances && options_.validateInstance &&
-                               foldsConstants(*rule);
+                               rule->foldsConstants();
         Graph copy;
         if (validates) copy = g;
         Graph& trial = validates ? copy : g;

@@ -19,9 +19,11 @@ using ir::ValueId;
 namespace u = util;
 
 StatusOr<Rule> makeRule(const std::vector<verify::RuleProof>& catalogue, const std::string& id, std::string summary,
-                        Rule::MatchFn match, Rule::RewriteFn rewrite) {
+                        Rule::MatchFn match, Rule::RewriteFn rewrite, bool foldsConstants) {
   for (const verify::RuleProof& proof : catalogue) {
-    if (proof.ruleId == id) return Rule(proof, std::move(summary), std::move(match), std::move(rewrite));
+    if (proof.ruleId == id) {
+      return Rule(proof, std::move(summary), std::move(match), std::move(rewrite), foldsConstants);
+    }
   }
   return Status(StatusCode::kNotFound, "rule '" + id + "' has no proof obligation in the verifier's catalogue");
 }
@@ -597,21 +599,22 @@ Status rewriteResidualAdd(Graph& g, const Match& m, FusionRecord&) {
 
 StatusOr<std::vector<Rule>> fusionRules(const std::vector<verify::RuleProof>& catalogue) {
   std::vector<Rule> rules;
-  auto add = [&](const std::string& id, std::string summary, Rule::MatchFn match, Rule::RewriteFn rewrite) -> Status {
-    VF_ASSIGN_OR_RETURN(Rule r, makeRule(catalogue, id, std::move(summary), std::move(match), std::move(rewrite)));
+  auto add = [&](const std::string& id, std::string summary, Rule::MatchFn match, Rule::RewriteFn rewrite,
+                 bool folds = false) -> Status {
+    VF_ASSIGN_OR_RETURN(Rule r, makeRule(catalogue, id, std::move(summary), std::move(match), std::move(rewrite), folds));
     rules.push_back(std::move(r));
     return Status::ok();
   };
   VF_RETURN_IF_ERROR(add("conv-bn-fold", "convolution + eval batch norm -> convolution with folded weight and bias",
-                         matchBatchNormFold(kConvOp, false), rewriteBatchNormFold(false)));
+                         matchBatchNormFold(kConvOp, false), rewriteBatchNormFold(false), true));
   VF_RETURN_IF_ERROR(add("linear-bn-fold", "linear + eval batch norm -> linear with folded weight and bias",
-                         matchBatchNormFold(kLinearOp, false), rewriteBatchNormFold(false)));
+                         matchBatchNormFold(kLinearOp, false), rewriteBatchNormFold(false), true));
   VF_RETURN_IF_ERROR(add("per-channel-mul-fold", "conv/linear * per-channel constant -> scaled weight and bias",
-                         matchChannelFold(ChannelOp::kMul), rewriteChannelFold(ChannelOp::kMul)));
+                         matchChannelFold(ChannelOp::kMul), rewriteChannelFold(ChannelOp::kMul), true));
   VF_RETURN_IF_ERROR(add("per-channel-div-fold", "conv/linear / per-channel constant -> scaled weight and bias",
-                         matchChannelFold(ChannelOp::kDiv), rewriteChannelFold(ChannelOp::kDiv)));
+                         matchChannelFold(ChannelOp::kDiv), rewriteChannelFold(ChannelOp::kDiv), true));
   VF_RETURN_IF_ERROR(add("per-channel-add-fold", "conv/linear + per-channel constant -> shifted bias",
-                         matchChannelFold(ChannelOp::kAdd), rewriteChannelFold(ChannelOp::kAdd)));
+                         matchChannelFold(ChannelOp::kAdd), rewriteChannelFold(ChannelOp::kAdd), true));
   VF_RETURN_IF_ERROR(add("residual-add-sum-postop", "conv/linear + residual -> sum post-op",
                          matchResidualAdd, rewriteResidualAdd));
   for (const char* id : {"conv-relu-postop", "residual-add-relu", "conv-leaky-relu-postop", "conv-gelu-erf-postop",
@@ -623,7 +626,7 @@ StatusOr<std::vector<Rule>> fusionRules(const std::vector<verify::RuleProof>& ca
   }
   // Last: a batch norm nothing could absorb becomes one per-channel multiply-add.
   VF_RETURN_IF_ERROR(add("bn-to-scale-shift", "eval batch norm -> addcmul(shift, x, scale)", matchStandaloneBatchNorm,
-                         rewriteStandaloneBatchNorm));
+                         rewriteStandaloneBatchNorm, true));
   return rules;
 }
 
@@ -647,7 +650,7 @@ verify::RuleProof plantedBugProof() {
 StatusOr<Rule> plantedBugRule(const std::vector<verify::RuleProof>& catalogue) {
   return makeRule(catalogue, "test-planted-conv-bn-fold-without-eps",
                   "TEST ONLY: conv + batch norm folded without eps (deliberately wrong)",
-                  matchBatchNormFold(kConvOp, true), rewriteBatchNormFold(true));
+                  matchBatchNormFold(kConvOp, true), rewriteBatchNormFold(true), /*foldsConstants=*/true);
 }
 
 }  // namespace verifuse::rules

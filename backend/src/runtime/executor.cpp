@@ -458,11 +458,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         impl->constants.emplace_back();
         continue;
       }
-      auto buffer = c.materialize();
-      c.data = buffer->data();
-      c.owner = buffer;
-      c.ownerKind = ir::ConstantOwner::HostBuffer;
-      c.materialize = nullptr;
+      c.materializeNow();
     }
     if (!c.data && c.numel() > 0) return invalidArgument("constant '" + c.name + "' has no data");
     impl->constants.push_back(constantToTensor(c));
@@ -514,10 +510,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         const size_t c = static_cast<size_t>(a.i);
         ir::ConstantTensor& ct = graph.mutableConstants()[c];
         if (!impl->constants[c].defined() && ct.materialize) {
-          auto buffer = ct.materialize();
-          ct.data = buffer->data();
-          ct.owner = buffer;
-          ct.ownerKind = ir::ConstantOwner::HostBuffer;
+          ct.materializeNow();
           impl->constants[c] = constantToTensor(ct);
         }
       }

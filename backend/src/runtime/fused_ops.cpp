@@ -81,35 +81,45 @@ constexpr const char* kNeedsExactPlan = "verifuse: exact plan needed (prepacked 
 /// True if \p r may be overwritten in place: the executor handed over its only reference (the
 /// value's last use), no other tensor shares its storage, and it has exactly the strides the
 /// kernel writes.
-bool donatedResidual(const at::Tensor& r, const std::vector<int64_t>& strides) {
+bool donatedResidual(const at::Tensor& r, c10::IntArrayRef strides) {
   return r.use_count() == 1 && r.storage().use_count() == 1 && r.storage_offset() == 0 &&
-         r.strides().vec() == strides && r.device().is_cpu() &&
+         r.strides() == strides && r.device().is_cpu() &&
          r.storage().nbytes() == static_cast<size_t>(r.numel()) * sizeof(float);
 }
 
-/// One kernel per input shape, created on first use and kept.
+/// A kernel and the output layout it writes, read once at creation (not per call).
+struct KernelEntry {
+  std::shared_ptr<const Kernel> kernel;  ///< null: oneDNN has only its reference kernel here
+  std::vector<int64_t> dstDims, dstStrides;  ///< dstStrides empty if the output is not plain
+};
+
+/// One kernel per input shape, created on first use and kept. Lookups allocate nothing.
 class KernelCache {
  public:
   template <typename Create>
-  StatusOr<std::shared_ptr<const Kernel>> get(const std::vector<int64_t>& dims, Create create) const {
+  StatusOr<std::shared_ptr<const KernelEntry>> get(c10::IntArrayRef dims, Create create) const {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [d, k] : entries_) {
-      if (d != dims) continue;
-      if (!k) return unimplemented("oneDNN has only its reference implementation for this shape");
-      return k;
+    for (const auto& [d, entry] : entries_) {
+      if (c10::IntArrayRef(d) != dims) continue;
+      if (!entry->kernel) return unimplemented("oneDNN has only its reference implementation for this shape");
+      return entry;
     }
     auto created = create();
-    std::shared_ptr<const Kernel> shared;
+    auto entry = std::make_shared<KernelEntry>();
     // oneDNN's reference kernels ("ref:any") are orders of magnitude slower than ATen: a shape that
     // only has one runs on ATen (remembered, so the primitive is not created again).
-    if (created.isOk() && (*created)->implInfo().rfind("ref", 0) != 0) shared = std::move(created).value();
-    entries_.emplace_back(dims, shared);
-    if (!shared) {
+    if (created.isOk() && (*created)->implInfo().rfind("ref", 0) != 0) {
+      entry->kernel = std::move(created).value();
+      entry->dstDims = entry->kernel->dstLayout().dims();
+      if (entry->kernel->dstLayout().isPlain()) entry->dstStrides = entry->kernel->dstLayout().strides();
+      implInfo_ = entry->kernel->implInfo();
+    }
+    entries_.emplace_back(dims.vec(), entry);
+    if (!entry->kernel) {
       return created.isOk() ? unimplemented("oneDNN has only its reference implementation for this shape")
                             : created.status();
     }
-    implInfo_ = shared->implInfo();
-    return shared;
+    return std::shared_ptr<const KernelEntry>(entry);
   }
   std::string implInfo() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -118,7 +128,7 @@ class KernelCache {
 
  private:
   mutable std::mutex mu_;
-  mutable std::vector<std::pair<std::vector<int64_t>, std::shared_ptr<const Kernel>>> entries_;
+  mutable std::vector<std::pair<std::vector<int64_t>, std::shared_ptr<const KernelEntry>>> entries_;
   mutable std::string implInfo_;
 };
 
@@ -127,15 +137,11 @@ class FusedBase : public FusedOp {
   std::string engine() const override { return useOnednn_ ? "onednn" : "aten"; }
   std::string implInfo() const override { return cache_.implInfo(); }
   std::pair<double, double> tunedMs() const override { return {tunedOnednnMs_, tunedAtenMs_}; }
-  bool holdsConstants() const override {
-    std::lock_guard<std::mutex> lock(weightMu_);
-    return weight_.defined();
-  }
   void requireWeights() const {
     TORCH_CHECK(!released_, kNeedsExactPlan);
   }
 
- public:  // an internal class: createFusedOp configures the fields directly
+  // An internal class: createFusedOp configures the fields directly.
   /// Weight and bias for kernel creation.
   std::pair<at::Tensor, at::Tensor> weights() const {
     std::lock_guard<std::mutex> lock(weightMu_);
@@ -159,17 +165,18 @@ class FusedBase : public FusedOp {
   /// The buffer the kernel writes: fresh, or holding the residual of a sum post-op (the residual
   /// itself when the executor handed it over at its last use: no copy; a copy otherwise). An
   /// undefined tensor when the residual does not match (the caller runs the ATen composition).
-  at::Tensor outputBuffer(const std::vector<at::Tensor>& in, const std::vector<int64_t>& dims,
-                          const std::vector<int64_t>& strides, const at::TensorOptions& options) const {
-    if (!hasSum(postOps_)) return at::empty(dims, options);
+  at::Tensor outputBuffer(const std::vector<at::Tensor>& in, c10::IntArrayRef dims, c10::IntArrayRef strides,
+                          const at::TensorOptions& options) const {
+    if (!hasSum_) return at::empty(dims, options);
     const at::Tensor& r = in.at(1);
-    if (r.sizes().vec() != dims || r.scalar_type() != at::kFloat) return at::Tensor();
+    if (r.sizes() != dims || r.scalar_type() != at::kFloat) return at::Tensor();
     if (donatedResidual(r, strides)) return r;
     at::Tensor out = at::empty(dims, options);
     out.copy_(r);
     return out;
   }
   std::vector<PostOpSpec> postOps_;
+  bool hasSum_ = false;  // postOps_ has a sum: input 1 is the residual
   kernels::ComputeType compute_ = kernels::ComputeType::kF32;
   bool useOnednn_ = true;
   double tunedOnednnMs_ = -1, tunedAtenMs_ = -1;
@@ -191,12 +198,12 @@ class FusedConv final : public FusedBase {
     return at::MemoryFormat::Contiguous;
   }
 
-  StatusOr<std::shared_ptr<const Kernel>> kernelFor(const std::vector<int64_t>& dims) const {
+  StatusOr<std::shared_ptr<const KernelEntry>> kernelFor(c10::IntArrayRef dims) const {
     return cache_.get(dims, [&]() -> StatusOr<std::unique_ptr<Kernel>> {
       auto [w, b] = weights();
       if (!w.defined()) return unimplemented("conv: weights were released after prepacking (static shapes)");
       kernels::ConvParams p;
-      p.srcDims = dims;
+      p.srcDims = dims.vec();
       p.weightDims = w.sizes().vec();
       p.weights = w.data_ptr<float>();
       p.bias = b.defined() ? b.data_ptr<float>() : nullptr;
@@ -235,15 +242,14 @@ class FusedConv final : public FusedBase {
     }
     const at::MemoryFormat fmt = activationFormat(rank);
     at::Tensor xc = x.contiguous(fmt);
-    auto kernel = kernelFor(xc.sizes().vec());
+    auto kernel = kernelFor(xc.sizes());
     if (!kernel.isOk()) return runAten(in);
-    const Kernel& k = **kernel;
-    if (!k.dstLayout().isPlain()) return runAten(in);
-    const std::vector<int64_t> dstStrides = k.dstLayout().strides();
-    at::Tensor out = outputBuffer(in, k.dstLayout().dims(), dstStrides, x.options().memory_format(fmt));
-    if (!out.defined() || out.strides().vec() != dstStrides) return runAten(in);
+    const KernelEntry& k = **kernel;
+    if (k.dstStrides.empty()) return runAten(in);
+    at::Tensor out = outputBuffer(in, k.dstDims, k.dstStrides, x.options().memory_format(fmt));
+    if (!out.defined() || out.strides() != c10::IntArrayRef(k.dstStrides)) return runAten(in);
     const void* src = xc.data_ptr();
-    Status s = k.execute({src}, out.data_ptr());
+    Status s = k.kernel->execute({src}, out.data_ptr());
     TORCH_CHECK(s.isOk(), "verifuse: oneDNN convolution failed: ", s.toString());
     return channelsLastOutput_ ? out : out.contiguous();
   }
@@ -253,8 +259,8 @@ class FusedConv final : public FusedBase {
 
 class FusedLinear final : public FusedBase {
  public:
-  StatusOr<std::shared_ptr<const Kernel>> kernelFor(int64_t m) const {
-    return cache_.get({m}, [&]() -> StatusOr<std::unique_ptr<Kernel>> {
+  StatusOr<std::shared_ptr<const KernelEntry>> kernelFor(int64_t m) const {
+    return cache_.get(c10::IntArrayRef(m), [&]() -> StatusOr<std::unique_ptr<Kernel>> {
       auto [w, b] = weights();
       if (!w.defined()) return unimplemented("linear: weights were released after prepacking (static shapes)");
       kernels::LinearParams p;
@@ -288,12 +294,11 @@ class FusedLinear final : public FusedBase {
     const int64_t m = xc.numel() / outFeaturesIn_;
     auto kernel = kernelFor(m);
     if (!kernel.isOk()) return runAten(in);
-    std::vector<int64_t> outSizes = x.sizes().vec();
+    at::DimVector outSizes(x.sizes());  // on the stack: no per-call heap allocation
     outSizes.back() = outFeatures_;
-    const auto dense = c10::contiguous_strides(outSizes);
-    at::Tensor out = outputBuffer(in, outSizes, std::vector<int64_t>(dense.begin(), dense.end()), x.options());
+    at::Tensor out = outputBuffer(in, outSizes, c10::contiguous_strides(outSizes), x.options());
     if (!out.defined()) return runAten(in);
-    Status s = (*kernel)->execute({static_cast<const void*>(xc.data_ptr())}, out.data_ptr());
+    Status s = (*kernel)->kernel->execute({static_cast<const void*>(xc.data_ptr())}, out.data_ptr());
     TORCH_CHECK(s.isOk(), "verifuse: oneDNN inner product failed: ", s.toString());
     return out;
   }
@@ -376,6 +381,7 @@ namespace {
 void configureCommon(FusedBase& op, const at::Tensor& w, const at::Tensor& b, const std::vector<PostOpSpec>& postOps,
                      const CompileOptions& options) {
   op.postOps_ = postOps;
+  op.hasSum_ = hasSum(postOps);
   op.compute_ = options.bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
   op.useOnednn_ = options.useOnednn;
   op.atenWeight_ = w;
@@ -413,7 +419,7 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
       } else {
         const int64_t rank = static_cast<int64_t>(dims.size());
         at::Tensor x = at::randn(dims, at::TensorOptions().dtype(at::kFloat)).contiguous(op->activationFormat(rank));
-        chooseEngine(*op, n, w, x, (*k)->dstLayout().dims(), hasSum(postOps), options);
+        chooseEngine(*op, n, w, x, (*k)->dstDims, hasSum(postOps), options);
         if (op->useOnednn_ && options.releaseWeights) op->releaseWeights();
       }
     }

@@ -29,9 +29,6 @@ class FusedOp {
   virtual std::string engine() const = 0;
   /// oneDNN's implementation name of the last kernel created ("brg:avx512_core", ...), or "".
   virtual std::string implInfo() const = 0;
-  /// True while the op still references the node's constant tensors (false once a static-shape
-  /// op has prepacked its weights and dropped the originals).
-  virtual bool holdsConstants() const = 0;
   /// Autotuning result in milliseconds {oneDNN, ATen}; -1 where not timed.
   virtual std::pair<double, double> tunedMs() const = 0;
 };

@@ -61,6 +61,14 @@ struct ConstantTensor {
     return keep ? keep->data() : nullptr;
   }
   bool hasData() const { return data != nullptr || static_cast<bool>(materialize); }
+  /// Gives a lazy constant its data as a host buffer (no-op when it has data).
+  void materializeNow() {
+    if (data || !materialize) return;
+    auto buffer = materialize();
+    data = buffer->data();
+    owner = buffer;
+    ownerKind = ConstantOwner::HostBuffer;
+  }
   int64_t numel() const;
   bool isContiguous() const;
 };

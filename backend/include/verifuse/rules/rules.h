@@ -91,6 +91,8 @@ class Rule {
   const std::string& id() const { return proof_.ruleId; }
   const std::string& summary() const { return summary_; }
   const verify::RuleProof& proof() const { return proof_; }
+  /// The rewrite creates folded constants (the instance validator checks them).
+  bool foldsConstants() const { return foldsConstants_; }
   std::optional<Match> match(const ir::Graph& g, ir::NodeId n, std::string* whyNot = nullptr) const {
     return match_(g, n, whyNot);
   }
@@ -98,19 +100,21 @@ class Rule {
 
  private:
   friend StatusOr<Rule> makeRule(const std::vector<verify::RuleProof>& catalogue, const std::string& id,
-                                 std::string summary, MatchFn match, RewriteFn rewrite);
-  Rule(verify::RuleProof proof, std::string summary, MatchFn match, RewriteFn rewrite)
+                                 std::string summary, MatchFn match, RewriteFn rewrite, bool foldsConstants);
+  Rule(verify::RuleProof proof, std::string summary, MatchFn match, RewriteFn rewrite, bool foldsConstants)
       : proof_(std::move(proof)), summary_(std::move(summary)), match_(std::move(match)),
-        rewrite_(std::move(rewrite)) {}
+        rewrite_(std::move(rewrite)), foldsConstants_(foldsConstants) {}
   verify::RuleProof proof_;
   std::string summary_;
   MatchFn match_;
   RewriteFn rewrite_;
+  bool foldsConstants_ = false;
 };
 
 /// kNotFound when \p id has no obligation in \p catalogue.
 StatusOr<Rule> makeRule(const std::vector<verify::RuleProof>& catalogue, const std::string& id,
-                        std::string summary, Rule::MatchFn match, Rule::RewriteFn rewrite);
+                        std::string summary, Rule::MatchFn match, Rule::RewriteFn rewrite,
+                        bool foldsConstants = false);
 
 /// The fusion rules, in the order the pass manager tries them. \p catalogue: the obligations
 /// (normally verify::builtinRuleProofs(), plus test-only planted bugs).
