@@ -158,6 +158,27 @@ def test_small_resnet_has_no_batch_norm_left_and_every_fusion_is_proved():
     assert "conv-bn-fold" in text
 
 
+def test_small_layers_get_the_end_to_end_z3_check_within_the_budget():
+    # Three folds of different sizes against the 4,096-weight limit of the end-to-end check.
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.Linear(8 * 36, 16),
+                          nn.BatchNorm1d(16), nn.Linear(16, 512), nn.BatchNorm1d(512))
+    x = torch.randn(2, 3, 8, 8)
+    report = check(model, x, rules=["conv-bn-fold", "linear-bn-fold"])
+    folds = [f for f in report.to_dict()["fusions"] if f["fold"] != "none"]
+    verdicts = [(f["nodes"][0], f["layer_check"]) for f in folds]
+    # conv (216 weights): Proved; linear 288->16 (4,608 weights): over the 4,096-weight limit;
+    # linear 16->512 (8,192): over the limit.
+    assert [v for _, v in verdicts] == ["Proved", "skipped", "skipped"], verdicts
+    assert "4608 weights > 4096" in folds[1]["layer_check_detail"]
+    assert all(f["instance"] == "Proved" and f["applied"] for f in folds)
+    assert "layer-check=Proved" in str(report)
+    # layer_check_weights=0 turns it off (the per-element instance check still runs).
+    off = verifuse.explain(model, x, strict=True, layer_check_weights=0).to_dict()["fusions"]
+    assert all(f["layer_check"] == "skipped" and f["instance"] == "Proved" for f in off if f["fold"] != "none")
+    with pytest.raises(verifuse.OptionsError, match="layer_check_weights"):
+        verifuse.explain(model, x, layer_check_weights="all")
+
+
 def test_verify_off_still_fuses_but_says_not_verified():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
     report = check(model, torch.randn(1, 3, 8, 8), verify="off", rules=["conv-bn-fold"])

@@ -277,7 +277,8 @@ class CompiledGraphRunner:
                 verify=opts.verify, fuse=True, onednn=engine != "aten", bf16=opts.dtype == "bfloat16",
                 cache_dir=str(opts.cache_dir) if opts.cache_dir else "",
                 planted_bug=os.environ.get("VERIFUSE_TEST_PLANTED_BUG") == "1",
-                autotune=opts.autotune and engine == "auto")
+                autotune=opts.autotune and engine == "auto",
+                layer_check_weights=opts.layer_check_weights)
 
     def __call__(self, args: list) -> list:
         plan = self._plan

@@ -30,6 +30,10 @@ class Options:
         )
     )
     dtype: str = "float32"
+    # End-to-end Z3 check of folded layers with at most 4,096 weights (verify="instances"): how
+    # many weights one compile may check, in graph order. It costs about 0.06 ms per weight, so the
+    # default covers one full-size layer (ResNet-50's 64x64 conv); -1: no limit, 0: off.
+    layer_check_weights: int = 4096
 
     @classmethod
     def valid_names(cls) -> list[str]:
@@ -60,5 +64,9 @@ class Options:
         for name in ("autotune", "strict"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"verifuse: option {name} must be a bool, got {getattr(self, name)!r}")
+        if isinstance(self.layer_check_weights, bool) or not isinstance(self.layer_check_weights, int) \
+                or self.layer_check_weights < -1:
+            raise OptionsError("verifuse: option layer_check_weights must be an int >= -1 "
+                               f"(-1: no limit), got {self.layer_check_weights!r}")
         if not isinstance(self.cache_dir, (str, os.PathLike)):
             raise OptionsError(f"verifuse: option cache_dir must be a path, got {self.cache_dir!r}")

@@ -169,7 +169,12 @@ class Report:
         fusions = data["fusions"]
         lines.append(f"  fusions: {len(fusions)}")
         for f in fusions:
-            lines.append(f"    {f.get('rule')}: {f.get('nodes')} verdict={f.get('verdict')}")
+            line = f"    {f.get('rule')}: {f.get('nodes')} verdict={f.get('verdict')}"
+            if f.get("max_error_bound"):
+                line += f" bound={f['max_error_bound']:.2g}"
+            if f.get("layer_check") not in (None, "not-checked"):
+                line += f" layer-check={f['layer_check']}"
+            lines.append(line)
         lines.append(f"  partitions: {len(data['partitions'])}, layout conversions (reorders): {data['reorders']}")
         lines.extend("    " + row for row in _text_table(
             ["graph", "part", "nodes", "engine", "onednn ms", "aten ms"],

@@ -437,9 +437,9 @@ def render_html(report: "Report") -> str:
         parts.append('<div class="scroll">' + render_graph_svg(nodes, f"graph {g.graph_id}") + "</div>")
 
     parts.append("<h2>tables</h2>")
-    parts.append(_table("fusions", ["graph", "rule", "nodes", "verdict", "max error bound"],
+    parts.append(_table("fusions", ["graph", "rule", "nodes", "verdict", "max error bound", "layer check (Z3)"],
                         ([f.get("graph"), f.get("rule"), f.get("nodes"), f.get("verdict"),
-                          f.get("max_error_bound")] for f in data.get("fusions", []))))
+                          f.get("max_error_bound"), f.get("layer_check")] for f in data.get("fusions", []))))
     parts.append(_table("partitions", ["graph", "partition", "nodes", "engine", "oneDNN ms", "ATen ms"],
                         ([p.get("graph"), p.get("id"), p.get("nodes"), p.get("engine"), p.get("onednn_ms"),
                           p.get("aten_ms")] for p in data.get("partitions", []))))

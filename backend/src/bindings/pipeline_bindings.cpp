@@ -88,7 +88,7 @@ void registerPipeline(py::module_& m) {
       "optimize_and_compile",
       [](ir::Graph graph, std::vector<int32_t> inputArgIndex, const std::vector<std::pair<int32_t, int32_t>>& frozen,
          int32_t numArgs, const std::string& verifyLevel, bool fuse, bool onednn, bool bf16,
-         const std::string& cacheDir, bool plantedBug, bool autotune) {
+         const std::string& cacheDir, bool plantedBug, bool autotune, int64_t layerCheckWeights) {
         passes::PipelineOptions options;
         options.fuse = fuse;
         if (verifyLevel == "off") options.verify = passes::VerifyLevel::kOff;
@@ -96,7 +96,11 @@ void registerPipeline(py::module_& m) {
         else if (verifyLevel == "instances") options.verify = passes::VerifyLevel::kInstances;
         else throw py::value_error("verify must be off, rules or instances");
         options.proveRule = [cacheDir](const rules::Rule& r) { return proofMemo().prove(r, cacheDir); };
-        options.validateInstance = passes::validateFoldInstance;
+        auto layerPolicy = std::make_shared<passes::LayerCheckPolicy>();
+        layerPolicy->weightBudget = layerCheckWeights < 0 ? INT64_MAX : layerCheckWeights;
+        options.validateInstance = [layerPolicy](const ir::Graph& g, const rules::FusionRecord& r) {
+          return passes::validateFoldInstanceWithPolicy(g, r, *layerPolicy);
+        };
         if (plantedBug) {
           auto planted = rules::plantedBugRule({rules::plantedBugProof()});
           if (!planted.isOk()) raise(planted.status());
@@ -153,6 +157,9 @@ void registerPipeline(py::module_& m) {
           d["max_error_bound"] = r.instance.maxErrorBound;
           d["max_error"] = r.instance.maxError;
           d["detail"] = r.instance.detail;
+          d["layer_check"] = r.instance.layerVerdict;
+          d["layer_check_detail"] = r.instance.layerDetail;
+          d["layer_check_seconds"] = r.instance.layerSeconds;
           fusions.append(d);
         }
         report["fusions"] = fusions;
@@ -264,6 +271,7 @@ void registerPipeline(py::module_& m) {
       py::arg("graph"), py::arg("input_arg_index"), py::arg("frozen"), py::arg("num_args"),
       py::arg("verify") = "instances", py::arg("fuse") = true, py::arg("onednn") = true, py::arg("bf16") = false,
       py::arg("cache_dir") = "", py::arg("planted_bug") = false, py::arg("autotune") = false,
+      py::arg("layer_check_weights") = 4096,
       "Runs the fusion pipeline and builds the plan: returns (CompiledGraph, report dict).");
 }
 

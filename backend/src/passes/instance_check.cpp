@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "verifuse/passes/pipeline.h"
+#include "verifuse/verify/layer_check.h"
 
 namespace verifuse::passes {
 
@@ -37,6 +38,11 @@ std::vector<Real> channelVector(const ir::Graph& g, ir::ConstantId operand, doub
 }  // namespace
 
 rules::InstanceCheck validateFoldInstance(const ir::Graph& g, const rules::FusionRecord& rec) {
+  LayerCheckPolicy unlimited;
+  return validateFoldInstanceWithPolicy(g, rec, unlimited);
+}
+
+rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const rules::FusionRecord& rec, LayerCheckPolicy& policy) {
   rules::InstanceCheck check;
   const FoldRecord& f = rec.fold;
   if (f.kind == FoldRecord::Kind::kNone) {
@@ -127,6 +133,51 @@ rules::InstanceCheck validateFoldInstance(const ir::Graph& g, const rules::Fusio
     check.maxErrorBound = std::max<double>(check.maxErrorBound, static_cast<double>(channelBound));
   }
   check.verdict = ok ? "Proved" : "Refuted";
+  // The seed blog's end-to-end check on small layers: concrete weights as exact rationals, Z3
+  // searches for an input that tells the fused and unfused layers apart. A Refuted layer fails the
+  // instance; Unknown/Timeout/Unsupported are recorded and prove nothing (the per-element check
+  // above is what admitted the fold then). It runs even when that check failed: two independent
+  // verdicts on a wrong fold.
+  const int64_t layerWeights = static_cast<int64_t>(wCount);
+  if (layerWeights > policy.maxLayerWeights) {
+    check.layerVerdict = "skipped";
+    check.layerDetail = std::to_string(layerWeights) + " weights > " + std::to_string(policy.maxLayerWeights);
+  } else if (layerWeights > policy.weightBudget) {
+    check.layerVerdict = "skipped";
+    check.layerDetail = "this compile's budget of end-to-end checked weights (layer_check_weights) is spent";
+  } else {
+    policy.weightBudget -= layerWeights;
+    std::vector<float> bias32(b.begin(), b.end()), foldedBias32(fb.begin(), fb.end());
+    verify::FoldedLayer layer;
+    layer.channels = c;
+    layer.fanIn = static_cast<int64_t>(perChannel);
+    layer.weight = standalone ? nullptr : wData;
+    layer.bias = bias32.empty() ? nullptr : bias32.data();
+    layer.foldedWeight = fwData;
+    layer.foldedBias = foldedBias32.empty() ? nullptr : foldedBias32.data();
+    if (f.kind == FoldRecord::Kind::kBatchNorm) {
+      layer.fold = verify::FoldedLayer::Fold::kBatchNorm;
+      layer.gamma = load(g, f.gamma);
+      layer.beta = load(g, f.beta);
+      layer.mean = load(g, f.mean);
+      layer.var = load(g, f.var);
+      layer.eps = f.eps;
+    } else {
+      std::vector<Real> factors = channelVector(g, f.operand, f.scalar, c);
+      layer.fold = f.kind == FoldRecord::Kind::kChannelMul   ? verify::FoldedLayer::Fold::kMul
+                   : f.kind == FoldRecord::Kind::kChannelDiv ? verify::FoldedLayer::Fold::kDiv
+                                                             : verify::FoldedLayer::Fold::kAdd;
+      layer.factor = f.kind == FoldRecord::Kind::kChannelAdd ? shift : factors;
+    }
+    layer.inputName = (rec.nodes.empty() ? std::string("layer") : rec.nodes.front()) + ".in";
+    layer.outputName = rec.resultName.empty() ? (rec.nodes.empty() ? std::string("layer") : rec.nodes.back()) : rec.resultName;
+    verify::LayerCheckResult lc = verify::checkFoldedLayer(layer, policy.options);
+    check.layerVerdict = verify::verdictKindName(lc.verdict.kind);
+    check.layerDetail = lc.verdict.summary();
+    if (!lc.verdict.counterexample.empty()) check.layerDetail += "; " + lc.verdict.counterexample.toString();
+    check.layerSeconds = lc.verdict.seconds;
+    if (lc.verdict.kind == verify::VerdictKind::Refuted) check.verdict = "Refuted";
+  }
   char buf[160];
   std::snprintf(buf, sizeof buf, "%zu channels x %zu values; max |folded - formula| = %.3g, bound %.3g",
                 static_cast<size_t>(c), perChannel, check.maxError, check.maxErrorBound);

@@ -6,6 +6,9 @@
 //    planted bug), the instance gate, determinism and the rule/obligation pairing.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <tuple>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -269,6 +272,30 @@ TEST(InstanceValidationTest, CorrectFoldIsProvedWithABound) {
   EXPECT_EQ(r->fusions[0].instance.verdict, "Proved") << r->fusions[0].instance.detail;
   EXPECT_GT(r->fusions[0].instance.maxErrorBound, 0.0);
   EXPECT_LE(r->fusions[0].instance.maxError, r->fusions[0].instance.maxErrorBound);
+  // 432 weights: the layer also gets the end-to-end Z3 check with its concrete weights.
+  EXPECT_EQ(r->fusions[0].instance.layerVerdict, "Proved") << r->fusions[0].instance.layerDetail;
+}
+
+TEST(InstanceValidationTest, LayerCheckRespectsSizeLimitAndBudget) {
+  for (auto [maxWeights, budget, expected] : {std::tuple<int64_t, int64_t, const char*>{4096, 0, "skipped"},
+                                              {100, INT64_MAX, "skipped"},
+                                              {4096, 432, "Proved"}}) {
+    Graph g = convBnWithData();
+    auto policy = std::make_shared<LayerCheckPolicy>();
+    policy->maxLayerWeights = maxWeights;
+    policy->weightBudget = budget;
+    PipelineOptions o;
+    o.verify = VerifyLevel::kInstances;
+    o.proveRule = admitAll;
+    o.validateInstance = [policy](const Graph& graph, const rules::FusionRecord& rec) {
+      return validateFoldInstanceWithPolicy(graph, rec, *policy);
+    };
+    auto r = runPipeline(g, o);
+    ASSERT_TRUE(r.isOk());
+    ASSERT_EQ(r->fusions.size(), 1u);
+    EXPECT_TRUE(r->fusions[0].applied);  // a skipped layer check does not block the fold
+    EXPECT_EQ(r->fusions[0].instance.layerVerdict, expected) << maxWeights << " " << budget;
+  }
 }
 
 TEST(InstanceValidationTest, PlantedBugInstanceIsRefutedEvenIfItsProofWereAdmitted) {
@@ -289,6 +316,9 @@ TEST(InstanceValidationTest, PlantedBugInstanceIsRefutedEvenIfItsProofWereAdmitt
     if (f.rule == "test-planted-conv-bn-fold-without-eps") {
       EXPECT_FALSE(f.applied);
       EXPECT_EQ(f.instance.verdict, "Refuted");
+      // The end-to-end check finds an input that tells the layers apart, independently.
+      EXPECT_EQ(f.instance.layerVerdict, "Refuted") << f.instance.layerDetail;
+      EXPECT_NE(f.instance.layerDetail.find("channel"), std::string::npos) << f.instance.layerDetail;
       sawRefused = true;
     }
     if (f.rule == "conv-bn-fold" && f.applied) sawGood = true;

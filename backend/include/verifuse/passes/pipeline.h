@@ -3,6 +3,7 @@
 // changed the graph; the graph is re-verified after each one. Torch-free.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "verifuse/ir/graph.h"
 #include "verifuse/rules/rules.h"
+#include "verifuse/verify/layer_check.h"
 #include "verifuse/support/status.h"
 #include "verifuse/verify/verdict.h"
 
@@ -63,6 +65,17 @@ StatusOr<bool> eliminateDeadCode(ir::Graph& graph);
 /// long double and checks each against a per-output-channel float32 rounding bound. "Proved" when
 /// every value is within its bound, "Refuted" otherwise, "Unsupported" without data.
 rules::InstanceCheck validateFoldInstance(const ir::Graph& graph, const rules::FusionRecord& record);
+
+/// Which folds also get the end-to-end layer check (verify/layer_check.h) and the per-compile
+/// budget: the check costs about 0.1 ms per weight, so a compile spends at most weightBudget
+/// checked weights on it, in graph order (deterministic).
+struct LayerCheckPolicy {
+  int64_t maxLayerWeights = 4096;
+  int64_t weightBudget = INT64_MAX;
+  verify::LayerCheckOptions options;
+};
+rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& graph, const rules::FusionRecord& record,
+                                                    LayerCheckPolicy& policy);
 
 /// A float32 constant owned by a host buffer (folded weights).
 ir::ConstantId addHostConstant(ir::Graph& graph, const std::string& baseName, std::vector<int64_t> sizes,

@@ -50,6 +50,11 @@ struct InstanceCheck {
   double maxErrorBound = 0;             ///< largest per-output-channel bound on |folded - exact|
   double maxError = 0;                  ///< largest |folded - exact| seen
   std::string detail;
+  /// End-to-end Z3 check of the whole layer with its concrete weights (small layers only):
+  /// "Proved", "Refuted", "Unknown", "Timeout", "Unsupported", "skipped" or "not-checked".
+  std::string layerVerdict = "not-checked";
+  std::string layerDetail;
+  double layerSeconds = 0;
 };
 
 /// A constant fold the rule performed: enough to recompute the folded constants exactly.
