@@ -235,6 +235,23 @@ void registerPipeline(py::module_& m) {
             d["ops"] = ops;
             partitions.append(d);
           }
+          // Fused nodes the tuner timed and kept on ATen: a partition of their own each, engine
+          // "aten", with both measured times (the evidence for the decision).
+          int nextId = static_cast<int>(plan->partitions.size());
+          for (size_t k = 0; k < planned.nodes().size(); ++k) {
+            const auto& t = timings[k];
+            if (engines[k] == "onednn" || t.first < 0 || t.second < 0) continue;
+            py::dict d;
+            d["id"] = nextId++;
+            d["nodes"] = 1;
+            d["engine"] = "aten";
+            d["onednn_ms"] = t.first;
+            d["aten_ms"] = t.second;
+            py::list ops;
+            ops.append(planned.nodes()[k].op);
+            d["ops"] = ops;
+            partitions.append(d);
+          }
           report["aten_nodes"] = plan->atenNodes.size();
           report["reorders"] = plan->conversions;
         }

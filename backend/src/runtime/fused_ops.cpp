@@ -9,9 +9,12 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <thread>
 
 #include "verifuse/kernels/kernel.h"
 #include "verifuse/kernels/ops.h"
@@ -325,6 +328,17 @@ std::string tuningSignature(const ir::Node& n, const at::Tensor& w) {
   return sig;
 }
 
+/// Test hook (tests/python/test_autotune.py): a fixed delay added to every oneDNN run *while
+/// tuning*, so a test can make ATen the faster engine deterministically and check that the tuner
+/// keeps it, records it, and that the plan then runs ATen. Read once; 0 (unset) in production.
+double testOnednnTuningPenaltyMs() {
+  static const double penalty = [] {
+    const char* e = std::getenv("VERIFUSE_TEST_TUNE_ONEDNN_PENALTY_MS");
+    return e ? std::atof(e) : 0.0;
+  }();
+  return penalty;
+}
+
 /// Chooses the engine of a static-shape fused op: autotuned (timed on real shapes, decision kept
 /// in the tuning database) or, without autotuning, by size: tiny ops pay more for oneDNN's call
 /// and layout overhead than they gain.
@@ -346,9 +360,11 @@ void chooseEngine(Op& op, const ir::Node& n, const at::Tensor& w, at::Tensor x, 
   }
   std::vector<at::Tensor> in = {x};
   if (hasResidual) in.push_back(at::randn(outShape, x.options()));
+  const double penaltyMs = testOnednnTuningPenaltyMs();
   auto runOnednn = [&]() -> Status {
     op.useOnednn_ = true;
     (void)op.run(in, false);
+    if (penaltyMs > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(penaltyMs));
     return Status::ok();
   };
   auto runAten = [&]() -> Status {
