@@ -23,6 +23,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace verifuse::verify {
 
@@ -54,6 +57,103 @@ z3::expr exactReal(z3::context& ctx, double v) {
   std::vector<char> buf(static_cast<size_t>(digits) + 400);
   std::snprintf(buf.data(), buf.size(), "%.*f", digits, v);
   return ctx.real_val(buf.data());
+}
+
+/// An exact binary fraction m * 2^e. The per-weight coefficients W' - k W are computed in these
+/// (24-bit weights times a 54-bit midpoint: at most ~102 bits) instead of by Z3's simplifier, which
+/// costs tens of microseconds per call; anything that would not fit falls back to Z3.
+struct Dyadic {
+  __int128 m = 0;
+  int e = 0;
+};
+
+int bitLength(__int128 m) {
+  unsigned __int128 a = m < 0 ? static_cast<unsigned __int128>(-m) : static_cast<unsigned __int128>(m);
+  int n = 0;
+  while (a) {
+    a >>= 1;
+    ++n;
+  }
+  return n;
+}
+
+Dyadic normalized(Dyadic d) {
+  if (d.m == 0) return {0, 0};
+  while ((d.m & 1) == 0) {
+    d.m /= 2;
+    ++d.e;
+  }
+  return d;
+}
+
+constexpr int kDyadicBits = 120;
+
+std::optional<Dyadic> toDyadic(double v) {
+  if (!std::isfinite(v)) return std::nullopt;
+  if (v == 0) return Dyadic{};
+  int exponent = 0;
+  const double mantissa = std::frexp(v, &exponent);
+  return normalized({static_cast<__int128>(static_cast<long long>(std::ldexp(mantissa, 53))), exponent - 53});
+}
+
+std::optional<Dyadic> mulD(const Dyadic& a, const Dyadic& b) {
+  if (a.m == 0 || b.m == 0) return Dyadic{};
+  if (bitLength(a.m) + bitLength(b.m) > kDyadicBits) return std::nullopt;
+  return normalized({a.m * b.m, a.e + b.e});
+}
+
+std::optional<Dyadic> addD(const Dyadic& a, const Dyadic& b) {
+  if (a.m == 0) return b;
+  if (b.m == 0) return a;
+  const int e = std::min(a.e, b.e), sa = a.e - e, sb = b.e - e;
+  if (bitLength(a.m) + sa > kDyadicBits || bitLength(b.m) + sb > kDyadicBits) return std::nullopt;
+  const __int128 one = 1;
+  return normalized({a.m * (one << sa) + b.m * (one << sb), e});
+}
+
+Dyadic negD(Dyadic d) {
+  d.m = -d.m;
+  return d;
+}
+
+std::string decimal(unsigned __int128 a) {
+  if (a == 0) return "0";
+  std::string s;
+  while (a) {
+    s.push_back(static_cast<char>('0' + static_cast<int>(a % 10)));
+    a /= 10;
+  }
+  return std::string(s.rbegin(), s.rend());
+}
+
+/// Decimal strings of 2^k, k = 0..1200 (enough for any double's exponent), built once.
+const std::string& powerOfTwo(int k) {
+  static const std::vector<std::string> table = [] {
+    std::vector<std::string> t{"1"};
+    for (int i = 1; i <= 1200; ++i) {
+      const std::string& prev = t.back();
+      std::string next(prev.size() + 1, '0');
+      int carry = 0;
+      for (size_t j = prev.size(); j-- > 0;) {
+        int d = (prev[j] - '0') * 2 + carry;
+        next[j + 1] = static_cast<char>('0' + d % 10);
+        carry = d / 10;
+      }
+      next[0] = static_cast<char>('0' + carry);
+      t.push_back(next[0] == '0' ? next.substr(1) : next);
+    }
+    return t;
+  }();
+  return table.at(static_cast<size_t>(k));
+}
+
+std::optional<z3::expr> dyadicReal(z3::context& ctx, const Dyadic& d) {
+  if (d.m == 0) return ctx.real_val(0);
+  if (d.e > 0 || -d.e > 1200) return std::nullopt;  // not needed for weights; the caller falls back
+  const bool negative = d.m < 0;
+  const unsigned __int128 a = negative ? static_cast<unsigned __int128>(-d.m) : static_cast<unsigned __int128>(d.m);
+  const std::string text = (negative ? "-" : "") + decimal(a) + "/" + powerOfTwo(-d.e);
+  return ctx.real_val(text.c_str());
 }
 
 std::string show(const z3::expr& v) {
@@ -147,6 +247,7 @@ LayerCheckResult checkUnguarded(const FoldedLayer& L, const LayerCheckOptions& o
     const std::string where = "channel " + std::to_string(o);
     // The folded op as  t -> k * t + shift  at a rational point k = kMid of its coefficient.
     z3::expr kMid = one, shift = zero, slackPerUnit = zero, varEps = zero, gammaE = one, betaE = zero, meanE = zero;
+    std::optional<Dyadic> kMidD = Dyadic{1, 0};  // kMid as an exact binary fraction when it is one
     if (bn) {
       varEps = (exactReal(ctx, L.var[oc]) + exactReal(ctx, L.eps)).simplify();
       gammaE = L.gamma.empty() ? one : exactReal(ctx, L.gamma[oc]);
@@ -165,6 +266,14 @@ LayerCheckResult checkUnguarded(const FoldedLayer& L, const LayerCheckOptions& o
       }
       // gamma * (t - mean) * r + beta  =  (gamma r) t + (beta - gamma r mean)
       kMid = (gammaE * (lo + hi) / 2).simplify();
+      kMidD = std::nullopt;
+      if (auto g = toDyadic(L.gamma.empty() ? 1.0 : L.gamma[oc])) {
+        if (auto sum = addD(*toDyadic(r0 * (1 - 0x1p-40)), *toDyadic(r0 * (1 + 0x1p-40)))) {
+          Dyadic mid = *sum;
+          mid.e -= 1;  // (lo + hi) / 2
+          kMidD = mulD(*g, mid);
+        }
+      }
       shift = (betaE - kMid * meanE).simplify();
       slackPerUnit = absOf((gammaE * (hi - lo) / 2).simplify());
     } else {
@@ -173,8 +282,14 @@ LayerCheckResult checkUnguarded(const FoldedLayer& L, const LayerCheckOptions& o
         out.verdict = unsupported(where + ": division by zero");
         return out;
       }
-      if (L.fold == FoldedLayer::Fold::kMul) kMid = f;
-      if (L.fold == FoldedLayer::Fold::kDiv) kMid = (one / f).simplify();
+      if (L.fold == FoldedLayer::Fold::kMul) {
+        kMid = f;
+        kMidD = toDyadic(L.factor[oc]);
+      }
+      if (L.fold == FoldedLayer::Fold::kDiv) {
+        kMid = (one / f).simplify();
+        kMidD = std::nullopt;  // 1/f is not a binary fraction in general
+      }
       if (L.fold == FoldedLayer::Fold::kAdd) shift = f;
     }
 
@@ -188,15 +303,20 @@ LayerCheckResult checkUnguarded(const FoldedLayer& L, const LayerCheckOptions& o
       const float fw = L.foldedWeight[o * K + i];
       const float w = L.weight ? L.weight[o * K + i] : 1.0f;
       l1 += std::fabs(static_cast<double>(fw));
-      z3::expr wE = exactReal(ctx, w);
-      z3::expr coef = (exactReal(ctx, fw) - kMid * wE).simplify();
-      z3::expr bound = absOf(coef);
+      std::optional<z3::expr> fast;
+      std::optional<Dyadic> cD;
+      if (kMidD) {
+        if (auto kw = mulD(*kMidD, *toDyadic(w))) cD = addD(*toDyadic(fw), negD(*kw));
+        if (cD) fast = dyadicReal(ctx, *cD);
+      }
+      z3::expr coef = fast ? *fast : (exactReal(ctx, fw) - kMid * exactReal(ctx, w)).simplify();
+      z3::expr bound = fast ? *dyadicReal(ctx, cD->m < 0 ? negD(*cD) : *cD) : absOf(coef);
       z3::expr zi = ctx.real_const(("z[" + std::to_string(o) + "," + std::to_string(i) + "]").c_str());
       search.add(zi >= -bound && zi <= bound);
       zs.push_back(zi);
       ch.coef.push_back(coef);
       ch.z.push_back(zi);
-      if (bn) preAbs.push_back(absOf(wE));
+      if (bn) preAbs.push_back(exactReal(ctx, std::fabs(static_cast<double>(w))));
     }
     ch.fb = L.foldedBias ? static_cast<double>(L.foldedBias[o]) : 0.0;
     l1 += std::fabs(ch.fb);
