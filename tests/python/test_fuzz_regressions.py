@@ -13,6 +13,15 @@ from verifuse import fuzz
 
 REGRESSIONS = [
     # origin, case, batches (extra batch sizes through the same compiled callable), xfail reason
+    # Found by the 30-minute run `python -m verifuse fuzz --seconds 1800 --seed 2026112101`
+    # (2026-11-21): under dynamic shapes the plan's "pooling window fits" assumption ignored
+    # ceil_mode, so a valid model (a 1-long signal into a ceil-mode avg pool, kernel 2 stride 2)
+    # failed its own shape guard in strict mode. Fixed in guards.py (ceil_mode adds stride - 1).
+    ("fuzz 30 min: dynamic conv1d to length 1, then ceil-mode avg pool wider than the input",
+     {"seed": 2026118179338122, "input_shape": [1, 1, 5], "dynamic": True, "layers": [
+         {"op": "conv", "nd": 1, "out": 1, "k": 5, "stride": 1, "padding": 0, "dilation": 1, "groups": 1,
+          "bias": False, "bn": False, "act": {"name": "none"}},
+         {"op": "pool", "kind": "avg", "nd": 1, "k": 2, "stride": 2, "padding": 0, "ceil": True}]}, None, None),
     # Found by `python -m verifuse fuzz --seed 2` (cases 2000083/-127/-157/-166, minimized) against
     # the fused executor in the working tree on 2026-11-21 (not yet committed then): plan.run raised
     # a RuntimeError with an empty message for view -> transpose -> contiguous -> (mul) -> reshape.

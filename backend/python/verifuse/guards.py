@@ -441,7 +441,9 @@ class _Collector:
         self.items.append((kind, node, _Cond(tuple(cond_alts))))
 
     def window(self, node: str, what: str, x: Any, kernel: Sequence[int], stride_pad: Sequence[int],
-               dilation: Sequence[int]) -> None:
+               dilation: Sequence[int], ceil_strides: Sequence[int] | None = None) -> None:
+        """One output position at least: size + 2*pad >= extent, or with ceil_mode (pooling) the
+        last partial window counts too: size + 2*pad + stride - 1 >= extent."""
         nsp = len(kernel)
         sizes = [_expr(s) for s in x.shape]
         for j in range(nsp):
@@ -449,7 +451,8 @@ class _Collector:
             k, pad = int(kernel[j]), int(stride_pad[j] if j < len(stride_pad) else stride_pad[0])
             dil = int(dilation[j] if j < len(dilation) else dilation[0]) if dilation else 1
             extent = dil * (k - 1) + 1
-            self.add(f"{what} window fits", node, (size + 2 * pad if pad else size, ">=", extent))
+            slack = 2 * pad + (int(ceil_strides[j]) - 1 if ceil_strides else 0)
+            self.add(f"{what} window fits", node, (size + slack if slack else size, ">=", extent))
 
     def equal(self, kind: str, node: str, a: Any, b: Any) -> None:
         self.add(kind, node, (_expr(a), "=", _expr(b)))
@@ -495,9 +498,13 @@ def _collect_assumptions(aot_gm: torch.fx.GraphModule, fake_inputs: Sequence[Any
             elif tgt in (aten.max_pool2d_with_indices.default, aten.max_pool2d.default, aten.avg_pool2d.default):
                 x = _meta(n.args[0])
                 kernel = _list(n.args[1], 2)
+                stride = _list(n.args[2], 2) if len(n.args) > 2 and n.args[2] else kernel
                 pad = _list(n.args[3] if len(n.args) > 3 else 0, 2)
-                dil = _list(n.args[4], 2) if tgt != aten.avg_pool2d.default and len(n.args) > 4 else [1, 1]
-                c.window(name, "pooling", x, kernel, pad, dil)
+                is_avg = tgt == aten.avg_pool2d.default
+                dil = _list(n.args[4], 2) if not is_avg and len(n.args) > 4 else [1, 1]
+                ceil_index = 4 if is_avg else 5
+                ceil = bool(n.args[ceil_index]) if len(n.args) > ceil_index else bool(n.kwargs.get("ceil_mode", False))
+                c.window(name, "pooling", x, kernel, pad, dil, stride if ceil else None)
             elif tgt == aten._adaptive_avg_pool2d.default:
                 x = _meta(n.args[0])
                 for d in (-2, -1):
