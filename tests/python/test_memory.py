@@ -108,12 +108,12 @@ def _mb(n: int) -> str:
 
 PEAK_CASES = [
     # KNOWN GAP (issue 7): at 64x64 the activations are tiny, so the peak is weights + runtime and
-    # the one prepacked copy of the (batch-norm folded) weights, ~100 MB, shows in full: 645 MB vs
-    # eager 445 MB (1.45x); aot_eager alone peaks at 508 MB (1.14x). Folded weights are computed
+    # the one prepacked copy of the (batch-norm folded) weights, ~100 MB, shows in full: 639 MB vs
+    # eager 445 MB (1.44x); aot_eager alone peaks at 512 MB (1.15x). Folded weights are computed
     # lazily and freed once prepacked. Reaching 1.3x needs batch norm applied as oneDNN
     # per-channel post-ops on the original weights with a plain weight layout (no copy at all).
-    # Strict, so a fix shows. (At 224x224 the ratio is 1.27-1.31 at batch 1 and 1.39 at batch 4:
-    # too close to the limit for CI, measured with VERIFUSE_BIG_MEMORY=1.)
+    # Strict, so a fix shows. (At 224x224: 1.26x at batch 1 and 1.31x at batch 4 since compile
+    # trims freed heap pages; too close to the limit for CI, so measured with VERIFUSE_BIG_MEMORY=1.)
     pytest.param("resnet50_64", 4, 3, id="resnet50_64", marks=pytest.mark.xfail(
         strict=True, reason="one prepacked copy of the folded weights on top of Dynamo/AOT overhead (1.45x)")),
     pytest.param("encoder_2l", 4, 3, id="encoder_2l"),

@@ -11,6 +11,9 @@
 #include <c10/core/GradMode.h>
 
 #include <cmath>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <functional>
 #include <map>
 #include <set>
@@ -19,6 +22,18 @@
 namespace verifuse::runtime {
 
 namespace {
+
+/// Hands freed heap pages back to the OS. A folded weight is materialized, prepacked and freed
+/// once per fused op at compile time; glibc keeps such freed chunks (its mmap threshold rises to
+/// the largest freed block), so without this the compile's peak RSS grows by the folded weights
+/// that are already gone (measured on ResNet-50: tens of MB). malloc_trim also releases free
+/// pages in the middle of the heap. Once per released weight, at compile time only.
+void releaseFreedHeapPages() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
 
 using ir::Arg;
 using ir::ValueId;
@@ -535,6 +550,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
           }
         }
         taken.clear();
+        releaseFreedHeapPages();
       }
       if (!fused.isOk()) return fused.status().withContext(n.op);
       step.fused = std::shared_ptr<const FusedOp>(std::move(fused).value());
