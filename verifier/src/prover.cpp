@@ -1,5 +1,6 @@
-// The Z3 layer: the only translation unit that includes z3++.h. Encodes obligations, runs the
-// vacuity / definedness / value queries, maps Z3 results to Verdicts. No exception escapes.
+// The Z3 layer for rule obligations (with layer_check.cpp and shapes/z3_bridge.cpp, one of the few
+// translation units that include z3++.h). Encodes obligations, runs the vacuity / definedness / value
+// queries, maps Z3 results to Verdicts. No exception escapes.
 #include "verifuse/verify/prover.h"
 
 #include <z3++.h>
