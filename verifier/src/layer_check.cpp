@@ -37,28 +37,6 @@ struct Bad {
   std::string what;
 };
 
-/// The exact rational value of a finite double, as a Z3 numeral (decimal expansion: every
-/// binary fraction has a finite one; glibc's printf prints it exactly).
-z3::expr exactReal(z3::context& ctx, double v) {
-  if (!std::isfinite(v)) throw Bad{"non-finite constant"};
-  if (v == 0) return ctx.real_val(0);
-  int exponent = 0;
-  const double mantissa = std::frexp(v, &exponent);  // v = mantissa * 2^exponent, |mantissa| in [0.5, 1)
-  // Fast path (every float32 weight of ordinary size): v = m / 2^k with a 53-bit m and k <= 62.
-  const int k = 53 - exponent;
-  if (k >= 0 && k <= 62) {
-    const long long m = static_cast<long long>(std::ldexp(mantissa, 53));  // exact: 53 bits
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%lld/%llu", m, 1ULL << k);
-    return ctx.real_val(buf);
-  }
-  // Otherwise the decimal expansion (every binary fraction has a finite one; glibc prints it exactly).
-  const int digits = std::max(0, k);
-  std::vector<char> buf(static_cast<size_t>(digits) + 400);
-  std::snprintf(buf.data(), buf.size(), "%.*f", digits, v);
-  return ctx.real_val(buf.data());
-}
-
 /// An exact binary fraction m * 2^e. The per-weight coefficients W' - k W are computed in these
 /// (24-bit weights times a 54-bit midpoint: at most ~102 bits) instead of by Z3's simplifier, which
 /// costs tens of microseconds per call; anything that would not fit falls back to Z3.
@@ -156,6 +134,17 @@ std::optional<z3::expr> dyadicReal(z3::context& ctx, const Dyadic& d) {
   return ctx.real_val(text.c_str());
 }
 
+/// The exact rational value of a finite double, as a Z3 numeral.
+z3::expr exactReal(z3::context& ctx, double v) {
+  std::optional<Dyadic> d = toDyadic(v);
+  if (!d) throw Bad{"non-finite constant"};
+  if (std::optional<z3::expr> e = dyadicReal(ctx, *d)) return *e;
+  // A positive exponent: an integer, whose decimal digits glibc's printf gives exactly.
+  char buf[400];
+  std::snprintf(buf, sizeof buf, "%.0f", v);
+  return ctx.real_val(buf);
+}
+
 std::string show(const z3::expr& v) {
   if (v.is_algebraic()) return v.get_decimal_string(12) + "?";
   if (v.is_numeral()) return v.get_decimal_string(12);
@@ -233,7 +222,7 @@ LayerCheckResult checkUnguarded(const FoldedLayer& L, const LayerCheckOptions& o
   // One query for the whole layer: some channel o and some input tell the layers apart. Each
   // channel has its own variables z[o,i] = c[o,i] x_i; a disjunct per channel.
   struct Channel {
-    z3::expr kMid, shift, varEps, gammaE, betaE, meanE, biasE, d, tol, diff;
+    z3::expr kMid, shift, varEps, gammaE, betaE, meanE, biasE, d, tol;
     std::vector<z3::expr> coef, z;
     double fb = 0;
   };
@@ -258,7 +247,8 @@ LayerCheckResult checkUnguarded(const FoldedLayer& L, const LayerCheckOptions& o
         return out;
       }
       const double r0 = 1.0 / std::sqrt(L.var[oc] + L.eps);
-      z3::expr lo = exactReal(ctx, r0 * (1 - 0x1p-40)), hi = exactReal(ctx, r0 * (1 + 0x1p-40));
+      const double loValue = r0 * (1 - 0x1p-40), hiValue = r0 * (1 + 0x1p-40);
+      z3::expr lo = exactReal(ctx, loValue), hi = exactReal(ctx, hiValue);
       // lo^2 (v+e) <= 1 <= hi^2 (v+e), decided exactly by Z3's rational simplifier.
       if (!(lo > zero && lo * lo * varEps <= one && hi * hi * varEps >= one).simplify().is_true()) {
         out.verdict = unknown(where + ": could not enclose 1/sqrt(var + eps)");
@@ -268,7 +258,7 @@ LayerCheckResult checkUnguarded(const FoldedLayer& L, const LayerCheckOptions& o
       kMid = (gammaE * (lo + hi) / 2).simplify();
       kMidD = std::nullopt;
       if (auto g = toDyadic(L.gamma.empty() ? 1.0 : L.gamma[oc])) {
-        if (auto sum = addD(*toDyadic(r0 * (1 - 0x1p-40)), *toDyadic(r0 * (1 + 0x1p-40)))) {
+        if (auto sum = addD(*toDyadic(loValue), *toDyadic(hiValue))) {
           Dyadic mid = *sum;
           mid.e -= 1;  // (lo + hi) / 2
           kMidD = mulD(*g, mid);
@@ -294,7 +284,7 @@ LayerCheckResult checkUnguarded(const FoldedLayer& L, const LayerCheckOptions& o
     }
 
     // fused - unfused = sum_i (W'_i - k W_i) x_i + (b' - k b - shift) = sum_i c_i x_i + d.
-    Channel ch{kMid, shift, varEps, gammaE, betaE, meanE, zero, zero, zero, zero, {}, {}, 0};
+    Channel ch{kMid, shift, varEps, gammaE, betaE, meanE, zero, zero, zero, {}, {}, 0};
     ch.coef.reserve(static_cast<size_t>(K));
     ch.z.reserve(static_cast<size_t>(K));
     z3::expr_vector zs(ctx), preAbs(ctx);
@@ -337,9 +327,8 @@ LayerCheckResult checkUnguarded(const FoldedLayer& L, const LayerCheckOptions& o
       }
     }
     // |fused - unfused| > tol at the true r implies |diff at kMid| > tol - slack: search for that.
-    ch.diff = z3::sum(zs) + ch.d;
-    const z3::expr tolEff = (ch.tol - slack).simplify();
-    apart.push_back(ch.diff > tolEff || ch.diff < -tolEff);
+    const z3::expr diff = z3::sum(zs) + ch.d, tolEff = (ch.tol - slack).simplify();
+    apart.push_back(diff > tolEff || diff < -tolEff);
     chans.push_back(std::move(ch));
   }
   search.add(z3::mk_or(apart));

@@ -72,6 +72,8 @@ py::object fromIValue(const c10::IValue& v) {
   throw py::type_error("verifuse: graph produced an output of unsupported type " + v.tagKind());
 }
 
+}  // namespace
+
 py::dict statsDict(const runtime::CompiledGraph& cg) {
   py::dict d;
   auto s = cg.stats();
@@ -86,6 +88,8 @@ py::dict statsDict(const runtime::CompiledGraph& cg) {
   d["ops"] = ops;
   return d;
 }
+
+namespace {
 
 void registerCore(py::module_& m) {
   gStaleWeightsError = PyErr_NewException("verifuse._C.StaleWeightsError", PyExc_RuntimeError, nullptr);

@@ -183,10 +183,7 @@ void registerPipeline(py::module_& m) {
         report["plan_seconds"] = planSeconds;
         const auto& cg = **compiled;
         report["engines"] = cg.nodeEngines();
-        auto stats = cg.stats();
-        report["fused_steps"] = stats.fusedSteps;
-        report["onednn_steps"] = stats.onednnSteps;
-        report["constant_folded_steps"] = stats.constantFoldedSteps;
+        for (auto item : statsDict(cg)) report[item.first] = item.second;
         report["timings_run"] = kernels::timingCallCount() - timingsBefore;
         if (tuningDb) {
           auto ts = tuningDb->stats();

@@ -11,6 +11,10 @@
 
 #include "verifuse/support/status.h"
 
+namespace verifuse::runtime {
+class CompiledGraph;
+}
+
 namespace verifuse::bindings {
 
 using BindingFn = std::function<void(pybind11::module_&)>;
@@ -25,6 +29,11 @@ inline std::map<std::string, BindingFn>& bindingRegistry() {
 /// (kUnsupported/kUnimplemented), ValueError (kInvalidGraph), or RuntimeError with ATen's own
 /// message for kInvalidArgument. Defined in module.cpp; every binding group uses it.
 [[noreturn]] void raise(const Status& status);
+
+/// A compiled graph's step counts (dispatcher, builtin, fused, oneDNN, constant-folded) and op
+/// histogram: CompiledGraph.stats() in Python, and part of optimize_and_compile's report.
+/// Defined in module.cpp.
+pybind11::dict statsDict(const runtime::CompiledGraph& graph);
 
 struct BindingRegistrar {
   BindingRegistrar(const char* name, BindingFn fn) { bindingRegistry().emplace(name, std::move(fn)); }

@@ -51,9 +51,13 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
   }
   // Expected folded weight w'[o, i] = W[o, i] * scale[o] and bias b'[o] = B[o] * biasScale[o] + shift[o].
   std::vector<Real> scale, shift, biasScale;
+  std::vector<Real> gamma, beta, mean, var, factors;  // the fold's operands, also for the layer check
   int64_t c = 0;
   if (f.kind == FoldRecord::Kind::kBatchNorm) {
-    std::vector<Real> gamma = load(g, f.gamma), beta = load(g, f.beta), mean = load(g, f.mean), var = load(g, f.var);
+    gamma = load(g, f.gamma);
+    beta = load(g, f.beta);
+    mean = load(g, f.mean);
+    var = load(g, f.var);
     c = static_cast<int64_t>(mean.size());
     if (mean.empty() || var.size() != mean.size()) {
       check.verdict = "Unsupported";
@@ -71,7 +75,7 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
   } else {
     const int64_t outC = g.constants().at(static_cast<size_t>(f.foldedWeight)).sizes.at(0);
     c = outC;
-    std::vector<Real> factors = channelVector(g, f.operand, f.scalar, c);
+    factors = channelVector(g, f.operand, f.scalar, c);
     scale.assign(static_cast<size_t>(c), 1.0);
     shift.assign(static_cast<size_t>(c), 0.0);
     biasScale.assign(static_cast<size_t>(c), 1.0);
@@ -157,17 +161,16 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
     layer.foldedBias = foldedBias32.empty() ? nullptr : foldedBias32.data();
     if (f.kind == FoldRecord::Kind::kBatchNorm) {
       layer.fold = verify::FoldedLayer::Fold::kBatchNorm;
-      layer.gamma = load(g, f.gamma);
-      layer.beta = load(g, f.beta);
-      layer.mean = load(g, f.mean);
-      layer.var = load(g, f.var);
+      layer.gamma = std::move(gamma);
+      layer.beta = std::move(beta);
+      layer.mean = std::move(mean);
+      layer.var = std::move(var);
       layer.eps = f.eps;
     } else {
-      std::vector<Real> factors = channelVector(g, f.operand, f.scalar, c);
       layer.fold = f.kind == FoldRecord::Kind::kChannelMul   ? verify::FoldedLayer::Fold::kMul
                    : f.kind == FoldRecord::Kind::kChannelDiv ? verify::FoldedLayer::Fold::kDiv
                                                              : verify::FoldedLayer::Fold::kAdd;
-      layer.factor = f.kind == FoldRecord::Kind::kChannelAdd ? shift : factors;
+      layer.factor = f.kind == FoldRecord::Kind::kChannelAdd ? shift : std::move(factors);
     }
     layer.inputName = (rec.nodes.empty() ? std::string("layer") : rec.nodes.front()) + ".in";
     layer.outputName = rec.resultName.empty() ? (rec.nodes.empty() ? std::string("layer") : rec.nodes.back()) : rec.resultName;

@@ -23,12 +23,18 @@ namespace verifuse::runtime {
 
 namespace {
 
-/// Hands freed heap pages back to the OS. A folded weight is materialized, prepacked and freed
-/// once per fused op at compile time; glibc keeps such freed chunks (its mmap threshold rises to
-/// the largest freed block), so without this the compile's peak RSS grows by the folded weights
-/// that are already gone (measured on ResNet-50: tens of MB). malloc_trim also releases free
-/// pages in the middle of the heap. Once per released weight, at compile time only.
-void releaseFreedHeapPages() {
+/// Hands freed heap pages back to the OS once \p releasedBytes (folded weights freed since the
+/// last trim) reach 16 MB. A folded weight is materialized, prepacked and freed once per fused op
+/// at compile time; glibc keeps such freed chunks (its mmap threshold rises to the largest freed
+/// block), so without this the compile's peak RSS grows by weights that are already gone
+/// (ResNet-50: 643-694 MB instead of about 600 MB). malloc_trim also releases free pages in the
+/// middle of the heap; the cost is the trim plus faulting those pages in again for later
+/// allocations: trimming after every weight made ResNet-50's plan build 0.06 -> 0.21 s, every
+/// 16 MB makes it 0.16 s for a peak 3 MB higher.
+void releaseFreedHeapPages(size_t& releasedBytes) {
+  constexpr size_t kTrimThreshold = size_t{16} << 20;
+  if (releasedBytes < kTrimThreshold) return;
+  releasedBytes = 0;
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif
@@ -492,6 +498,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
 
   // Last use of every value, so steps can drop intermediates as soon as they are dead.
   std::vector<int64_t> lastUse(graph.numValues(), -1);
+  size_t releasedSinceTrim = 0;  // bytes of folded weights freed since the last heap trim
   std::vector<ValueId> used;
   for (size_t s = 0; s < graph.nodes().size(); ++s) {
     used.clear();
@@ -549,8 +556,9 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
             impl->constants[static_cast<size_t>(a.i)] = at::Tensor();
           }
         }
+        for (const at::Tensor& t : taken) releasedSinceTrim += t.nbytes();
         taken.clear();
-        releaseFreedHeapPages();
+        releaseFreedHeapPages(releasedSinceTrim);
       }
       if (!fused.isOk()) return fused.status().withContext(n.op);
       step.fused = std::shared_ptr<const FusedOp>(std::move(fused).value());

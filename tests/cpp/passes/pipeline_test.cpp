@@ -259,12 +259,18 @@ ProofOutcome admitAll(const rules::Rule&) {
   return out;
 }
 
-TEST(InstanceValidationTest, CorrectFoldIsProvedWithABound) {
-  Graph g = convBnWithData();
+/// Instance validation on, every rule admitted (the proof gate is tested separately).
+PipelineOptions instanceOptions() {
   PipelineOptions o;
   o.verify = VerifyLevel::kInstances;
   o.proveRule = admitAll;
   o.validateInstance = validateFoldInstance;
+  return o;
+}
+
+TEST(InstanceValidationTest, CorrectFoldIsProvedWithABound) {
+  Graph g = convBnWithData();
+  PipelineOptions o = instanceOptions();
   auto r = runPipeline(g, o);
   ASSERT_TRUE(r.isOk());
   ASSERT_EQ(r->fusions.size(), 1u);
@@ -284,9 +290,7 @@ TEST(InstanceValidationTest, LayerCheckRespectsSizeLimitAndBudget) {
     auto policy = std::make_shared<LayerCheckPolicy>();
     policy->maxLayerWeights = maxWeights;
     policy->weightBudget = budget;
-    PipelineOptions o;
-    o.verify = VerifyLevel::kInstances;
-    o.proveRule = admitAll;
+    PipelineOptions o = instanceOptions();
     o.validateInstance = [policy](const Graph& graph, const rules::FusionRecord& rec) {
       return validateFoldInstanceWithPolicy(graph, rec, *policy);
     };
@@ -301,10 +305,7 @@ TEST(InstanceValidationTest, LayerCheckRespectsSizeLimitAndBudget) {
 TEST(InstanceValidationTest, PlantedBugInstanceIsRefutedEvenIfItsProofWereAdmitted) {
   // Defence in depth: even with the rule gate bypassed, the instance check catches eps dropped.
   Graph g = convBnWithData();
-  PipelineOptions o;
-  o.verify = VerifyLevel::kInstances;
-  o.proveRule = admitAll;
-  o.validateInstance = validateFoldInstance;
+  PipelineOptions o = instanceOptions();
   auto planted = rules::plantedBugRule({rules::plantedBugProof()});
   ASSERT_TRUE(planted.isOk());
   o.extraRules.push_back(std::move(planted).value());
