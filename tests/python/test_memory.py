@@ -112,7 +112,7 @@ PEAK_CASES = [
     # eager 445 MB (1.44x); aot_eager alone peaks at 512 MB (1.15x). Folded weights are computed
     # lazily and freed once prepacked. Reaching 1.3x needs batch norm applied as oneDNN
     # per-channel post-ops on the original weights with a plain weight layout (no copy at all).
-    # Strict, so a fix shows. (At 224x224: 1.26x at batch 1 and 1.31x at batch 4 since compile
+    # Strict, so a fix shows. (At 224x224: 1.24-1.27x at batch 1 and 1.31x at batch 4 since compile
     # trims freed heap pages; too close to the limit for CI, so measured with VERIFUSE_BIG_MEMORY=1.)
     pytest.param("resnet50_64", 4, 3, id="resnet50_64", marks=pytest.mark.xfail(
         strict=True, reason="one prepacked copy of the folded weights on top of Dynamo/AOT overhead (1.45x)")),
