@@ -4,20 +4,18 @@ length 16..128 for the encoder) under ``torch.compile(m, backend="verifuse", dyn
 shape assumptions Dynamo's guards entail, and which runtime guards verifuse adds.
 
     PYTHONPATH=backend/python python bench/shapes/dynamic_shapes.py [--json bench/results/shapes_dynamic.json]
-           [--models small_resnet,resnet18_64,encoder_2l] [--configs dynamic,bso,bso_conv_heuristics_off]
+           [--models small_resnet,resnet18_64,encoder_2l] [--configs dynamic,dynamo_default_tracing,mark_dynamic]
 
 Each (model, config) runs in a fresh subprocess (Dynamo state and torch config are per process).
 Configs:
-  dynamic                   torch.compile(dynamic=True) alone
-  bso                       + torch.fx.experimental._config.backed_size_oblivious = True (no 0/1
-                            specialization: size 1 does not get its own graph)
-  bso_conv_heuristics_off   + the first (compiling) call runs under torch.backends.mkldnn.flags(
-                            enabled=False) and torch.backends.nnpack.flags(enabled=False): Dynamo's
-                            fake convolution asks ATen which conv backend it would pick (to know the
-                            output memory format), and ATen's heuristic guards on batch >= 16
-  mark_dynamic              torch._dynamo.mark_dynamic(x, 0, min=1, max=16) (documented constraint API)
-Never asserted on in CI. Until backend.py calls verifuse.guards.attach_shape_guards itself, the
-script installs the same hook (verifuse.guards.hooked_backend).
+  dynamic                  torch.compile(dynamic=True) as a user writes it: while Dynamo traces a
+                           frame for verifuse, sizes are traced size-obliviously (no 0/1
+                           specialization) and a plainly contiguous convolution does not ask ATen
+                           which kernel it would pick (no batch >= 16 guard); see
+                           verifuse/dynamic_tracing.py
+  dynamo_default_tracing   the same with VERIFUSE_SIZE_OBLIVIOUS_TRACING=0 (Dynamo's own tracing)
+  mark_dynamic             torch._dynamo.mark_dynamic(x, 0, min=1, max=16) (documented constraint API)
+Never asserted on in CI.
 """
 from __future__ import annotations
 
@@ -31,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ("small_resnet", "resnet18_64", "encoder_2l")
-CONFIGS = ("dynamic", "bso", "bso_conv_heuristics_off", "mark_dynamic")
+CONFIGS = ("dynamic", "dynamo_default_tracing", "mark_dynamic")
 
 
 def shapes_for(model: str) -> list[tuple[int, ...]]:
@@ -42,14 +40,11 @@ def shapes_for(model: str) -> list[tuple[int, ...]]:
 
 
 def child(model: str, config: str) -> dict:
-    import contextlib
-
     import torch
 
     sys.path.insert(0, str(ROOT / "bench"))
     import verifuse
     from verifuse import report as _report
-    from verifuse.guards import backend_calls_attach, hooked_backend
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -61,32 +56,22 @@ def child(model: str, config: str) -> dict:
         from verifuse_bench.models import get_spec
 
         m = get_spec(model).build_model()
-    if config.startswith("bso"):
-        import torch.fx.experimental._config as fx_config
-
-        fx_config.backed_size_oblivious = True
     compiled = torch.compile(m, backend="verifuse", dynamic=True)
     verifuse.reset_stats()
-    out: dict = {"model": model, "config": config, "hook": "backend.py" if backend_calls_attach() else "test hook",
-                 "calls": 0, "max_abs_err": 0.0, "error": None}
+    out: dict = {"model": model, "config": config, "calls": 0, "max_abs_err": 0.0, "error": None}
     shapes = shapes_for(model)
     t0 = time.perf_counter()
     first_call_s = None
-    with hooked_backend(), _report.collect() as graphs, torch.no_grad():
-        for k, shape in enumerate(shapes):
+    with _report.collect() as graphs, torch.no_grad():
+        for shape in shapes:
             x = torch.randn(*shape)
             if config == "mark_dynamic":
                 torch._dynamo.mark_dynamic(x, 0, min=1, max=16)
                 if model == "encoder_2l":
                     torch._dynamo.mark_dynamic(x, 1, min=16, max=128)
-            ctx = contextlib.ExitStack()
-            if config == "bso_conv_heuristics_off" and k == 0:
-                ctx.enter_context(torch.backends.mkldnn.flags(enabled=False))
-                ctx.enter_context(torch.backends.nnpack.flags(enabled=False))
             t = time.perf_counter()
             try:
-                with ctx:
-                    y = compiled(x)
+                y = compiled(x)
             except Exception as e:  # noqa: BLE001 - a failure is a result here
                 out["error"] = f"{shape}: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
                 break
@@ -128,10 +113,9 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "backend" / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for model in args.models.split(","):
         for config in args.configs.split(","):
-            if config == "bso_conv_heuristics_off" and model == "encoder_2l":
-                continue  # no convolution
+            child_env = dict(env, VERIFUSE_SIZE_OBLIVIOUS_TRACING="0" if config == "dynamo_default_tracing" else "1")
             p = subprocess.run([sys.executable, __file__, "--child", model, config], capture_output=True, text=True,
-                               env=env, timeout=1800)
+                               env=child_env, timeout=1800)
             line = [ln for ln in p.stdout.splitlines() if ln.startswith("@@RESULT@@")]
             row = json.loads(line[0][len("@@RESULT@@"):]) if line else {
                 "model": model, "config": config, "error": (p.stderr.strip().splitlines() or ["?"])[-1]}

@@ -102,8 +102,16 @@ def _call(fn, x):
 
 
 def _normalized(exc: Exception) -> list:
-    """Message lines without object addresses and symbolic-size numbers (s50 vs s52)."""
-    return [re.sub(r"\bs\d+\b", "s#", re.sub(r"0x[0-9a-f]+", "0x#", line)) for line in str(exc).splitlines()]
+    """The first two message lines, compared by their words: object addresses, sizes and size
+    symbols dropped (s50 vs s52; and a size of 1 is a symbol under verifuse's size-oblivious
+    tracing but the constant 1 for other backends, so ATen's message prints ``(8xs69xs87)`` where
+    the eager backend's prints ``(8x1x1)``). The error class and every word of the embedded eager
+    error still have to match."""
+    def words(line: str) -> list:
+        line = re.sub(r"s\d+", " ", re.sub(r"0x[0-9a-f]+", " ", line))
+        return [w for w in re.findall(r"[A-Za-z_]{2,}", line) if set(w) != {"x"}]
+
+    return [words(line) for line in str(exc).splitlines()[:2]]
 
 
 def run_scenario(name: str) -> dict:
@@ -131,7 +139,7 @@ def run_scenario(name: str) -> dict:
         ref = _call(reference, x)
         res["dynamo_eager"] = type(ref).__name__ if isinstance(ref, Exception) else "tensor"
         res["same_as_dynamo_eager"] = (isinstance(got, Exception) and type(got) is type(ref)
-                                       and _normalized(got)[:2] == _normalized(ref)[:2])
+                                       and _normalized(got) == _normalized(ref))
         res["eager_message"] = str(want).splitlines()[0] if str(want) else ""
         res["verifuse_message"] = str(got)[:2000]
         res["same_result"] = False

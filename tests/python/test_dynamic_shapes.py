@@ -1,12 +1,11 @@
 """Shape guards under dynamic shapes (verifuse.guards): which of the plan's shape assumptions
 Dynamo's guards entail, the runtime guards verifuse adds for the rest, the exported shape program
-(re-checked with python z3, an independent solver), and compile counts for batch 1..16.
-
-Until backend.py calls ``attach_shape_guards`` itself, ``hooked_backend()`` installs the same hook.
+(re-checked with python z3, an independent solver), and compile counts for batch 1..16 under plain
+``dynamic=True`` (verifuse.dynamic_tracing: no 0/1 specialization, no guards from ATen's convolution
+heuristics, only while a frame is traced for verifuse).
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 
 import pytest
@@ -15,7 +14,8 @@ import torch.nn as nn
 
 import verifuse
 from verifuse import report as _report
-from verifuse.guards import ShapeGuardError, hooked_backend, to_python, to_smt
+from verifuse import dynamic_tracing
+from verifuse.guards import ShapeGuardError, to_python, to_smt
 
 z3 = pytest.importorskip("z3")
 
@@ -34,23 +34,6 @@ def _fresh_dynamo():
     verifuse.reset_stats()
     yield
     torch._dynamo.reset()
-
-
-@contextlib.contextmanager
-def backed_size_oblivious():
-    import torch.fx.experimental._config as fx_config
-
-    with fx_config.patch(backed_size_oblivious=True):
-        yield
-
-
-def conv_heuristics_off():
-    """Dynamo's fake convolution asks ATen which conv backend it would use (for the output memory
-    format); ATen's mkldnn/nnpack heuristics compare the batch with 16 and that becomes a guard."""
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
-    stack.enter_context(torch.backends.nnpack.flags(enabled=False))
-    return stack
 
 
 class TinyEncoder(nn.Module):
@@ -114,34 +97,35 @@ def test_printers_agree_with_python_and_z3() -> None:
 # end to end
 # --------------------------------------------------------------------------------------------
 
-def test_plain_dynamic_guards_entail_every_assumption() -> None:
-    """dynamic=True alone: Dynamo's range (sizes >= 2) and the convolution meta checks entail the
-    plan's assumptions (kernel 5 without padding, pooling, dilated conv), so nothing is added."""
+def test_dynamo_guards_entail_the_window_assumptions() -> None:
+    """Dynamo's guards (the convolution and pooling meta checks) entail the plan's window
+    assumptions (kernel 5 without padding, pooling, dilated conv); traced size-obliviously the
+    batch may be 0 as far as they go, so ``size0 >= 1`` is the one guard verifuse adds."""
     m = nn.Sequential(nn.Conv2d(3, 4, 5), nn.ReLU(), nn.MaxPool2d(3, 2), nn.Conv2d(4, 4, 3, dilation=2)).eval()
     compiled = torch.compile(m, backend="verifuse", dynamic=True)
-    with hooked_backend(), _report.collect() as graphs, torch.no_grad():
+    with _report.collect() as graphs, torch.no_grad():
         for shape in [(2, 3, 20, 20), (3, 3, 21, 25), (5, 3, 30, 19)]:
             x = torch.randn(*shape)
             torch.testing.assert_close(compiled(x), m(x), rtol=1e-4, atol=1e-4)
     assumptions = shape_entries(graphs, "assumption")
     kinds = {a["kind"] for a in assumptions}
     assert {"convolution window fits", "pooling window fits", "positive size"} <= kinds
-    assert assumptions and all(a["entailed"] for a in assumptions), assumptions
-    assert not shape_entries(graphs, "added_guard")
+    not_entailed = {a["text"] for a in assumptions if not a["entailed"]}
+    assert not_entailed == {"args_0_size0 >= 1"}, not_entailed
+    assert {g["text"] for g in shape_entries(graphs, "added_guard")} == {"args_0_size0 >= 1"}
     assert shape_entries(graphs, "dynamo_guard")
 
 
 def test_resnet_one_graph_for_batch_1_to_16_with_added_guards() -> None:
     m = small_resnet()
     compiled = torch.compile(m, backend="verifuse", dynamic=True)
-    with backed_size_oblivious(), hooked_backend(), _report.collect() as graphs, torch.no_grad():
+    with _report.collect() as graphs, torch.no_grad():
         for b in range(1, 17):
             x = torch.randn(b, 3, 32, 32)
-            with conv_heuristics_off() if b == 1 else contextlib.nullcontext():
-                y = compiled(x)
+            y = compiled(x)
             torch.testing.assert_close(y, m(x), rtol=1e-4, atol=1e-4)
         assert verifuse.stats()["graphs_compiled"] == 1
-        # Under backed_size_oblivious a size may be 0 as far as Dynamo's guards go: verifuse adds
+        # Traced size-obliviously, a size may be 0 as far as Dynamo's guards go: verifuse adds
         # guards for the sizes its plan assumes positive and runs such inputs eagerly.
         added = [g["text"] for g in shape_entries(graphs, "added_guard") if g["checked_at_runtime"]]
         assert "x_size0 >= 1" in added and "x_size2 >= 1" in added, added
@@ -160,7 +144,7 @@ def test_resnet_one_graph_for_batch_1_to_16_with_added_guards() -> None:
 def test_strict_mode_raises_on_a_violated_added_guard() -> None:
     m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU()).eval()
     compiled = torch.compile(m, backend="verifuse", dynamic=True, options={"strict": True})
-    with backed_size_oblivious(), hooked_backend(), torch.no_grad():
+    with torch.no_grad():
         compiled(torch.randn(2, 3, 8, 8))
         with pytest.raises(ShapeGuardError, match="shape guard failed"):
             compiled(torch.randn(0, 3, 8, 8))
@@ -171,7 +155,7 @@ def test_encoder_one_graph_for_batch_and_sequence() -> None:
     m = TinyEncoder().eval()
     compiled = torch.compile(m, backend="verifuse", dynamic=True)
     shapes = [(b, s) for b in (1, 2, 3, 8, 16) for s in (16, 17, 64, 127, 128)]
-    with backed_size_oblivious(), hooked_backend(), _report.collect() as graphs, torch.no_grad():
+    with _report.collect() as graphs, torch.no_grad():
         for b, s in shapes:
             x = torch.randn(b, s, 32)
             torch.testing.assert_close(compiled(x), m(x), rtol=1e-4, atol=1e-4)
@@ -183,10 +167,54 @@ def test_encoder_one_graph_for_batch_and_sequence() -> None:
                           [e for e in graphs[-1].shape_guards if e["type"] == "assumption"])
 
 
+def test_size_oblivious_tracing_is_what_gives_one_graph(monkeypatch) -> None:
+    """Switched off, Dynamo's default tracing specializes batch 1 and recompiles for batch 2."""
+    monkeypatch.setenv("VERIFUSE_SIZE_OBLIVIOUS_TRACING", "0")
+    m = small_resnet()
+    compiled = torch.compile(m, backend="verifuse", dynamic=True)
+    with torch.no_grad():
+        for b in (1, 2):
+            compiled(torch.randn(b, 3, 32, 32))
+    assert verifuse.stats()["graphs_compiled"] == 2
+
+
+def test_tracing_settings_apply_only_to_verifuse_compiles() -> None:
+    import torch.fx.experimental._config as fx_config
+    from torch._dynamo.callback import callback_handler
+    from torch._dynamo.testing import CompileCounter
+
+    m = small_resnet()
+    with torch.no_grad():
+        torch.compile(m, backend="verifuse", dynamic=True)(torch.randn(1, 3, 32, 32))
+        assert not dynamic_tracing.active() and fx_config.backed_size_oblivious is False
+        counter = CompileCounter()
+        other = torch.compile(m, backend=counter, dynamic=True)
+        for b in (1, 2, 16):
+            other(torch.randn(b, 3, 32, 32))
+    # Another backend keeps Dynamo's defaults: batch 1 specialized, then ATen's conv heuristics.
+    assert counter.frame_count == 3
+    torch._dynamo.reset()  # clears every compile callback; verifuse's come back
+    assert dynamic_tracing._on_compile_start in callback_handler.start_callbacks
+    assert dynamic_tracing._on_compile_end in callback_handler.end_callbacks
+
+
+def test_channels_last_and_strided_inputs_under_dynamic_shapes() -> None:
+    """Inputs that are not plainly contiguous take Dynamo's own fake convolution (the output
+    memory format depends on ATen's kernel choice there); results still match eager."""
+    m = small_resnet()
+    compiled = torch.compile(m, backend="verifuse", dynamic=True)
+    with torch.no_grad():
+        for b in (1, 3, 16):
+            x = torch.randn(b, 3, 32, 32).to(memory_format=torch.channels_last)
+            torch.testing.assert_close(compiled(x), m(x), rtol=1e-4, atol=1e-4)
+            x = torch.randn(b, 3, 32, 64)[..., ::2]
+            torch.testing.assert_close(compiled(x), m(x), rtol=1e-4, atol=1e-4)
+
+
 def test_static_shapes_skip_the_analysis() -> None:
     m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
     compiled = torch.compile(m, backend="verifuse", dynamic=False)
-    with hooked_backend(), _report.collect() as graphs, torch.no_grad():
+    with _report.collect() as graphs, torch.no_grad():
         compiled(torch.randn(1, 3, 8, 8))
     assert graphs and all(not g.shape_guards and not g.shape_program_smt2 for g in graphs)
     assert _report.Report(list(graphs), 0.0).shape_program_smt2() == ""

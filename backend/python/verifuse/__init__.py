@@ -35,6 +35,10 @@ from . import recompiles as _recompiles  # noqa: E402  (Dynamo's recompile limit
 
 _recompiles.install()
 
+from . import dynamic_tracing as _dynamic_tracing  # noqa: E402  (dynamic=True: one graph for batch 1..N)
+
+_dynamic_tracing.install()
+
 
 def explain(model: Any, *example_inputs: Any, **options: Any) -> Report:
     """Compiles ``model`` with verifuse, runs it once on ``example_inputs`` under no_grad, and
