@@ -211,6 +211,19 @@ def test_channels_last_and_strided_inputs_under_dynamic_shapes() -> None:
             torch.testing.assert_close(compiled(x), m(x), rtol=1e-4, atol=1e-4)
 
 
+def test_explain_lists_dynamo_guards_assumptions_and_added_guards() -> None:
+    report = verifuse.explain(small_resnet(), torch.randn(1, 3, 32, 32), dynamic=True)
+    text = str(report)
+    assert "shape guards, graph" in text
+    assert "    dynamo:   x_size1 == 3" in text  # channels are fixed by the first convolution
+    assert "    assumes:  x_size0 >= 1  [positive size; NOT entailed" in text
+    assert "    added:    x_size0 >= 1  [checked on every call]" in text
+    assert "[implied by the other added guards]" in text
+    assert report.shape_program_smt2().startswith("; verifuse shape program")
+    torch._dynamo.reset()  # else automatic dynamic shapes remembers the batch changed
+    assert "shape guards" not in str(verifuse.explain(small_resnet(), torch.randn(2, 3, 32, 32)))
+
+
 def test_static_shapes_skip_the_analysis() -> None:
     m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
     compiled = torch.compile(m, backend="verifuse", dynamic=False)

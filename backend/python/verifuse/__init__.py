@@ -40,15 +40,16 @@ from . import dynamic_tracing as _dynamic_tracing  # noqa: E402  (dynamic=True: 
 _dynamic_tracing.install()
 
 
-def explain(model: Any, *example_inputs: Any, **options: Any) -> Report:
+def explain(model: Any, *example_inputs: Any, dynamic: "bool | None" = None, **options: Any) -> Report:
     """Compiles ``model`` with verifuse, runs it once on ``example_inputs`` under no_grad, and
-    returns what happened: graphs, fusions, partitions, proofs, fallbacks, compile time."""
+    returns what happened: graphs, fusions, partitions, proofs, fallbacks, compile time, and with
+    ``dynamic=True`` the shape guards (Dynamo's, the plan's assumptions, the ones verifuse added)."""
     import torch
 
     from . import report as _report
 
     Options.parse(options)
-    compiled = torch.compile(model, backend="verifuse", options=dict(options) or None)
+    compiled = torch.compile(model, backend="verifuse", dynamic=dynamic, options=dict(options) or None)
     start = time.perf_counter()
     with _report.collect() as graphs, torch.no_grad():
         compiled(*example_inputs)

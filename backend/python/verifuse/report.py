@@ -183,6 +183,7 @@ class Report:
         lines.append(f"  fallbacks: {len(self.fallbacks)}")
         for f in self.fallbacks:
             lines.append(f"    graph {f['graph']}: {f['node']}: {f['reason']}")
+        lines.extend(_shape_guard_lines(self.graphs))
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -197,6 +198,32 @@ class Report:
         with open(target, "w", encoding="utf-8") as f:
             f.write(render_html(self))
         return target
+
+
+def _shape_guard_lines(graphs: list[GraphReport]) -> list[str]:
+    """Dynamic-shape graphs: Dynamo's guards, the plan's shape assumptions (which of them the
+    guards entail) and the guards verifuse added for the rest."""
+    lines: list[str] = []
+    for g in graphs:
+        if not g.shape_guards:
+            continue
+        by_type: dict[str, list[dict[str, Any]]] = {}
+        for e in g.shape_guards:
+            by_type.setdefault(e["type"], []).append(e)
+        assumptions = by_type.get("assumption", [])
+        lines.append(f"  shape guards, graph {g.graph_id}: {len(by_type.get('dynamo_guard', []))} from Dynamo, "
+                     f"{len(assumptions)} plan assumptions ({sum(a['entailed'] for a in assumptions)} entailed)")
+        for e in by_type.get("dynamo_guard", []):
+            lines.append(f"    dynamo:   {e['text']}")
+        for a in assumptions:
+            verdict = "entailed" if a["entailed"] else "NOT entailed"
+            lines.append(f"    assumes:  {a['text']}  [{a['kind']}; {verdict}: {a['how']}]")
+        for e in by_type.get("added_guard", []):
+            how = "checked on every call" if e["checked_at_runtime"] else "implied by the other added guards"
+            lines.append(f"    added:    {e['text']}  [{how}]")
+        for e in by_type.get("error", []):
+            lines.append(f"    error:    {e['text']}")
+    return lines
 
 
 def _partition_row(p: dict[str, Any], index: int, graph_id: int) -> dict[str, Any]:
