@@ -1,6 +1,7 @@
 // verifuse._C.optimize_and_compile: the C++ half of a compile. Runs the pass pipeline (rules gated
 // by their Z3 proofs, folds validated per instance), then builds the executor plan, and returns
 // the plan with a report (fusions, proofs, engines) for verifuse.explain().
+#include <cstdlib>
 #include <pybind11/stl.h>
 
 #include <chrono>
@@ -113,6 +114,9 @@ void registerPipeline(py::module_& m) {
         compileOptions.bf16 = bf16;
         compileOptions.autotune = autotune;
         compileOptions.releaseWeights = onednn && fuse;
+        // Benchmarking knob: packed linear weights (the default reads them in place).
+        const char* linearWeights = std::getenv("VERIFUSE_LINEAR_WEIGHTS");
+        compileOptions.borrowLinearWeights = linearWeights == nullptr || std::string(linearWeights) != "packed";
         std::unique_ptr<kernels::TuningDb> tuningDb;
         std::string tuningNote;
         if (autotune && !cacheDir.empty() && onednn) {

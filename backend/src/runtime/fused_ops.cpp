@@ -6,6 +6,7 @@
 // needed between consecutive convolutions. A plain NCHW input is converted once at entry.
 #include "runtime/fused_ops.h"
 
+#include <atomic>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -154,6 +155,7 @@ class FusedBase : public FusedOp {
   /// (it would double the model's weight memory). The ATen composition then needs the exact plan.
   void releaseWeights() {
     std::lock_guard<std::mutex> lock(weightMu_);
+    if (kernelsBorrowWeights_) return;  // the kernels read weight_ in place: it is the only copy
     weight_ = at::Tensor();
     bias_ = at::Tensor();
     atenWeight_ = at::Tensor();
@@ -161,6 +163,8 @@ class FusedBase : public FusedOp {
     released_ = true;
   }
   bool released_ = false;
+  bool borrowWeights_ = false;                // ask kernels to read weight_ in place
+  mutable std::atomic<bool> kernelsBorrowWeights_{false};  // a created kernel does: weight_ must stay
 
   at::Tensor weight_, bias_;  // contiguous float32 (the folded constants)
   at::Tensor atenWeight_, atenBias_;  // kept only for the ATen path
@@ -277,7 +281,10 @@ class FusedLinear final : public FusedBase {
         p.postOps.push_back(op);
       }
       p.compute = compute_;
-      return kernels::createLinear(p);
+      p.borrowWeights = borrowWeights_;
+      auto kernel = kernels::createLinear(p);
+      if (kernel.isOk() && (*kernel)->borrowsWeights()) kernelsBorrowWeights_ = true;
+      return kernel;
     });
   }
 
@@ -443,6 +450,7 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
   } else if (n.op == rules::kLinearOp) {
     auto op = std::make_unique<FusedLinear>();
     configureCommon(*op, w, b, postOps, options);
+    op->borrowWeights_ = options.borrowLinearWeights;
     op->outFeatures_ = w.size(0);
     op->outFeaturesIn_ = w.size(1);
     if (op->useOnednn_ && inputShape && !inputShape->empty()) {

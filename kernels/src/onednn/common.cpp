@@ -199,7 +199,7 @@ dnnl::memory packConstant(const void* src, const dnnl::memory::desc& userMd,
 PrimitiveKernel::PrimitiveKernel(const char* name, dnnl::primitive prim, size_t primScratch,
                                  std::string impl, std::vector<RuntimeInput> inputs,
                                  dnnl::memory::desc dstMd,
-                                 std::vector<std::pair<int, dnnl::memory>> constants)
+                                 std::vector<std::pair<int, dnnl::memory>> constants, bool borrowsWeights)
     : name_(name),
       prim_(std::move(prim)),
       inputs_(std::move(inputs)),
@@ -207,6 +207,7 @@ PrimitiveKernel::PrimitiveKernel(const char* name, dnnl::primitive prim, size_t 
       constants_(std::move(constants)) {
   implInfo_ = std::move(impl);
   scratchpadBytes_ = primScratch;
+  borrowsWeights_ = borrowsWeights;
   for (const RuntimeInput& in : inputs_) {
     inputLayouts_.push_back(toLayout(in.userMd));
     scratchpadBytes_ = std::max(scratchpadBytes_, in.convertScratch);

@@ -111,7 +111,7 @@ class PrimitiveKernel final : public Kernel {
  public:
   PrimitiveKernel(const char* name, dnnl::primitive prim, size_t primScratch, std::string impl,
                   std::vector<RuntimeInput> inputs, dnnl::memory::desc dstMd,
-                  std::vector<std::pair<int, dnnl::memory>> constants);
+                  std::vector<std::pair<int, dnnl::memory>> constants, bool borrowsWeights = false);
   const char* name() const override { return name_; }
   Status execute(std::span<const void* const> inputs, void* output) const override;
 
@@ -134,26 +134,32 @@ Prim makePrimitive(const PD& pd) {
 /// Wraps a finished primitive descriptor into a PrimitiveKernel.
 template <typename Prim, typename PD>
 std::unique_ptr<Kernel> finish(const char* name, const PD& pd, std::vector<RuntimeInput> inputs,
-                               std::vector<std::pair<int, dnnl::memory>> constants = {}) {
+                               std::vector<std::pair<int, dnnl::memory>> constants = {},
+                               bool borrowsWeights = false) {
   return std::make_unique<PrimitiveKernel>(name, makePrimitive<Prim>(pd), pd.scratchpad_desc().get_size(),
                                            pd.impl_info_str(), std::move(inputs), pd.dst_desc(),
-                                           std::move(constants));
+                                           std::move(constants), borrowsWeights);
 }
 
 /// finish() for the weighted primitives (convolution, inner product): the source plus the binary
 /// post-op operands at run time, weights (and bias, if given) prepacked once into \p pd's layout.
+/// With \p borrowWeights (only when \p pd takes the weights in \p userWeights' layout) the kernel
+/// reads \p weights in place instead: the caller keeps them alive at that address.
 template <typename Prim, typename PD>
 std::unique_ptr<Kernel> finishWeighted(const char* name, const PD& pd, const dnnl::memory::desc& userSrc,
                                        std::vector<RuntimeInput> binaryInputs, const void* weights,
                                        const dnnl::memory::desc& userWeights, const void* bias,
-                                       const dnnl::memory::desc& biasMd) {
+                                       const dnnl::memory::desc& biasMd, bool borrowWeights = false) {
   std::vector<RuntimeInput> inputs;
   inputs.push_back(makeInput(DNNL_ARG_SRC, userSrc, pd.src_desc()));
   for (auto& b : binaryInputs) inputs.push_back(std::move(b));
   std::vector<std::pair<int, dnnl::memory>> constants;
-  constants.emplace_back(DNNL_ARG_WEIGHTS, packConstant(weights, userWeights, pd.weights_desc()));
+  const bool borrow = borrowWeights && pd.weights_desc() == userWeights;
+  constants.emplace_back(DNNL_ARG_WEIGHTS,
+                         borrow ? dnnl::memory(userWeights, engine(), const_cast<void*>(weights))
+                                : packConstant(weights, userWeights, pd.weights_desc()));
   if (bias) constants.emplace_back(DNNL_ARG_BIAS, packConstant(bias, biasMd, pd.bias_desc()));
-  return finish<Prim>(name, pd, std::move(inputs), std::move(constants));
+  return finish<Prim>(name, pd, std::move(inputs), std::move(constants), borrow);
 }
 
 /// Normalizes an optional per-spatial-dim vector (empty -> \p dflt repeated).

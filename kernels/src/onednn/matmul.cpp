@@ -1,4 +1,4 @@
-// Linear (inner product with prepacked [N,K] weights) and batched, broadcasting matmul.
+// Linear (inner product with prepacked or borrowed plain [N,K] weights) and batched, broadcasting matmul.
 #include "common.h"
 
 namespace verifuse::kernels {
@@ -19,11 +19,27 @@ StatusOr<std::unique_ptr<Kernel>> createLinear(const LinearParams& p) {
     std::vector<RuntimeInput> binaryInputs;
     VF_ASSIGN_OR_RETURN(dnnl::primitive_attr attr, makeAttr(p.postOps, {p.m, p.n}, &binaryInputs));
     using ip = dnnl::inner_product_forward;
-    ip::primitive_desc pd =
-        p.bias ? ip::primitive_desc(engine(), dnnl::prop_kind::forward_inference, primSrc, primW,
-                                    biasMd, dstMd, attr)
-               : ip::primitive_desc(engine(), dnnl::prop_kind::forward_inference, primSrc, primW,
-                                    dstMd, attr);
+    auto describe = [&](const dnnl::memory::desc& weightsMd) {
+      return p.bias ? ip::primitive_desc(engine(), dnnl::prop_kind::forward_inference, primSrc, weightsMd,
+                                         biasMd, dstMd, attr)
+                    : ip::primitive_desc(engine(), dnnl::prop_kind::forward_inference, primSrc, weightsMd,
+                                         dstMd, attr);
+    };
+    if (p.borrowWeights && !bf16) {
+      // The caller's plain [N, K] weights as they are (oneDNN's gemm-based inner product takes
+      // them; MKL's sgemm, which eager uses, packs panels per call the same way). Only an
+      // optimized implementation is worth it: a reference one means pack as usual.
+      try {
+        ip::primitive_desc plain = describe(userW);
+        if (std::string(plain.impl_info_str()).rfind("ref", 0) != 0) {
+          return finishWeighted<ip>("linear", plain, userSrc, std::move(binaryInputs), p.weights, userW, p.bias,
+                                    biasMd, /*borrowWeights=*/true);
+        }
+      } catch (const dnnl::error&) {
+        // No implementation for plain weights: pack below.
+      }
+    }
+    ip::primitive_desc pd = describe(primW);
     return finishWeighted<ip>("linear", pd, userSrc, std::move(binaryInputs), p.weights, userW, p.bias, biasMd);
   });
 }

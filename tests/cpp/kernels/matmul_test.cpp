@@ -1,4 +1,5 @@
-// Linear (prepacked inner product) and batched broadcasting matmul against reference loops.
+// Linear (inner product, weights prepacked or read in place) and batched broadcasting matmul
+// against reference loops.
 #include <gtest/gtest.h>
 
 #include "reference.h"
@@ -34,8 +35,6 @@ TEST_P(LinearTest, MatchesReference) {
   auto x = randomVec(c.m * c.k, 1);
   auto w = randomVec(c.n * c.k, 2);
   auto b = randomVec(c.n, 3);
-  LinearParams p{c.m, c.k, c.n, w.data(), c.bias ? b.data() : nullptr, c.ops};
-  VF_ASSERT_OK_AND_ASSIGN(auto k, createLinear(p));
   std::vector<std::vector<float>> operands;
   for (const PostOp& op : c.ops) {
     if (op.kind == PostOp::Kind::kBinary) operands.push_back(randomVec(numel(op.binaryDims), 7));
@@ -45,8 +44,36 @@ TEST_P(LinearTest, MatchesReference) {
   refPostOps(c.ops, {c.m, c.n}, want, prior, operands);
   std::vector<const float*> in{x.data()};
   for (auto& o : operands) in.push_back(o.data());
-  auto got = runDense(*k, in, &prior);
-  expectClose(got, want, 1e-4f, 1e-4f, c.name + " " + k->implInfo());
+  for (bool borrow : {false, true}) {  // packed weights, and the caller's weights read in place
+    LinearParams p{c.m, c.k, c.n, w.data(), c.bias ? b.data() : nullptr, c.ops};
+    p.borrowWeights = borrow;
+    VF_ASSERT_OK_AND_ASSIGN(auto k, createLinear(p));
+    EXPECT_EQ(k->borrowsWeights(), borrow) << k->implInfo();
+    auto got = runDense(*k, in, &prior);
+    expectClose(got, want, 1e-4f, 1e-4f, c.name + (borrow ? " borrowed " : " packed ") + k->implInfo());
+  }
+}
+
+TEST(LinearBorrowedWeights, AreReadInPlaceNotCopied) {
+  const int64_t m = 4, k = 32, n = 16;
+  auto x = randomVec(m * k, 1);
+  auto w = randomVec(n * k, 2);
+  LinearParams p{m, k, n, w.data(), nullptr, {}};
+  p.borrowWeights = true;
+  VF_ASSERT_OK_AND_ASSIGN(auto kernel, createLinear(p));
+  ASSERT_TRUE(kernel->borrowsWeights()) << kernel->implInfo();
+  std::vector<const float*> in{x.data()};
+  expectClose(runDense(*kernel, in, nullptr), refLinear(x, w, nullptr, m, k, n), 1e-4f, 1e-4f, "before");
+  for (float& v : w) v *= -2.0f;  // the kernel sees the caller's buffer, not a copy made at creation
+  expectClose(runDense(*kernel, in, nullptr), refLinear(x, w, nullptr, m, k, n), 1e-4f, 1e-4f, "after");
+}
+
+TEST(LinearBorrowedWeights, Bf16IsAlwaysPacked) {
+  auto w = randomVec(8 * 8, 2);
+  LinearParams p{4, 8, 8, w.data(), nullptr, {}, ComputeType::kBF16};
+  p.borrowWeights = true;
+  VF_ASSERT_OK_AND_ASSIGN(auto kernel, createLinear(p));
+  EXPECT_FALSE(kernel->borrowsWeights());
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -45,6 +45,11 @@ struct CompileOptions {
   bool releaseWeights = false;
   /// Ops above this many multiply-adds run on oneDNN untimed (see chooseEngine).
   double tuneMaxMacs = 2.0e7;
+  /// float32 linears on oneDNN read their weights in place, in the plain [N, K] layout the graph
+  /// holds (the user's parameter itself when nothing was folded into it), instead of a packed copy:
+  /// a transformer's weights are then held once, and a new row count (dynamic shapes) creates a
+  /// kernel without another copy. false: packed weights (benchmarking, VERIFUSE_LINEAR_WEIGHTS=packed).
+  bool borrowLinearWeights = true;
 };
 
 class CompiledGraph;

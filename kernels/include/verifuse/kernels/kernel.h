@@ -48,6 +48,8 @@ class Kernel {
   const std::string& implInfo() const { return implInfo_; }
   /// Bytes of scratchpad one execute() needs (taken from the calling thread's buffer).
   size_t scratchpadBytes() const { return scratchpadBytes_; }
+  /// True when the kernel reads the caller's weights in place (no packed copy of its own).
+  bool borrowsWeights() const { return borrowsWeights_; }
 
  protected:
   Kernel() = default;
@@ -55,6 +57,7 @@ class Kernel {
   Layout outputLayout_;
   std::string implInfo_;
   size_t scratchpadBytes_ = 0;
+  bool borrowsWeights_ = false;
 };
 
 /// The effective ISA oneDNN dispatches to, e.g. "avx512_core_bf16" (part of tuning-DB keys).

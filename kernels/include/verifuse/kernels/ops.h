@@ -99,10 +99,15 @@ std::vector<int64_t> convOutputDims(const ConvParams& p);
 /// y[M,N] = x[M,K] * W[N,K]^T + b (torch.nn.Linear on a 2-D view). Inputs: {src, binary...}.
 struct LinearParams {
   int64_t m = 0, k = 0, n = 0;
-  const float* weights = nullptr;  ///< dense [N, K]; prepacked once
+  const float* weights = nullptr;  ///< dense [N, K]; prepacked once (unless borrowed)
   const float* bias = nullptr;     ///< [N] or nullptr
   std::vector<PostOp> postOps;
   ComputeType compute = ComputeType::kF32;
+  /// f32 only: run on \p weights in place, in their plain [N, K] layout, when oneDNN has an
+  /// optimized (non-reference) kernel for that: no packed copy, so a model's weights are not held
+  /// twice. The caller keeps them alive, at the same address, while the kernel exists. Otherwise
+  /// (bf16, no such kernel) the weights are prepacked as usual; Kernel::borrowsWeights() says which.
+  bool borrowWeights = false;
 };
 StatusOr<std::unique_ptr<Kernel>> createLinear(const LinearParams& p);
 
