@@ -1,10 +1,10 @@
 // verifuse._C.optimize_and_compile: the C++ half of a compile. Runs the pass pipeline (rules gated
 // by their Z3 proofs, folds validated per instance), then builds the executor plan, and returns
 // the plan with a report (fusions, proofs, engines) for verifuse.explain().
-#include <cstdlib>
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>

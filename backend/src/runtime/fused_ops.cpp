@@ -6,10 +6,10 @@
 // needed between consecutive convolutions. A plain NCHW input is converted once at entry.
 #include "runtime/fused_ops.h"
 
-#include <atomic>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
