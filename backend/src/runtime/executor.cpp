@@ -556,7 +556,11 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
             impl->constants[static_cast<size_t>(a.i)] = at::Tensor();
           }
         }
-        for (const at::Tensor& t : taken) releasedSinceTrim += t.nbytes();
+        // Only the references dropped here really free memory: a kernel that reads its weights in
+        // place (borrowed linear weights) keeps the op's reference alive.
+        for (const at::Tensor& t : taken) {
+          if (t.use_count() == 1) releasedSinceTrim += t.nbytes();
+        }
         taken.clear();
         releaseFreedHeapPages(releasedSinceTrim);
       }
