@@ -1,0 +1,16 @@
+// What the CPU verifuse runs on can do, asked once at run time (cpuid), for choosing between the
+// own kernels' ISA variants. oneDNN makes its own choice (kernels::cpuIsaName()).
+#pragma once
+
+#include <string>
+
+namespace verifuse::kernels::cpu {
+
+/// AVX2 + FMA + F16C, and the OS saves the YMM state: the own AVX2 kernels may run.
+bool hasAvx2Fma();
+/// AVX-512 F/BW/VL/DQ with OS support for the ZMM state.
+bool hasAvx512();
+/// Short description for reports and tuning keys, e.g. "avx2" or "avx512" or "baseline".
+std::string isaName();
+
+}  // namespace verifuse::kernels::cpu
