@@ -196,14 +196,26 @@ std::vector<Partition> collectPartitions(const DataFlow& df, const std::vector<N
   return parts;
 }
 
+/// Per NodeId: the engine class of each live node (0 for ATen, and for erased nodes).
+std::vector<int> engineClasses(const Graph& graph, const DataFlow& df, const PartitionOptions& options) {
+  std::vector<int> classes(graph.nodes().size(), 0);
+  for (NodeId n : df.live) {
+    const Node& node = graph.node(n);
+    classes[static_cast<size_t>(n)] = options.engineClass ? options.engineClass(node) : (options.capable(node) ? 1 : 0);
+  }
+  return classes;
+}
+
 double nodeBenefit(const PartitionOptions& options, const Node& node) {
   return options.benefit ? options.benefit(node) : 1.0;
 }
 
 void finishPlan(const Graph& graph, const DataFlow& df, const PartitionOptions& options,
-                std::vector<Partition> parts, std::vector<int32_t> assignment, PartitionPlan& plan) {
+                const std::vector<int>& classes, std::vector<Partition> parts, std::vector<int32_t> assignment,
+                PartitionPlan& plan) {
   plan.conversions = 0;
   for (Partition& p : parts) {
+    p.engineClass = classes[static_cast<size_t>(p.nodes.front())];
     computeBoundary(graph, df, assignment, options, p);
     p.benefit = 0.0;
     for (NodeId n : p.nodes) p.benefit += nodeBenefit(options, graph.node(n));
@@ -293,12 +305,14 @@ std::string valueName(const Graph& graph, ValueId v) {
 }  // namespace
 
 StatusOr<PartitionPlan> partitionGraph(const Graph& graph, const PartitionOptions& options) {
-  if (!options.capable) return invalidArgument("partitionGraph: PartitionOptions::capable is unset");
+  if (!options.capable && !options.engineClass) {
+    return invalidArgument("partitionGraph: neither PartitionOptions::capable nor engineClass is set");
+  }
   VF_ASSIGN_OR_RETURN(DataFlow df, buildDataFlow(graph));
   const size_t numNodes = graph.nodes().size();
 
-  std::vector<char> capable(numNodes, 0);
-  for (NodeId n : df.live) capable[static_cast<size_t>(n)] = options.capable(graph.node(n)) ? 1 : 0;
+  // capable[n]: the node's engine class (0: stays on ATen alone).
+  std::vector<int> capable = engineClasses(graph, df, options);
 
   PartitionPlan plan;
   Groups groups(numNodes);
@@ -308,7 +322,7 @@ StatusOr<PartitionPlan> partitionGraph(const Graph& graph, const PartitionOption
     if (!capable[static_cast<size_t>(n)]) continue;
     for (ValueId v : df.reads[static_cast<size_t>(n)]) {
       NodeId producer = graph.value(v).producer;
-      if (producer < 0 || !capable[static_cast<size_t>(producer)]) continue;
+      if (producer < 0 || capable[static_cast<size_t>(producer)] != capable[static_cast<size_t>(n)]) continue;
       NodeId a = groups.find(producer);
       NodeId b = groups.find(n);
       if (a == b) continue;
@@ -347,19 +361,20 @@ StatusOr<PartitionPlan> partitionGraph(const Graph& graph, const PartitionOption
       }
     }
     if (dropped) continue;
-    finishPlan(graph, df, options, std::move(parts), std::move(assignment), plan);
+    finishPlan(graph, df, options, capable, std::move(parts), std::move(assignment), plan);
     return plan;
   }
 }
 
 StatusOr<int32_t> conversionsWithoutPartitioning(const Graph& graph, const PartitionOptions& options) {
-  if (!options.capable) {
-    return invalidArgument("conversionsWithoutPartitioning: PartitionOptions::capable is unset");
+  if (!options.capable && !options.engineClass) {
+    return invalidArgument("conversionsWithoutPartitioning: neither capable nor engineClass is set");
   }
   VF_ASSIGN_OR_RETURN(DataFlow df, buildDataFlow(graph));
+  std::vector<int> classes = engineClasses(graph, df, options);
   std::vector<NodeId> rootOf(graph.nodes().size(), -1);
   for (NodeId n : df.live) {
-    if (options.capable(graph.node(n))) rootOf[static_cast<size_t>(n)] = n;
+    if (classes[static_cast<size_t>(n)]) rootOf[static_cast<size_t>(n)] = n;
   }
   std::vector<int32_t> assignment(graph.nodes().size(), -1);
   std::vector<Partition> parts = collectPartitions(df, rootOf, assignment);

@@ -383,6 +383,32 @@ TEST(PartitionerTest, MissingCapabilityPredicateIsAnError) {
   EXPECT_FALSE(conversionsWithoutPartitioning(g, o).isOk());
 }
 
+TEST(PartitionerTest, EngineClassesNeverMerge) {
+  // conv -> relu -> conv -> sigmoid -> sigmoid: convs are class 1, the element-wise ops class 2.
+  // Neighbours of different classes stay apart (each partition gets one engine); same-class
+  // neighbours merge as before, and the class is recorded on the partition.
+  Graph g = parse(conv("%0", "%x") + unary("%1", "aten::relu", "%0") + conv("%2", "%1") +
+                  unary("%3", "aten::sigmoid", "%2") + unary("%4", "aten::sigmoid", "%3") + "  return (%4)\n");
+  PartitionOptions o = defaultOptions();
+  o.capable = nullptr;
+  o.engineClass = [](const ir::Node& n) { return n.op == "aten::convolution" ? 1 : 2; };
+  o.dropUnprofitable = false;
+  PartitionPlan p = plan(g, o);
+  ASSERT_EQ(p.partitions.size(), 4u);
+  EXPECT_EQ(opsOf(g, p.partitions[0]), std::vector<std::string>{"aten::convolution"});
+  EXPECT_EQ(p.partitions[0].engineClass, 1);
+  EXPECT_EQ(opsOf(g, p.partitions[1]), std::vector<std::string>{"aten::relu"});
+  EXPECT_EQ(p.partitions[1].engineClass, 2);
+  EXPECT_EQ(opsOf(g, p.partitions[3]), (std::vector<std::string>{"aten::sigmoid", "aten::sigmoid"}));
+  EXPECT_EQ(p.partitions[3].engineClass, 2);
+  expectAcyclicAndComplete(g, p);
+  // Class 0 keeps a node out of every partition.
+  o.engineClass = [](const ir::Node& n) { return n.op == "aten::relu" ? 0 : 1; };
+  PartitionPlan q = plan(g, o);
+  EXPECT_EQ(q.partitionOf[1], -1);
+  EXPECT_EQ(q.atenNodes, std::vector<NodeId>{1});
+}
+
 TEST(PartitionerTest, ManyBlocksStayLinearEnough) {
   // 300 conv/relu/cumsum blocks: the cycle check is a search per merge; this keeps it honest.
   std::string body;

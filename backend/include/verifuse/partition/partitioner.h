@@ -20,8 +20,13 @@ namespace verifuse::partition {
 
 /// What the partitioner needs to know about nodes; the caller owns the cost model.
 struct PartitionOptions {
-  /// True if \p node can run as a oneDNN kernel. Required.
+  /// True if \p node can run as a oneDNN kernel. Required unless engineClass is set.
   std::function<bool(const ir::Node&)> capable;
+  /// Engine class of \p node: 0 = not partitioned (runs on ATen alone), otherwise nodes are
+  /// merged only with neighbours of the same class (a conv chain never swallows an attention op
+  /// or a row-engine chain: each partition gets one engine). When set, it replaces capable
+  /// (capable(n) == engineClass(n) != 0).
+  std::function<int(const ir::Node&)> engineClass;
   /// Estimated gain (ms, or any unit shared with conversionCost) of running \p node on oneDNN
   /// instead of ATen. Unset: every capable node is worth 1.
   std::function<double(const ir::Node&)> benefit;
@@ -39,6 +44,8 @@ struct PartitionOptions {
 struct Partition {
   /// Dense index in PartitionPlan::partitions (numbered in order of the first node).
   int32_t id = 0;
+  /// PartitionOptions::engineClass of its nodes (1 when only capable was given).
+  int engineClass = 1;
   /// Member nodes in graph (topological) order.
   std::vector<ir::NodeId> nodes;
   /// Values read by member nodes and defined outside the partition (graph inputs, ATen nodes,
