@@ -1,0 +1,234 @@
+// Micro-benchmark (not a test): verifuse's own GEMM (kernels/src/cpu/gemm*) against oneDNN's
+// inner product (kernels::createLinear, packed and borrowed weights) on transformer shapes.
+//
+//   verifuse_gemm_bench [--threads 1,2] [--samples 40] [--only NAME_SUBSTRING] [--no-onednn]
+//                       [--epilogue bias|bias_relu|bias_sum]
+//
+// Per (shape, threads, kernel): one warm-up call, then `samples` timed samples; a sample repeats
+// the call until it took >= 2 ms (so small shapes are not timer noise) and reports the time per
+// call. Prints the median (and min) of the samples as GFLOP/s (2·M·K·N / t) and GB/s (bytes of
+// weights + input + output touched once per call / t: the memory-bound view for small M).
+// Run it alone on an idle machine (`taskset -c 0` for one thread); the numbers are medians.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "verifuse/kernels/gemm.h"
+#include "verifuse/kernels/kernel.h"
+#include "verifuse/kernels/ops.h"
+
+namespace {
+
+using namespace verifuse;
+using namespace verifuse::kernels;
+using Clock = std::chrono::steady_clock;
+
+struct Shape {
+  const char* name;
+  int64_t m, k, n;
+};
+
+const Shape kShapes[] = {
+    // the table in the brief (x[M,K]·Wᵀ, W from nn.Linear)
+    {"base 128x768x768", 128, 768, 768},
+    {"base 128x768x3072", 128, 768, 3072},
+    {"base 128x3072x768", 128, 3072, 768},
+    {"base 64x512x512", 64, 512, 512},
+    {"base 1024x768x3072", 1024, 768, 3072},
+    // M=128 targets
+    {"m128 128x512x2048", 128, 512, 2048},
+    {"m128 128x2048x512", 128, 2048, 512},
+    {"m128 128x4096x4096", 128, 4096, 4096},
+    {"m128 128x2048x2048", 128, 2048, 2048},
+    // GPT-2 small, 64 tokens
+    {"gpt2 qkv 64x768x2304", 64, 768, 2304},
+    {"gpt2 proj 64x768x768", 64, 768, 768},
+    {"gpt2 fc 64x768x3072", 64, 768, 3072},
+    {"gpt2 fc2 64x3072x768", 64, 3072, 768},
+    // ViT-base, 197 tokens
+    {"vit qkv 197x768x2304", 197, 768, 2304},
+    {"vit proj 197x768x768", 197, 768, 768},
+    {"vit fc 197x768x3072", 197, 768, 3072},
+    {"vit fc2 197x3072x768", 197, 3072, 768},
+    // Llama-class small (hidden 512, MLP 1408)
+    {"llama qkv 128x512x1536", 128, 512, 1536},
+    {"llama o 128x512x512", 128, 512, 512},
+    {"llama up 128x512x1408", 128, 512, 1408},
+    {"llama down 128x1408x512", 128, 1408, 512},
+    {"llama up 64x512x1408", 64, 512, 1408},
+    {"llama down 64x1408x512", 64, 1408, 512},
+    // decode steps: memory-bound on the weights
+    {"decode 1x768x768", 1, 768, 768},
+    {"decode 1x768x3072", 1, 768, 3072},
+    {"decode 1x3072x768", 1, 3072, 768},
+    {"decode 1x4096x4096", 1, 4096, 4096},
+    {"decode 8x768x3072", 8, 768, 3072},
+    {"decode 8x4096x4096", 8, 4096, 4096},
+    {"decode 1x512x1408", 1, 512, 1408},
+    {"decode 8x1408x512", 8, 1408, 512},
+};
+
+struct Result {
+  double median = 0, min = 0;  // seconds per call
+};
+
+template <typename F>
+Result timeIt(F&& call, int samples) {
+  call();  // warm-up (and first-touch of any scratch)
+  // Calls per sample so one sample takes >= 2 ms.
+  int reps = 1;
+  for (;;) {
+    const auto t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) call();
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (dt >= 2e-3 || reps >= (1 << 20)) break;
+    reps *= 2;
+  }
+  std::vector<double> t;
+  for (int s = 0; s < samples; ++s) {
+    const auto t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) call();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / reps);
+  }
+  std::sort(t.begin(), t.end());
+  return {t[t.size() / 2], t.front()};
+}
+
+std::vector<int> parseInts(const char* s) {
+  std::vector<int> out;
+  for (const char* p = s; *p;) {
+    out.push_back(std::atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return out;
+}
+
+void die(const Status& s, const char* what) {
+  std::fprintf(stderr, "%s: %s\n", what, s.toString().c_str());
+  std::exit(1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> threads = {1, 2};
+  int samples = 40;
+  std::string only;
+  bool onednn = true;
+  std::string epi = "bias";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--threads" && i + 1 < argc) threads = parseInts(argv[++i]);
+    else if (a == "--samples" && i + 1 < argc) samples = std::atoi(argv[++i]);
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--no-onednn") onednn = false;
+    else if (a == "--epilogue" && i + 1 < argc) epi = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--threads 1,2] [--samples N] [--only SUBSTR] [--no-onednn] "
+                   "[--epilogue bias|bias_relu|bias_sum]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!gemm::available()) {
+    std::fprintf(stderr, "no AVX2+FMA on this CPU\n");
+    return 1;
+  }
+  std::printf("# verifuse_gemm_bench: epilogue=%s samples=%d; GFLOP/s and GB/s at the median "
+              "(min time in brackets)\n", epi.c_str(), samples);
+  std::printf("%-26s %3s | %-22s | %-22s | %-22s | %s\n", "shape M,K,N", "thr",
+              "verifuse GFLOP/s  GB/s", "oneDNN packed", "oneDNN borrowed", "max|diff|");
+
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (const Shape& s : kShapes) {
+    if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
+    std::vector<float> x(s.m * s.k), w(s.n * s.k), bias(s.n), residual(s.m * s.n);
+    for (float& v : x) v = dist(rng);
+    for (float& v : w) v = dist(rng) * 0.05f;
+    for (float& v : bias) v = dist(rng);
+    for (float& v : residual) v = dist(rng);
+    std::vector<float> y(s.m * s.n), yRef(s.m * s.n);
+
+    auto packed = gemm::packWeights(w.data(), s.k, s.n, gemm::WeightOrder::kNK);
+    if (!packed.isOk()) die(packed.status(), "packWeights");
+    gemm::Epilogue ep;
+    ep.bias = bias.data();
+    std::vector<PostOp> postOps;
+    if (epi == "bias_relu") {
+      PostOp r;
+      r.kind = PostOp::Kind::kEltwise;
+      r.act = Activation::kRelu;
+      postOps.push_back(r);
+    } else if (epi == "bias_sum") {
+      PostOp r;
+      r.kind = PostOp::Kind::kSum;
+      r.scale = 1.f;
+      postOps.push_back(r);
+    }
+    ep.postOps = postOps;
+    const bool sum = epi == "bias_sum";
+
+    std::unique_ptr<Kernel> dnnlPacked, dnnlBorrowed;
+    if (onednn) {
+      LinearParams lp;
+      lp.m = s.m; lp.k = s.k; lp.n = s.n;
+      lp.weights = w.data();
+      lp.bias = bias.data();
+      lp.postOps = postOps;
+      auto kp = createLinear(lp);
+      if (!kp.isOk()) die(kp.status(), "createLinear");
+      dnnlPacked = std::move(kp.value());
+      lp.borrowWeights = true;
+      auto kb = createLinear(lp);
+      if (!kb.isOk()) die(kb.status(), "createLinear(borrow)");
+      dnnlBorrowed = std::move(kb.value());
+    }
+
+    const double flops = 2.0 * s.m * s.k * s.n;
+    const double bytes = 4.0 * (static_cast<double>(s.k) * s.n + s.m * s.k + s.m * s.n);
+    for (int t : threads) {
+      omp_set_num_threads(t);
+      auto ours = [&] {
+        if (sum) std::memcpy(y.data(), residual.data(), y.size() * 4);
+        Status st = gemm::run(x.data(), s.m, s.k, *packed.value(), y.data(), s.n, ep,
+                              sum ? y.data() : nullptr, s.n);
+        if (!st.isOk()) die(st, "gemm::run");
+      };
+      const Result r = timeIt(ours, samples);
+      char cell[3][64] = {"-", "-", "-"};
+      std::snprintf(cell[0], sizeof cell[0], "%6.1f %6.1f [%5.1f]", flops / r.median / 1e9,
+                    bytes / r.median / 1e9, flops / r.min / 1e9);
+      double maxDiff = 0;
+      if (onednn) {
+        int col = 1;
+        for (const Kernel* kern : {dnnlPacked.get(), dnnlBorrowed.get()}) {
+          auto theirs = [&] {
+            if (sum) std::memcpy(yRef.data(), residual.data(), yRef.size() * 4);
+            Status st = kern->execute({x.data()}, yRef.data());
+            if (!st.isOk()) die(st, "onednn execute");
+          };
+          const Result q = timeIt(theirs, samples);
+          std::snprintf(cell[col], sizeof cell[col], "%6.1f %6.1f [%5.1f]", flops / q.median / 1e9,
+                        bytes / q.median / 1e9, flops / q.min / 1e9);
+          ++col;
+        }
+        ours();
+        for (size_t i = 0; i < y.size(); ++i) maxDiff = std::max<double>(maxDiff, std::fabs(y[i] - yRef[i]));
+      }
+      std::printf("%-26s %3d | %-22s | %-22s | %-22s | %.2g\n", s.name, t, cell[0], cell[1], cell[2],
+                  maxDiff);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}

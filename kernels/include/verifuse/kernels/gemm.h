@@ -1,0 +1,116 @@
+// verifuse's own single-precision GEMM for CPU inference: c = epilogue(a · B) with B (a layer's
+// weights) packed once into the kernel's panel layout. AVX2+FMA, OpenMP; no oneDNN, no LibTorch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "verifuse/kernels/ops.h"
+#include "verifuse/support/status.h"
+
+namespace verifuse::kernels::gemm {
+
+/// How the caller's weight matrix is stored: nn.Linear holds W[N,K] (y = x·Wᵀ); GPT-2's Conv1D,
+/// addmm(bias, x, W) and mm(x, W) hold W[K,N] (y = x·W).
+enum class WeightOrder { kNK, kKN };
+
+/// The weights packed once into the kernel's panel layout; owns its 64-byte aligned buffer.
+/// Immutable after packWeights(), so one object may be shared by any number of threads.
+///
+/// Layout (for reports and tests; the kernel is the only reader): K is cut into blocks of
+/// kBlock() rows (the last one may be shorter); N is padded with zero columns to nPadded(), a
+/// multiple of 16. Block b (rows k0..k0+kb) is stored at data() + k0·nPadded(); inside it, panel j
+/// (columns 16j..16j+15) is kb×16 floats, row-major: element (k, n) of B sits at
+/// data()[k0·nPadded() + (n/16)·kb·16 + (k-k0)·16 + n%16].
+class PackedWeights {
+ public:
+  ~PackedWeights();
+  PackedWeights(const PackedWeights&) = delete;
+  PackedWeights& operator=(const PackedWeights&) = delete;
+
+  /// Reduction length K (columns of a).
+  int64_t k() const { return k_; }
+  /// Output columns N.
+  int64_t n() const { return n_; }
+  /// Bytes of the packed buffer (K · nPadded() · 4).
+  size_t bytes() const { return static_cast<size_t>(k_) * static_cast<size_t>(nPadded_) * 4; }
+  /// N rounded up to a multiple of 16 (the padded columns hold zeros).
+  int64_t nPadded() const { return nPadded_; }
+  /// Rows of K per block (fixed at packing time; also fixes the summation order, see run()).
+  int64_t kBlock() const { return kBlock_; }
+  const float* data() const { return data_; }
+
+ private:
+  friend StatusOr<std::shared_ptr<const PackedWeights>> packWeights(const float*, int64_t, int64_t,
+                                                                    WeightOrder);
+  PackedWeights(int64_t k, int64_t n, int64_t nPadded, int64_t kBlock, float* data)
+      : k_(k), n_(n), nPadded_(nPadded), kBlock_(kBlock), data_(data) {}
+  int64_t k_, n_, nPadded_, kBlock_;
+  float* data_;
+};
+
+/// Packs \p w (dense, row-major: [n, k] for WeightOrder::kNK, [k, n] for kKN) into the kernel's
+/// layout. Costs one pass over the weights; the caller's buffer may die afterwards.
+/// \returns kInvalidArgument for k < 1, n < 1 or a null \p w; kInternal if allocation fails.
+/// Packing needs no AVX2, so it works on any CPU (run() is what needs available()).
+StatusOr<std::shared_ptr<const PackedWeights>> packWeights(const float* w, int64_t k, int64_t n,
+                                                           WeightOrder order);
+
+/// What is applied to each output tile right after its last K block, while it is still in L1:
+/// + bias[n] (optional, [N]), then \p postOps in order. Supported post-ops (the same vocabulary as
+/// kernels::PostOp in ops.h, with eager PyTorch's formulas):
+///  - eltwise relu, leaky_relu(slope), clamp(lo, hi), linear(a, b) = a·x + b,
+///    hardswish = x·min(max(x+3, 0), 6)/6, hardsigmoid = min(max(x+3, 0), 6)/6;
+///    the transcendental ones (gelu_erf, gelu_tanh, silu, sigmoid, tanh, elu) give
+///    kUnimplemented until the shared AVX2 vector math (cpu/vecmath_avx2.h) is available;
+///  - sum(scale): c = c + scale·residual (the `residual` argument of run());
+///  - binary(alg, dims): c = alg(c, operand) for every BinaryAlg, the operand dense row-major f32
+///    with dims {1, N} (per column), {M, N} (full), {M, 1} (per row) or {1, 1}. max/min propagate
+///    NaN like torch.maximum/minimum. Other dims give kUnimplemented.
+/// At most 16 post-ops (more: kUnimplemented).
+struct Epilogue {
+  const float* bias = nullptr;
+  std::vector<PostOp> postOps;
+};
+
+/// c[M,N] (row stride \p ldc) = epilogue(a[M,K] (row stride \p lda) · B), K = b.k(), N = b.n().
+/// \p residual (row stride \p ldr, >= N) is read by sum post-ops; \p binaryOperands holds one
+/// pointer per binary post-op, in post-op order.
+///
+/// Aliasing: \p c may be the same buffer as \p residual (same pointer and ldr == ldc: the in-place
+/// residual add), and the same as a full {M, N} binary operand (then ldc must be N). Any other
+/// overlap of \p c with an input is kInvalidArgument.
+///
+/// Numerics (NOTE: an invariant the tests check bit for bit): every c[i][j] is first the float32
+/// fused-multiply-add chain acc = fma(a[i][k], B[k][j], acc) over k = 0, 1, ..., K-1 starting
+/// from acc = +0 (one rounding per step, no reassociation), then + bias[j], then the post-ops.
+/// The result therefore does not depend on the blocking, on the number of OpenMP threads or on
+/// the position of the row in a tile: any thread count gives bit-identical output.
+///
+/// Threading: OpenMP, up to omp_get_max_threads() threads (fewer for small problems); the output
+/// is split into disjoint row/column ranges, so no thread sums over K for another.
+/// \returns kUnimplemented if !available() or a post-op is not supported (the caller then uses
+/// oneDNN); kInvalidArgument for bad shapes, strides, pointers or operand counts. m == 0 is a
+/// no-op (OK).
+Status run(const float* a, int64_t m, int64_t lda, const PackedWeights& b, float* c, int64_t ldc,
+           const Epilogue& ep, const float* residual = nullptr, int64_t ldr = 0,
+           std::span<const float* const> binaryOperands = {});
+
+/// The number of OpenMP threads run() uses for an \p m-row product with \p b when called from here:
+/// omp_get_max_threads() (1 inside a parallel region), fewer when each thread would get less than
+/// ~2^18 multiply-adds. Threads never split K.
+int threadsFor(int64_t m, const PackedWeights& b);
+
+/// Whether this CPU can run() (AVX2 + FMA + F16C with OS support: cpu::hasAvx2Fma()). There is no
+/// AVX-512 variant: nothing available to the project could test one.
+bool available();
+
+/// Whether run() supports \p op as a post-op on this build (true for the piecewise-linear
+/// activations, sum and binary; the transcendental activations once the vector math exists).
+/// Binary dims are checked by run(), which knows M and N.
+bool supportsPostOp(const PostOp& op);
+
+}  // namespace verifuse::kernels::gemm

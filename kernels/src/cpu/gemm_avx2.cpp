@@ -1,0 +1,416 @@
+// AVX2+FMA single-precision GEMM with fused epilogues (built with -mavx2 -mfma; reached only after
+// cpu::hasAvx2Fma()). BLIS/GotoBLAS structure, for c[M,N] = epilogue(a[M,K] · B):
+//
+//   thread t owns rows [m0, m1) x panels [p0, p1) of c (disjoint, deterministic split)
+//   for ic in [m0, m1) step MC                  row block: its packed A (MC x KC) lives in L2
+//     for k0 in K step KC (fixed at packing)    the packed B block (KC x N) streams from memory
+//       pack A[ic.., k0..] into 6-row panels    [k][6] interleaved, tail rows [k][mr]
+//       for each group of 4 B panels (64 columns)
+//         for each panel (KC x 16, 16 KiB, stays in L1): for each 6-row tile: 6x16 micro-kernel
+//         tail rows (mr < 6): an mr x (16·np) micro-kernel over the group (np = 4, 2, 2, 1, 1)
+//
+// Micro-kernel: mr x 16·np accumulators in ymm registers (6x16: 12 accumulators + 2 B vectors + 1
+// broadcast = 15 of 16 registers), one K step = 2·np aligned B loads, mr broadcasts of A, 2·mr·np
+// FMAs. The first K block starts from zero, the next ones from the partial sums stored in c, so
+// each c[i][j] is a single FMA chain over k = 0..K-1 (see gemm.h: bit-identical for any blocking
+// or thread count). After the last K block the tile goes to a stack buffer and the epilogue
+// (bias, post-ops) writes c once, reading a residual/operand element before writing that element.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "cpu/gemm_internal.h"
+
+namespace verifuse::kernels::gemm::detail {
+namespace {
+
+#define VF_GEMM_INLINE inline __attribute__((always_inline))
+
+constexpr int64_t kMR = 6;
+/// B panels per group: the tail rows' micro-kernels span up to 4 panels to keep 8+ FMA chains.
+constexpr int64_t kGroup = 4;
+/// Largest row block: 144 x 256 x 4 B = 144 KiB of packed A in L2.
+constexpr int64_t kMCMax = 144;
+
+// ---- micro-kernel --------------------------------------------------------------------------------
+
+/// out[MR, 16·NP] (row stride ldOut) = cIn (or 0) + a_panel · b_panels over kc steps.
+/// \p a: packed [kc][MR]; \p b: NP panels of [kc][16], \p bStride floats apart (64-byte aligned).
+template <int MR, int NP>
+VF_GEMM_INLINE void micro(int64_t kc, const float* __restrict a, const float* __restrict b,
+                          int64_t bStride, const float* cIn, int64_t ldIn, float* out,
+                          int64_t ldOut) {
+  constexpr int NV = 2 * NP;
+  __m256 acc[MR][NV];
+  if (cIn != nullptr) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_loadu_ps(cIn + i * ldIn + 8 * v);
+  } else {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_ps();
+  }
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256 bv[NV];
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q) {
+      bv[2 * q] = _mm256_load_ps(b + q * bStride + 16 * k);
+      bv[2 * q + 1] = _mm256_load_ps(b + q * bStride + 16 * k + 8);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256 av = _mm256_broadcast_ss(a + k * MR + i);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(av, bv[v], acc[i][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(out + i * ldOut + 8 * v, acc[i][v]);
+}
+
+// ---- packing A -----------------------------------------------------------------------------------
+
+/// dst[k·MR + i] = a[i·lda + k] for i < MR, k < kc.
+template <int MR>
+void packPanel(const float* a, int64_t lda, int64_t kc, float* __restrict dst) {
+  const float* rows[MR];
+  for (int i = 0; i < MR; ++i) rows[i] = a + i * lda;
+  for (int64_t k = 0; k < kc; ++k) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) dst[k * MR + i] = rows[i][k];
+  }
+}
+
+void packTail(const float* a, int64_t lda, int64_t rows, int64_t kc, float* dst) {
+  switch (rows) {
+    case 2: packPanel<2>(a, lda, kc, dst); break;
+    case 3: packPanel<3>(a, lda, kc, dst); break;
+    case 4: packPanel<4>(a, lda, kc, dst); break;
+    case 5: packPanel<5>(a, lda, kc, dst); break;
+    default: break;  // 1 row: the row itself is the packed panel
+  }
+}
+
+// ---- epilogue ------------------------------------------------------------------------------------
+
+/// One thread's view of the call: c and the resolved post-ops (operands may point at its copies).
+struct Ctx {
+  float* c;
+  int64_t ldc;
+  int64_t n;
+  const float* bias;
+  const EpiOp* ops;
+  int nOps;
+};
+
+VF_GEMM_INLINE __m256i maskOf(int64_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+VF_GEMM_INLINE __m256 loadCols(const float* p, bool full, __m256i mask) {
+  return full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask);
+}
+
+VF_GEMM_INLINE __m256 operandAt(const EpiOp& e, int64_t i, int64_t j, bool full, __m256i mask) {
+  switch (e.bcast) {
+    case EpiOp::Bcast::kFull:
+      return loadCols(e.src + (i - e.rowOff) * e.ld + (j - e.colOff), full, mask);
+    case EpiOp::Bcast::kPerColumn: return loadCols(e.src + j, full, mask);
+    case EpiOp::Bcast::kPerRow: return _mm256_broadcast_ss(e.src + i);
+    case EpiOp::Bcast::kScalar: return _mm256_broadcast_ss(e.src);
+  }
+  return _mm256_setzero_ps();
+}
+
+/// torch.maximum / torch.minimum: NaN if either side is NaN (maxps alone returns its 2nd operand).
+VF_GEMM_INLINE __m256 nanIfUnordered(__m256 r, __m256 x, __m256 y) {
+  return _mm256_blendv_ps(r, _mm256_add_ps(x, y), _mm256_cmp_ps(x, y, _CMP_UNORD_Q));
+}
+
+/// y = op(y) for the 8 elements c[i][j..j+8).
+VF_GEMM_INLINE __m256 applyOp(const EpiOp& e, __m256 y, int64_t i, int64_t j, bool full,
+                              __m256i mask) {
+  const __m256 zero = _mm256_setzero_ps();
+  switch (e.kind) {
+    case EpiOp::Kind::kRelu:
+      return _mm256_max_ps(zero, y);  // NaN stays NaN (maxps returns its 2nd operand)
+    case EpiOp::Kind::kLeakyRelu:
+      return _mm256_blendv_ps(_mm256_mul_ps(y, _mm256_set1_ps(e.alpha)), y,
+                              _mm256_cmp_ps(y, zero, _CMP_GT_OQ));
+    case EpiOp::Kind::kClamp:
+      return _mm256_min_ps(_mm256_set1_ps(e.beta), _mm256_max_ps(_mm256_set1_ps(e.alpha), y));
+    case EpiOp::Kind::kLinear:
+      return _mm256_fmadd_ps(_mm256_set1_ps(e.alpha), y, _mm256_set1_ps(e.beta));
+    case EpiOp::Kind::kHardswish:
+    case EpiOp::Kind::kHardsigmoid: {
+      const __m256 six = _mm256_set1_ps(6.f);
+      const __m256 t =
+          _mm256_min_ps(six, _mm256_max_ps(zero, _mm256_add_ps(y, _mm256_set1_ps(3.f))));
+      return _mm256_div_ps(e.kind == EpiOp::Kind::kHardswish ? _mm256_mul_ps(y, t) : t, six);
+    }
+    case EpiOp::Kind::kSum:
+      return _mm256_fmadd_ps(_mm256_set1_ps(e.alpha), operandAt(e, i, j, full, mask), y);
+    case EpiOp::Kind::kBinary: {
+      const __m256 o = operandAt(e, i, j, full, mask);
+      switch (e.alg) {
+        case BinaryAlg::kAdd: return _mm256_add_ps(y, o);
+        case BinaryAlg::kSub: return _mm256_sub_ps(y, o);
+        case BinaryAlg::kMul: return _mm256_mul_ps(y, o);
+        case BinaryAlg::kDiv: return _mm256_div_ps(y, o);
+        case BinaryAlg::kMax: return nanIfUnordered(_mm256_max_ps(y, o), y, o);
+        case BinaryAlg::kMin: return nanIfUnordered(_mm256_min_ps(y, o), y, o);
+      }
+      return y;
+    }
+  }
+  return y;
+}
+
+/// c[row0.., col0..] = post-ops(buf + bias) for rows x cols (cols <= 16·NP).
+void epilogue(const Ctx& x, const float* buf, int64_t ldb, int64_t rows, int64_t cols,
+              int64_t row0, int64_t col0) {
+  const int64_t nv = (cols + 7) / 8;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = row0 + r;
+    float* crow = x.c + i * x.ldc;
+    for (int64_t v = 0; v < nv; ++v) {
+      const int64_t j = col0 + 8 * v;
+      const int64_t count = std::min<int64_t>(8, cols - 8 * v);
+      const bool full = count == 8;
+      const __m256i mask = maskOf(count);
+      __m256 y = _mm256_load_ps(buf + r * ldb + 8 * v);
+      if (x.bias != nullptr) y = _mm256_add_ps(y, loadCols(x.bias + j, full, mask));
+      for (int o = 0; o < x.nOps; ++o) y = applyOp(x.ops[o], y, i, j, full, mask);
+      if (full) {
+        _mm256_storeu_ps(crow + j, y);
+      } else {
+        _mm256_maskstore_ps(crow + j, mask, y);
+      }
+    }
+  }
+}
+
+// ---- tiles ---------------------------------------------------------------------------------------
+
+/// One MR x (16·NP) tile of c at (row0, col0) for one K block; cols <= 16·NP are real columns.
+template <int MR, int NP>
+__attribute__((noinline)) void tile(const Ctx& x, const float* a, const float* b, int64_t kb, int64_t row0, int64_t col0,
+          int64_t cols, bool first, bool last) {
+  constexpr int64_t W = 16 * NP;
+  float* c = x.c + row0 * x.ldc + col0;
+  const bool full = cols == W;
+  if (full && !last) {
+    micro<MR, NP>(kb, a, b, kb * 16, first ? nullptr : c, x.ldc, c, x.ldc);
+    return;
+  }
+  alignas(32) float buf[MR * W];
+  const float* cIn = nullptr;
+  int64_t ldIn = 0;
+  if (!first) {
+    if (full) {
+      cIn = c;
+      ldIn = x.ldc;
+    } else {
+      for (int i = 0; i < MR; ++i) {
+        std::memcpy(buf + i * W, c + i * x.ldc, cols * sizeof(float));
+        std::fill(buf + i * W + cols, buf + (i + 1) * W, 0.f);
+      }
+      cIn = buf;
+      ldIn = W;
+    }
+  }
+  micro<MR, NP>(kb, a, b, kb * 16, cIn, ldIn, buf, W);
+  if (last) {
+    epilogue(x, buf, W, MR, cols, row0, col0);
+  } else {
+    for (int i = 0; i < MR; ++i) std::memcpy(c + i * x.ldc, buf + i * W, cols * sizeof(float));
+  }
+}
+
+/// The MR (< 6) tail rows against panels [g, g + gp) of one K block.
+template <int MR>
+void tailRows(const Ctx& x, const float* a, const float* bBlock, int64_t kb, int64_t row0,
+              int64_t g, int64_t gp, bool first, bool last) {
+  int64_t q = 0;
+  while (q < gp) {
+    const int64_t j = g + q;
+    const float* b = bBlock + j * kb * 16;
+    const int64_t col0 = j * 16;
+    const int64_t left = gp - q;
+    if (MR == 1 && left >= 4) {
+      tile<MR, 4>(x, a, b, kb, row0, col0, std::min<int64_t>(64, x.n - col0), first, last);
+      q += 4;
+    } else if (MR <= 3 && left >= 2) {
+      tile<MR, 2>(x, a, b, kb, row0, col0, std::min<int64_t>(32, x.n - col0), first, last);
+      q += 2;
+    } else {
+      tile<MR, 1>(x, a, b, kb, row0, col0, std::min<int64_t>(16, x.n - col0), first, last);
+      q += 1;
+    }
+  }
+}
+
+// ---- per-thread work -----------------------------------------------------------------------------
+
+/// A thread's growing, 64-byte aligned scratch (packed A, operand copies); freed at thread exit.
+struct Scratch {
+  float* p = nullptr;
+  size_t cap = 0;
+  ~Scratch() { std::free(p); }
+  float* get(size_t floats) {
+    if (floats > cap) {
+      std::free(p);
+      const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+      p = static_cast<float*>(std::aligned_alloc(64, bytes));
+      cap = p != nullptr ? bytes / sizeof(float) : 0;
+    }
+    return p;
+  }
+};
+thread_local Scratch tlsScratch;
+
+/// Computes rows [m0, m1) x panels [p0, p1) of c. \returns false if scratch allocation failed.
+bool computeRegion(const Problem& p, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  const PackedWeights& B = *p.b;
+  const int64_t K = B.k(), N = B.n(), nPad = B.nPadded(), KB = B.kBlock();
+  const int64_t n0 = p0 * 16, n1 = std::min(N, p1 * 16);
+  const bool severalBlocks = K > KB;
+
+  const int64_t rows = m1 - m0;
+  const int64_t nIC = (rows + kMCMax - 1) / kMCMax;
+  const int64_t mc = ((rows + nIC - 1) / nIC + kMR - 1) / kMR * kMR;
+
+  EpiOp ops[kMaxEpiOps];
+  int nCopies = 0;
+  for (int o = 0; o < p.nOps; ++o) {
+    ops[o] = p.ops[o];
+    if (ops[o].aliasesC && severalBlocks) ++nCopies;
+  }
+  const size_t aFloats = static_cast<size_t>(mc * K);
+  constexpr int64_t ncPanels = int64_t{1} << 40;
+  const size_t copyFloats = static_cast<size_t>(rows * (n1 - n0));
+  float* scratch = tlsScratch.get(aFloats + copyFloats * nCopies);
+  if (scratch == nullptr) return false;
+  float* aPack = scratch;
+  // c holds partial sums between K blocks: keep this region of an operand that is c itself.
+  float* copy = scratch + aFloats;
+  for (int o = 0; o < p.nOps; ++o) {
+    EpiOp& e = ops[o];
+    if (!(e.aliasesC && severalBlocks)) continue;
+    for (int64_t i = m0; i < m1; ++i) {
+      std::memcpy(copy + (i - m0) * (n1 - n0), e.src + i * e.ld + n0, (n1 - n0) * sizeof(float));
+    }
+    e.src = copy;
+    e.ld = n1 - n0;
+    e.rowOff = m0;
+    e.colOff = n0;
+    copy += copyFloats;
+  }
+  const Ctx x{p.c, p.ldc, N, p.bias, ops, p.nOps};
+
+  for (int64_t ic = m0; ic < m1; ic += mc) {
+    const int64_t mcur = std::min(mc, m1 - ic);
+    const int64_t nFull = mcur / kMR, tail = mcur % kMR;
+    // Pack this row block of A for all of K: block k0 at aPack + k0·mc (read once per jc block).
+    for (int64_t k0 = 0; k0 < K; k0 += KB) {
+      const int64_t kb = std::min(KB, K - k0);
+      const float* aSrc = p.a + ic * p.lda + k0;
+      float* dst = aPack + k0 * mc;
+      for (int64_t t = 0; t < nFull; ++t) {
+        packPanel<kMR>(aSrc + t * kMR * p.lda, p.lda, kb, dst + t * kMR * kb);
+      }
+      if (tail > 1) packTail(aSrc + nFull * kMR * p.lda, p.lda, tail, kb, dst + nFull * kMR * kb);
+    }
+    const int64_t tailRow0 = ic + nFull * kMR;
+    for (int64_t jc = p0; jc < p1; jc += ncPanels) {
+      const int64_t jcEnd = std::min(p1, jc + ncPanels);
+      for (int64_t k0 = 0; k0 < K; k0 += KB) {
+        const int64_t kb = std::min(KB, K - k0);
+        const bool first = k0 == 0, last = k0 + kb == K;
+        const float* aBlock = aPack + k0 * mc;
+        const float* aTail =
+            tail == 1 ? p.a + tailRow0 * p.lda + k0 : aBlock + nFull * kMR * kb;
+        const float* bBlock = B.data() + k0 * nPad;
+        for (int64_t g = jc; g < jcEnd; g += kGroup) {
+          const int64_t gp = std::min(kGroup, jcEnd - g);
+          for (int64_t j = g; j < g + gp; ++j) {
+            const float* b = bBlock + j * kb * 16;
+            const int64_t cols = std::min<int64_t>(16, N - j * 16);
+            for (int64_t t = 0; t < nFull; ++t) {
+              tile<kMR, 1>(x, aBlock + t * kMR * kb, b, kb, ic + t * kMR, j * 16, cols, first,
+                           last);
+            }
+          }
+          switch (tail) {
+            case 1: tailRows<1>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last); break;
+            case 2: tailRows<2>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last); break;
+            case 3: tailRows<3>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last); break;
+            case 4: tailRows<4>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last); break;
+            case 5: tailRows<5>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last); break;
+            default: break;
+          }
+        }
+      }
+    }
+  }
+  return true;
+}
+
+/// How \p nt threads split the output: tm row ranges x tn panel ranges.
+struct Grid {
+  int tm = 1, tn = 1;
+};
+Grid chooseGrid(int nt, int64_t rowTiles, int64_t panels) {
+  // Prefer splitting N: each thread then streams its own part of B (the big operand) and the
+  // packed A (small) is duplicated. Split M only when there are too few panels.
+  for (int tn = nt; tn >= 1; --tn) {
+    if (nt % tn != 0) continue;
+    const int tm = nt / tn;
+    if ((tn == 1 || panels >= 2 * tn) && rowTiles >= tm) return {tm, tn};
+  }
+  return {1, 1};
+}
+
+/// [begin, end) of part \p i of \p total units cut into \p parts near-equal contiguous pieces.
+VF_GEMM_INLINE int64_t cut(int64_t total, int parts, int i) { return total * i / parts; }
+
+}  // namespace
+
+Status runAvx2(const Problem& p) {
+  const int64_t panels = (p.b->n() + 15) / 16;
+  const int64_t rowTiles = (p.m + kMR - 1) / kMR;
+  const int nt = p.threads;
+
+  if (nt == 1) {
+    if (!computeRegion(p, 0, p.m, 0, panels)) return internalError("gemm: out of scratch memory");
+    return Status::ok();
+  }
+  std::atomic<bool> failed{false};
+#pragma omp parallel num_threads(nt)
+  {
+    const int team = omp_get_num_threads(), tid = omp_get_thread_num();
+    const Grid grid = chooseGrid(team, rowTiles, panels);
+    if (tid < grid.tm * grid.tn) {
+      const int im = tid / grid.tn, in = tid % grid.tn;
+      const int64_t m0 = std::min(p.m, cut(rowTiles, grid.tm, im) * kMR);
+      const int64_t m1 = std::min(p.m, cut(rowTiles, grid.tm, im + 1) * kMR);
+      const int64_t q0 = cut(panels, grid.tn, in), q1 = cut(panels, grid.tn, in + 1);
+      if (m0 < m1 && q0 < q1 && !computeRegion(p, m0, m1, q0, q1)) failed = true;
+    }
+  }
+  if (failed) return internalError("gemm: out of scratch memory");
+  return Status::ok();
+}
+
+}  // namespace verifuse::kernels::gemm::detail

@@ -1,0 +1,59 @@
+// Internal interface between the baseline-ISA GEMM front end (gemm.cpp: packing, checks,
+// dispatch) and the AVX2+FMA kernel (gemm_avx2.cpp). Not a public header.
+#pragma once
+
+#include <cstdint>
+
+#include "verifuse/kernels/gemm.h"
+#include "verifuse/kernels/ops.h"
+#include "verifuse/support/status.h"
+
+namespace verifuse::kernels::gemm::detail {
+
+/// Columns per packed B panel (two ymm registers).
+inline constexpr int64_t kNR = 16;
+/// Largest K block chosen at packing time: a 6×16 tile's B panel (kBlockMax·16·4 = 16 KiB) stays
+/// in the 32 KiB L1d while a whole row block of A streams past it from L2.
+inline constexpr int64_t kBlockMax = 256;
+inline constexpr int kMaxEpiOps = 16;
+
+/// One post-op, resolved against the call's operands.
+struct EpiOp {
+  enum class Kind : uint8_t {
+    kRelu, kLeakyRelu, kClamp, kLinear, kHardswish, kHardsigmoid,  // eltwise, alpha/beta below
+    kSum,                                                          // x + alpha·operand
+    kBinary,                                                       // alg(x, operand)
+  };
+  /// How the operand broadcasts over the [M, N] output.
+  enum class Bcast : uint8_t { kFull, kPerColumn, kPerRow, kScalar };
+  Kind kind = Kind::kRelu;
+  BinaryAlg alg = BinaryAlg::kAdd;
+  Bcast bcast = Bcast::kFull;
+  /// The operand is exactly c (same pointer and row stride): the kernel must read it before the
+  /// tile is written, and copy it first when c holds partial sums between K blocks.
+  bool aliasesC = false;
+  float alpha = 0.f, beta = 0.f;
+  /// Operand element (i, j) is src[(i - rowOff)·ld + (j - colOff)] (offsets: per-thread copies).
+  const float* src = nullptr;
+  int64_t ld = 0;
+  int64_t rowOff = 0, colOff = 0;
+};
+
+/// One checked run() call.
+struct Problem {
+  const float* a = nullptr;
+  int64_t m = 0, lda = 0;
+  const PackedWeights* b = nullptr;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  const float* bias = nullptr;
+  EpiOp ops[kMaxEpiOps];
+  int nOps = 0;
+  /// OpenMP threads to ask for (gemm::threadsFor).
+  int threads = 1;
+};
+
+/// Runs a checked problem with m >= 1 (gemm_avx2.cpp; call only when cpu::hasAvx2Fma()).
+Status runAvx2(const Problem& p);
+
+}  // namespace verifuse::kernels::gemm::detail

@@ -1,0 +1,592 @@
+// gemm::run against two references: (1) the documented float32 semantics, bit for bit (one FMA
+// chain over k = 0..K-1 per element, then + bias, then each post-op with the kernel's roundings),
+// and (2) a double-precision loop within a tolerance derived from K, so a wrong formula cannot
+// hide behind a reference that shares it.
+#pragma GCC optimize("fp-contract=off")  // the float reference rounds after every operation
+
+#include "verifuse/kernels/gemm.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace verifuse::kernels::gemm {
+namespace {
+
+// PostOp's factories live in the oneDNN library; this test links only the own kernels.
+PostOp elt(Activation a, float alpha = 0.f, float beta = 0.f) {
+  PostOp p;
+  p.kind = PostOp::Kind::kEltwise;
+  p.act = a;
+  p.alpha = alpha;
+  p.beta = beta;
+  return p;
+}
+PostOp sumOp(float scale) {
+  PostOp p;
+  p.kind = PostOp::Kind::kSum;
+  p.scale = scale;
+  return p;
+}
+PostOp binOp(BinaryAlg alg, std::vector<int64_t> dims) {
+  PostOp p;
+  p.kind = PostOp::Kind::kBinary;
+  p.binaryAlg = alg;
+  p.binaryDims = std::move(dims);
+  return p;
+}
+
+constexpr float kSentinel = -12345.5f;
+
+/// One problem with its inputs and references.
+struct Problem {
+  int64_t m, k, n, lda, ldc, ldr;
+  WeightOrder order;
+  std::vector<float> a, w, bias, residual;
+  std::vector<std::vector<float>> operands;  // one per binary post-op, dense [d0, d1]
+  std::vector<PostOp> ops;
+  bool useBias = true;
+
+  /// B[k][n] from the caller's weights.
+  float weight(int64_t kk, int64_t nn) const {
+    return order == WeightOrder::kNK ? w[nn * k + kk] : w[kk * n + nn];
+  }
+  float operandAt(size_t which, const PostOp& op, int64_t i, int64_t j) const {
+    const auto& d = op.binaryDims;
+    return operands[which][(d[0] == 1 ? 0 : i) * d[1] + (d[1] == 1 ? 0 : j)];
+  }
+};
+
+Problem makeProblem(int64_t m, int64_t k, int64_t n, WeightOrder order, int64_t padA = 0,
+                    int64_t padC = 0, int64_t padR = 0, std::vector<PostOp> ops = {},
+                    uint32_t seed = 1) {
+  Problem p{m, k, n, k + padA, n + padC, n + padR, order, {}, {}, {}, {}, {}, std::move(ops)};
+  std::mt19937 rng(seed * 7919u + static_cast<uint32_t>(m * 31 + k * 17 + n));
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  p.a.resize(m * p.lda);
+  for (float& v : p.a) v = u(rng);
+  p.w.resize(k * n);
+  for (float& v : p.w) v = u(rng);
+  p.bias.resize(n);
+  for (float& v : p.bias) v = u(rng) * 2.f;
+  p.residual.resize(m * p.ldr);
+  for (float& v : p.residual) v = u(rng) * 3.f;
+  for (const PostOp& op : p.ops) {
+    if (op.kind != PostOp::Kind::kBinary) continue;
+    std::vector<float> o(op.binaryDims[0] * op.binaryDims[1]);
+    // Away from 0 so division is well conditioned; both signs so max/min choose both sides.
+    for (float& v : o) v = (u(rng) < 0 ? -1.f : 1.f) * (0.25f + std::fabs(u(rng)) * 3.f);
+    p.operands.push_back(std::move(o));
+  }
+  return p;
+}
+
+/// maxps / minps: the second operand when either is NaN.
+float maxps(float x, float y) { return x > y ? x : y; }
+float minps(float x, float y) { return x < y ? x : y; }
+
+/// The documented float32 result of element (i, j), given the residual as it was before the call.
+float floatReference(const Problem& p, int64_t i, int64_t j) {
+  float acc = 0.f;
+  for (int64_t kk = 0; kk < p.k; ++kk) acc = std::fma(p.a[i * p.lda + kk], p.weight(kk, j), acc);
+  float y = p.useBias ? acc + p.bias[j] : acc;
+  size_t which = 0;
+  for (const PostOp& op : p.ops) {
+    switch (op.kind) {
+      case PostOp::Kind::kSum: y = std::fma(op.scale, p.residual[i * p.ldr + j], y); break;
+      case PostOp::Kind::kBinary: {
+        const float o = p.operandAt(which++, op, i, j);
+        const bool nan = std::isnan(y) || std::isnan(o);
+        switch (op.binaryAlg) {
+          case BinaryAlg::kAdd: y = y + o; break;
+          case BinaryAlg::kSub: y = y - o; break;
+          case BinaryAlg::kMul: y = y * o; break;
+          case BinaryAlg::kDiv: y = y / o; break;
+          case BinaryAlg::kMax: y = nan ? y + o : maxps(y, o); break;
+          case BinaryAlg::kMin: y = nan ? y + o : minps(y, o); break;
+        }
+        break;
+      }
+      case PostOp::Kind::kEltwise:
+        switch (op.act) {
+          case Activation::kRelu: y = maxps(0.f, y); break;
+          case Activation::kLeakyRelu: y = y > 0.f ? y : y * op.alpha; break;
+          case Activation::kClamp: y = minps(op.beta, maxps(op.alpha, y)); break;
+          case Activation::kLinear: y = std::fma(op.alpha, y, op.beta); break;
+          case Activation::kHardswish: y = y * minps(6.f, maxps(0.f, y + 3.f)) / 6.f; break;
+          case Activation::kHardsigmoid: y = minps(6.f, maxps(0.f, y + 3.f)) / 6.f; break;
+          default: ADD_FAILURE() << "no float reference for activation " << static_cast<int>(op.act);
+        }
+        break;
+    }
+  }
+  return y;
+}
+
+/// Exact-real semantics in double, with a bound on how far a float32 computation may be off:
+/// returns {value, bound}. The GEMM bound is (K + 2)·eps·Σ|a||b| (+ the bias rounding); each
+/// post-op is Lipschitz with a constant L (scales the incoming bound) and adds its own rounding.
+std::pair<double, double> doubleReference(const Problem& p, int64_t i, int64_t j) {
+  constexpr double eps = std::numeric_limits<float>::epsilon();
+  double y = 0, mag = 0;
+  for (int64_t kk = 0; kk < p.k; ++kk) {
+    const double t = static_cast<double>(p.a[i * p.lda + kk]) * p.weight(kk, j);
+    y += t;
+    mag += std::fabs(t);
+  }
+  double bound = (p.k + 2) * eps * mag;
+  if (p.useBias) {
+    y += p.bias[j];
+    bound += eps * (std::fabs(y) + std::fabs(p.bias[j]));
+  }
+  size_t which = 0;
+  for (const PostOp& op : p.ops) {
+    double lipschitz = 1;
+    switch (op.kind) {
+      case PostOp::Kind::kSum: y += op.scale * static_cast<double>(p.residual[i * p.ldr + j]); break;
+      case PostOp::Kind::kBinary: {
+        const double o = p.operandAt(which++, op, i, j);
+        switch (op.binaryAlg) {
+          case BinaryAlg::kAdd: y += o; break;
+          case BinaryAlg::kSub: y -= o; break;
+          case BinaryAlg::kMul: y *= o; lipschitz = std::fabs(o); break;
+          case BinaryAlg::kDiv: y /= o; lipschitz = 1 / std::fabs(o); break;
+          case BinaryAlg::kMax: y = std::max(y, o); break;
+          case BinaryAlg::kMin: y = std::min(y, o); break;
+        }
+        break;
+      }
+      case PostOp::Kind::kEltwise:
+        switch (op.act) {
+          case Activation::kRelu: y = std::max(0.0, y); break;
+          case Activation::kLeakyRelu:
+            y = y > 0 ? y : y * op.alpha;
+            lipschitz = std::max(1.0, std::fabs(static_cast<double>(op.alpha)));
+            break;
+          case Activation::kClamp: y = std::min<double>(op.beta, std::max<double>(op.alpha, y)); break;
+          case Activation::kLinear:
+            y = op.alpha * y + op.beta;
+            lipschitz = std::fabs(op.alpha);
+            break;
+          case Activation::kHardswish:
+            y = y * std::min(6.0, std::max(0.0, y + 3)) / 6;
+            lipschitz = 1.5;
+            break;
+          case Activation::kHardsigmoid:
+            y = std::min(6.0, std::max(0.0, y + 3)) / 6;
+            lipschitz = 1.0 / 6;
+            break;
+          default: break;
+        }
+        break;
+    }
+    bound = bound * lipschitz + 2 * eps * (std::fabs(y) + 1e-30);
+  }
+  return {y, bound};
+}
+
+bool sameFloat(float x, float y) {
+  if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y);
+  uint32_t bx, by;
+  std::memcpy(&bx, &x, 4);
+  std::memcpy(&by, &y, 4);
+  return bx == by;
+}
+
+/// Checks \p c (ldc-strided, padding still kSentinel) against both references.
+void expectMatches(const Problem& p, const std::vector<float>& c, const std::string& what) {
+  int bad = 0;
+  for (int64_t i = 0; i < p.m && bad < 5; ++i) {
+    for (int64_t j = 0; j < p.ldc && bad < 5; ++j) {
+      const float got = c[i * p.ldc + j];
+      if (j >= p.n) {
+        if (!sameFloat(got, kSentinel)) {
+          ADD_FAILURE() << what << ": wrote padding (" << i << "," << j << ")";
+          ++bad;
+        }
+        continue;
+      }
+      const float want = floatReference(p, i, j);
+      if (!sameFloat(got, want)) {
+        ADD_FAILURE() << what << ": (" << i << "," << j << ") = " << got << ", float32 chain "
+                      << want;
+        ++bad;
+      }
+      const auto [exact, bound] = doubleReference(p, i, j);
+      if (!(std::fabs(got - exact) <= bound)) {
+        ADD_FAILURE() << what << ": (" << i << "," << j << ") = " << got << ", exact " << exact
+                      << ", bound " << bound;
+        ++bad;
+      }
+    }
+  }
+}
+
+std::string describe(const Problem& p) {
+  return "m=" + std::to_string(p.m) + " k=" + std::to_string(p.k) + " n=" + std::to_string(p.n) +
+         (p.order == WeightOrder::kNK ? " NK" : " KN") + " lda=" + std::to_string(p.lda) +
+         " ldc=" + std::to_string(p.ldc);
+}
+
+std::vector<const float*> operandPointers(const Problem& p) {
+  std::vector<const float*> out;
+  for (const auto& o : p.operands) out.push_back(o.data());
+  return out;
+}
+
+/// Packs, runs into a sentinel-filled c and checks. \returns c.
+std::vector<float> runAndCheck(const Problem& p) {
+  auto packed = packWeights(p.w.data(), p.k, p.n, p.order);
+  EXPECT_TRUE(packed.isOk()) << packed.status().toString();
+  if (!packed.isOk()) return {};
+  std::vector<float> c(p.m * p.ldc, kSentinel);
+  Epilogue ep;
+  ep.bias = p.useBias ? p.bias.data() : nullptr;
+  ep.postOps = p.ops;
+  const auto operands = operandPointers(p);
+  const Status s = run(p.a.data(), p.m, p.lda, *packed.value(), c.data(), p.ldc, ep,
+                       p.residual.data(), p.ldr, operands);
+  EXPECT_TRUE(s.isOk()) << s.toString();
+  expectMatches(p, c, describe(p));
+  return c;
+}
+
+class GemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!available()) GTEST_SKIP() << "no AVX2+FMA on this CPU";
+    savedThreads_ = omp_get_max_threads();
+  }
+  void TearDown() override { omp_set_num_threads(savedThreads_); }
+  int savedThreads_ = 1;
+};
+
+// ---- shapes --------------------------------------------------------------------------------------
+
+struct ShapeCase {
+  int64_t m, k, n, padA, padC;
+};
+// Edges: 1, primes, not multiples of 6 (rows) or 16 (columns), K = 1, several K blocks (> 256),
+// more rows than one row block (> 144), N < 16, groups of 1..4 panels for the tail rows.
+const ShapeCase kShapes[] = {
+    {1, 1, 1, 0, 0},      {1, 7, 1, 0, 0},     {1, 1, 17, 0, 0},     {2, 3, 5, 1, 3},
+    {5, 1, 16, 0, 0},     {6, 16, 16, 0, 0},   {7, 17, 33, 2, 1},    {13, 31, 47, 0, 5},
+    {1, 768, 100, 0, 0},  {1, 64, 64, 0, 0},   {1, 5, 80, 3, 0},     {2, 40, 97, 0, 0},
+    {3, 256, 65, 0, 0},   {4, 257, 64, 1, 0},  {5, 513, 31, 0, 2},   {6, 1000, 16, 0, 0},
+    {11, 9, 129, 0, 0},   {17, 300, 70, 7, 9}, {37, 41, 200, 0, 0},  {64, 64, 64, 0, 0},
+    {145, 20, 50, 0, 0},  {150, 600, 37, 4, 4}, {300, 33, 17, 0, 0}, {1, 3000, 20, 0, 0},
+    {2, 2, 1000, 0, 0},   {8, 513, 257, 0, 16},
+};
+
+class GemmShapes : public GemmTest, public ::testing::WithParamInterface<std::tuple<int, WeightOrder>> {};
+
+TEST_P(GemmShapes, MatchesBothReferences) {
+  const ShapeCase& s = kShapes[std::get<0>(GetParam())];
+  const Problem p = makeProblem(s.m, s.k, s.n, std::get<1>(GetParam()), s.padA, s.padC);
+  runAndCheck(p);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, GemmShapes,
+    ::testing::Combine(::testing::Range(0, static_cast<int>(std::size(kShapes))),
+                       ::testing::Values(WeightOrder::kNK, WeightOrder::kKN)),
+    [](const auto& info) {
+      const ShapeCase& s = kShapes[std::get<0>(info.param)];
+      return "m" + std::to_string(s.m) + "_k" + std::to_string(s.k) + "_n" + std::to_string(s.n) +
+             (std::get<1>(info.param) == WeightOrder::kNK ? "_NK" : "_KN");
+    });
+
+TEST_F(GemmTest, WithoutBias) {
+  Problem p = makeProblem(13, 300, 37, WeightOrder::kNK, 1, 2);
+  p.useBias = false;
+  runAndCheck(p);
+}
+
+TEST_F(GemmTest, LargeK) {
+  runAndCheck(makeProblem(7, 5000, 40, WeightOrder::kKN));
+}
+
+// ---- post-ops ------------------------------------------------------------------------------------
+
+struct PostOpCase {
+  const char* name;
+  std::vector<PostOp> ops;
+};
+
+std::vector<PostOpCase> postOpCases(int64_t m, int64_t n) {
+  std::vector<PostOpCase> cases = {
+      {"relu", {elt(Activation::kRelu)}},
+      {"leaky_relu", {elt(Activation::kLeakyRelu, 0.1f)}},
+      {"leaky_relu_negative_slope", {elt(Activation::kLeakyRelu, -2.f)}},
+      {"clamp", {elt(Activation::kClamp, -0.5f, 0.75f)}},
+      {"relu6", {elt(Activation::kClamp, 0.f, 6.f)}},
+      {"linear", {elt(Activation::kLinear, 0.125f, 0.5f)}},
+      {"hardswish", {elt(Activation::kHardswish)}},
+      {"hardsigmoid", {elt(Activation::kHardsigmoid)}},
+      {"sum", {sumOp(1.f)}},
+      {"sum_scaled", {sumOp(0.5f)}},
+      {"chain",
+       {elt(Activation::kLinear, 0.5f, -0.25f), elt(Activation::kRelu), sumOp(1.f),
+        binOp(BinaryAlg::kMul, {1, n}), elt(Activation::kHardswish),
+        binOp(BinaryAlg::kAdd, {m, n}), elt(Activation::kClamp, -1.f, 2.f)}},
+  };
+  const std::pair<BinaryAlg, const char*> algs[] = {
+      {BinaryAlg::kAdd, "add"}, {BinaryAlg::kSub, "sub"}, {BinaryAlg::kMul, "mul"},
+      {BinaryAlg::kDiv, "div"}, {BinaryAlg::kMax, "max"}, {BinaryAlg::kMin, "min"}};
+  const std::pair<std::vector<int64_t>, const char*> dims[] = {
+      {{1, n}, "per_column"}, {{m, n}, "full"}, {{m, 1}, "per_row"}, {{1, 1}, "scalar"}};
+  for (const auto& [alg, algName] : algs) {
+    for (const auto& [d, dimName] : dims) {
+      cases.push_back({nullptr, {binOp(alg, d)}});
+      static std::vector<std::string> names;  // keeps the c_str alive
+      names.push_back(std::string("binary_") + algName + "_" + dimName);
+      cases.back().name = names.back().c_str();
+    }
+  }
+  return cases;
+}
+
+TEST_F(GemmTest, EverySupportedPostOp) {
+  // Pre-activations span about ±5, so every kink (0, ±3, clamp bounds) is crossed. K = 70: one K
+  // block; K = 600: three (the epilogue after partial sums stored in c).
+  for (const int64_t k : {70, 600}) {
+    for (const auto& pc : postOpCases(13, 37)) {
+      SCOPED_TRACE(std::string(pc.name) + " k=" + std::to_string(k));
+      for (const PostOp& op : pc.ops) EXPECT_TRUE(supportsPostOp(op)) << pc.name;
+      const float scale = k == 600 ? 0.35f : 1.f;
+      Problem p = makeProblem(13, k, 37, WeightOrder::kNK, 3, 5, 2, pc.ops);
+      for (float& v : p.w) v *= scale;
+      runAndCheck(p);
+    }
+  }
+}
+
+TEST_F(GemmTest, PostOpsPropagateNaN) {
+  Problem p = makeProblem(7, 20, 19, WeightOrder::kKN, 0, 0, 0,
+                          {elt(Activation::kRelu), binOp(BinaryAlg::kMax, {1, 19}),
+                           binOp(BinaryAlg::kMin, {7, 19}), elt(Activation::kHardswish),
+                           elt(Activation::kClamp, -1.f, 1.f)});
+  p.a[2 * p.lda + 3] = std::numeric_limits<float>::quiet_NaN();  // row 2 all NaN
+  p.operands[0][5] = std::numeric_limits<float>::quiet_NaN();     // column 5 all NaN
+  p.operands[1][4 * 19 + 11] = std::numeric_limits<float>::quiet_NaN();
+  auto packed = packWeights(p.w.data(), p.k, p.n, p.order);
+  ASSERT_TRUE(packed.isOk());
+  std::vector<float> c(p.m * p.ldc, kSentinel);
+  Epilogue ep{p.bias.data(), p.ops};
+  const auto operands = operandPointers(p);
+  ASSERT_TRUE(run(p.a.data(), p.m, p.lda, *packed.value(), c.data(), p.ldc, ep, nullptr, 0,
+                  operands).isOk());
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; ++j) {
+      const bool nan = i == 2 || j == 5 || (i == 4 && j == 11);
+      EXPECT_EQ(std::isnan(c[i * p.ldc + j]), nan) << i << "," << j;
+      if (!nan) EXPECT_TRUE(sameFloat(c[i * p.ldc + j], floatReference(p, i, j))) << i << "," << j;
+    }
+  }
+}
+
+TEST_F(GemmTest, TranscendentalPostOpsAreUnimplementedForNow) {
+  Problem p = makeProblem(4, 8, 8, WeightOrder::kNK);
+  auto packed = packWeights(p.w.data(), p.k, p.n, p.order);
+  ASSERT_TRUE(packed.isOk());
+  for (Activation a : {Activation::kGeluErf, Activation::kGeluTanh, Activation::kSilu,
+                       Activation::kSigmoid, Activation::kTanh, Activation::kElu}) {
+    EXPECT_FALSE(supportsPostOp(elt(a))) << static_cast<int>(a);
+    std::vector<float> c(p.m * p.ldc, kSentinel);
+    Epilogue ep{p.bias.data(), {elt(Activation::kRelu), elt(a)}};
+    const Status s = run(p.a.data(), p.m, p.lda, *packed.value(), c.data(), p.ldc, ep);
+    EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << static_cast<int>(a) << ": " << s.toString();
+    for (float v : c) ASSERT_TRUE(sameFloat(v, kSentinel)) << "c written on an error";
+  }
+}
+
+// ---- aliasing ------------------------------------------------------------------------------------
+
+TEST_F(GemmTest, InPlaceResidualSum) {
+  // c == residual (same stride, wider than N): one K block and three, one thread and two.
+  for (const int64_t k : {100, 700}) {
+    for (const int threads : {1, 2}) {
+      SCOPED_TRACE("k=" + std::to_string(k) + " threads=" + std::to_string(threads));
+      omp_set_num_threads(threads);
+      Problem p = makeProblem(61, k, 150, WeightOrder::kNK, 0, 3, 3,
+                              {elt(Activation::kRelu), sumOp(1.f), elt(Activation::kClamp, -2.f, 2.f)});
+      auto packed = packWeights(p.w.data(), p.k, p.n, p.order);
+      ASSERT_TRUE(packed.isOk());
+      EXPECT_EQ(threadsFor(p.m, *packed.value()), threads);
+      std::vector<float> c = p.residual;  // ldr == ldc
+      for (int64_t i = 0; i < p.m; ++i) {
+        for (int64_t j = p.n; j < p.ldc; ++j) c[i * p.ldc + j] = kSentinel;
+      }
+      Epilogue ep{p.bias.data(), p.ops};
+      ASSERT_TRUE(run(p.a.data(), p.m, p.lda, *packed.value(), c.data(), p.ldc, ep, c.data(),
+                      p.ldc).isOk());
+      expectMatches(p, c, "in-place sum");
+    }
+  }
+}
+
+TEST_F(GemmTest, InPlaceFullBinaryOperand) {
+  for (const int64_t k : {50, 600}) {
+    Problem p = makeProblem(9, k, 40, WeightOrder::kKN, 0, 0, 0,
+                            {binOp(BinaryAlg::kMul, {9, 40}), binOp(BinaryAlg::kAdd, {1, 40})});
+    auto packed = packWeights(p.w.data(), p.k, p.n, p.order);
+    ASSERT_TRUE(packed.isOk());
+    std::vector<float> c = p.operands[0];
+    Epilogue ep{p.bias.data(), p.ops};
+    const float* operands[] = {c.data(), p.operands[1].data()};
+    ASSERT_TRUE(run(p.a.data(), p.m, p.lda, *packed.value(), c.data(), p.ldc, ep, nullptr, 0,
+                    operands).isOk());
+    expectMatches(p, c, "in-place binary k=" + std::to_string(k));
+  }
+}
+
+// ---- threads -------------------------------------------------------------------------------------
+
+TEST_F(GemmTest, AnyThreadCountIsBitIdentical) {
+  // Split over N (many panels) and over M (one panel), each with several K blocks and edge tiles.
+  const ShapeCase cases[] = {{100, 600, 300, 1, 2}, {400, 300, 16, 0, 0}, {12, 257, 1000, 0, 0}};
+  for (const ShapeCase& s : cases) {
+    Problem p = makeProblem(s.m, s.k, s.n, WeightOrder::kNK, s.padA, s.padC, 0,
+                            {elt(Activation::kHardswish), sumOp(0.5f)});
+    auto packed = packWeights(p.w.data(), p.k, p.n, p.order);
+    ASSERT_TRUE(packed.isOk());
+    Epilogue ep{p.bias.data(), p.ops};
+    std::vector<float> first;
+    for (const int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      ASSERT_EQ(threadsFor(p.m, *packed.value()), threads) << describe(p);
+      std::vector<float> c(p.m * p.ldc, kSentinel);
+      ASSERT_TRUE(run(p.a.data(), p.m, p.lda, *packed.value(), c.data(), p.ldc, ep,
+                      p.residual.data(), p.ldr).isOk());
+      if (first.empty()) {
+        expectMatches(p, c, describe(p));
+        first = c;
+      } else {
+        EXPECT_EQ(std::memcmp(first.data(), c.data(), c.size() * 4), 0)
+            << describe(p) << " with " << threads << " threads";
+      }
+    }
+  }
+}
+
+TEST_F(GemmTest, SmallProblemsStayOnOneThread) {
+  omp_set_num_threads(2);
+  std::vector<float> w(64 * 64, 1.f);
+  auto packed = packWeights(w.data(), 64, 64, WeightOrder::kNK);
+  ASSERT_TRUE(packed.isOk());
+  EXPECT_EQ(threadsFor(1, *packed.value()), 1);
+  EXPECT_EQ(threadsFor(128, *packed.value()), 2);
+}
+
+TEST_F(GemmTest, ConcurrentCallsShareOnePackedWeights) {
+  Problem p = makeProblem(30, 200, 90, WeightOrder::kNK);
+  auto packed = packWeights(p.w.data(), p.k, p.n, p.order);
+  ASSERT_TRUE(packed.isOk());
+  const Epilogue ep{p.bias.data(), {}};
+  std::vector<std::vector<float>> outs(8, std::vector<float>(p.m * p.ldc, kSentinel));
+  int failures = 0;
+#pragma omp parallel for num_threads(4) reduction(+ : failures)
+  for (int r = 0; r < 8; ++r) {
+    failures += !run(p.a.data(), p.m, p.lda, *packed.value(), outs[r].data(), p.ldc, ep).isOk();
+  }
+  EXPECT_EQ(failures, 0);
+  expectMatches(p, outs[0], "concurrent");
+  for (int r = 1; r < 8; ++r) EXPECT_EQ(outs[r], outs[0]) << r;
+}
+
+// ---- packing, arguments --------------------------------------------------------------------------
+
+TEST_F(GemmTest, PackedLayoutIsTheDocumentedOne) {
+  for (const WeightOrder order : {WeightOrder::kNK, WeightOrder::kKN}) {
+    const int64_t k = 600, n = 37;
+    Problem p = makeProblem(1, k, n, order);
+    auto packed = packWeights(p.w.data(), k, n, order);
+    ASSERT_TRUE(packed.isOk());
+    const PackedWeights& b = *packed.value();
+    EXPECT_EQ(b.k(), k);
+    EXPECT_EQ(b.n(), n);
+    EXPECT_EQ(b.nPadded(), 48);
+    EXPECT_EQ(b.bytes(), static_cast<size_t>(k * 48 * 4));
+    EXPECT_EQ(b.kBlock(), 200);  // 600 = 3 equal blocks of at most 256
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const int64_t k0 = kk / b.kBlock() * b.kBlock(), kb = std::min(b.kBlock(), k - k0);
+      for (int64_t nn = 0; nn < b.nPadded(); ++nn) {
+        const float got = b.data()[k0 * b.nPadded() + nn / 16 * kb * 16 + (kk - k0) * 16 + nn % 16];
+        ASSERT_EQ(got, nn < n ? p.weight(kk, nn) : 0.f) << kk << "," << nn;
+      }
+    }
+  }
+}
+
+TEST_F(GemmTest, EmptyMIsANoOp) {
+  std::vector<float> w(8 * 4, 1.f);
+  auto packed = packWeights(w.data(), 8, 4, WeightOrder::kNK);
+  ASSERT_TRUE(packed.isOk());
+  EXPECT_TRUE(run(nullptr, 0, 8, *packed.value(), nullptr, 4, Epilogue{}).isOk());
+  std::vector<float> c(4, kSentinel);
+  std::vector<float> a(8, 1.f);
+  EXPECT_TRUE(run(a.data(), 0, 8, *packed.value(), c.data(), 4, Epilogue{}).isOk());
+  for (float v : c) EXPECT_EQ(v, kSentinel);
+}
+
+TEST_F(GemmTest, RejectsBadArguments) {
+  const int64_t m = 3, k = 8, n = 5;
+  std::vector<float> a(m * k, 1.f), w(k * n, 1.f), c(m * n, 0.f), r(m * n, 0.f), bias(n, 0.f);
+  auto packed = packWeights(w.data(), k, n, WeightOrder::kNK);
+  ASSERT_TRUE(packed.isOk());
+  const PackedWeights& b = *packed.value();
+  const Epilogue plain;
+  auto code = [](const Status& s) { return s.code(); };
+  EXPECT_EQ(code(run(a.data(), -1, k, b, c.data(), n, plain)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(run(a.data(), m, k - 1, b, c.data(), n, plain)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(run(a.data(), m, k, b, c.data(), n - 1, plain)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(run(nullptr, m, k, b, c.data(), n, plain)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(run(a.data(), m, k, b, nullptr, n, plain)), StatusCode::kInvalidArgument);
+  const Epilogue withSum{nullptr, {sumOp(1.f)}};
+  EXPECT_EQ(code(run(a.data(), m, k, b, c.data(), n, withSum)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(run(a.data(), m, k, b, c.data(), n, withSum, r.data(), n - 1)),
+            StatusCode::kInvalidArgument);
+  // residual overlapping c without being c
+  EXPECT_EQ(code(run(a.data(), 2, k, b, c.data(), n, withSum, c.data() + 1, n)),
+            StatusCode::kInvalidArgument);
+  // c overlapping a, or the bias
+  EXPECT_EQ(code(run(a.data(), 1, k, b, a.data() + 4, n, plain)), StatusCode::kInvalidArgument);
+  const Epilogue biasInC{c.data() + 2, {}};
+  EXPECT_EQ(code(run(a.data(), m, k, b, c.data(), n, biasInC)), StatusCode::kInvalidArgument);
+  // binary operands: count, null, dims
+  const Epilogue withBinary{nullptr, {binOp(BinaryAlg::kAdd, {1, n})}};
+  EXPECT_EQ(code(run(a.data(), m, k, b, c.data(), n, withBinary)), StatusCode::kInvalidArgument);
+  const float* nullOperand[] = {nullptr};
+  EXPECT_EQ(code(run(a.data(), m, k, b, c.data(), n, withBinary, nullptr, 0, nullOperand)),
+            StatusCode::kInvalidArgument);
+  const float* operand[] = {r.data()};
+  const Epilogue badDims{nullptr, {binOp(BinaryAlg::kAdd, {2, n})}};
+  EXPECT_EQ(code(run(a.data(), m, k, b, c.data(), n, badDims, nullptr, 0, operand)),
+            StatusCode::kUnimplemented);
+  const Epilogue rank3{nullptr, {binOp(BinaryAlg::kAdd, {1, 1, n})}};
+  EXPECT_EQ(code(run(a.data(), m, k, b, c.data(), n, rank3, nullptr, 0, operand)),
+            StatusCode::kUnimplemented);
+  const Epilogue tooMany{nullptr, std::vector<PostOp>(17, elt(Activation::kRelu))};
+  EXPECT_EQ(code(run(a.data(), m, k, b, c.data(), n, tooMany)), StatusCode::kUnimplemented);
+  // a correct call on the same buffers works (the checks above are not vacuous)
+  EXPECT_TRUE(run(a.data(), m, k, b, c.data(), n, withBinary, nullptr, 0, operand).isOk());
+  EXPECT_EQ(c[0], 8.f + r[0]);
+
+  EXPECT_EQ(packWeights(nullptr, k, n, WeightOrder::kNK).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(packWeights(w.data(), 0, n, WeightOrder::kNK).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(packWeights(w.data(), k, 0, WeightOrder::kKN).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace verifuse::kernels::gemm
