@@ -1,12 +1,15 @@
 """``python -m verifuse bench`` (also ``python -m verifuse_bench``).
 
-    bench [--models a,b] [--backends eager,inductor,verifuse] [--batch 1,32] [--threads 1,2]
-          [--iters N] [--warmup N] [--chunk N] [--time-budget S] [--json PATH] [--quick]
-          [--inductor-cache cold|warm] [--verifuse-options JSON] [--seed N] [--list]
+    bench [--suite own|hf|timm|torchvision] [--models a,b] [--tiny]
+          [--backends eager,inductor,inductor-nofreeze,openvino,zentorch,verifuse|all]
+          [--batch 1,32] [--threads 1,2] [--iters N] [--warmup N] [--chunk N] [--time-budget S]
+          [--json PATH] [--resume] [--in-process] [--config-timeout S] [--memory inprocess|isolated]
+          [--no-plot] [--quick] [--inductor-cache cold|warm] [--verifuse-options JSON] [--seed N] [--list]
 
-Exit status: 0 when the run completed (backends that are unavailable or fail to compile are
-recorded in the results, they do not change the status); 1 when eager itself failed for some
-configuration (a broken model); 2 on a usage error. Timings never affect the exit status.
+Exit status: 0 when the run completed (backends or models that are unavailable, and backends
+that fail to compile, are recorded in the results; they do not change the status); 1 when eager
+itself failed for some configuration (a broken model); 2 on a usage error. Timings never affect
+the exit status.
 """
 
 from __future__ import annotations
@@ -15,8 +18,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-
-from .models import DEFAULT_SUITE, MODELS, QUICK_SUITE
 
 QUICK_DEFAULTS = {"iters": 10, "warmup": 2, "chunk": 5, "time_budget": 15.0}
 FULL_DEFAULTS = {"iters": 30, "warmup": 3, "chunk": 5, "time_budget": 60.0}
@@ -37,18 +38,26 @@ def _csv_int(s: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .backends import ALL_BACKENDS
+    from .models import DEFAULT_SUITE, QUICK_SUITE
+    from .suites import SUITES
+
     p = argparse.ArgumentParser(
         prog="python -m verifuse bench",
-        description="Benchmark eager vs inductor (freezing) vs verifuse on CPU inference models.",
+        description="Benchmark verifuse against eager, inductor, OpenVINO and zentorch on CPU inference models.",
     )
+    p.add_argument("--suite", choices=SUITES, default=None,
+                   help="model suite: own (the project's models), hf (transformers), timm, torchvision")
     p.add_argument("--models", type=_csv, default=None,
-                   help=f"comma-separated model names (default: {','.join(DEFAULT_SUITE)}; "
-                        f"with --quick: {','.join(QUICK_SUITE)}). See --list.")
+                   help=f"comma-separated model names (default: the suite's models; without --suite: "
+                        f"{','.join(DEFAULT_SUITE)}; with --quick: {','.join(QUICK_SUITE)}). With --suite, "
+                        "the suite prefix may be left out (--suite hf --models bert_base). See --list.")
+    p.add_argument("--tiny", action="store_true", help="the suite's tiny stand-in models (smoke runs)")
     p.add_argument("--backends", type=_csv, default=None,
-                   help="comma-separated: eager,inductor,inductor-nofreeze,verifuse "
-                        "(default: eager,inductor,verifuse)")
+                   help=f"comma-separated: {','.join(ALL_BACKENDS)} or 'all' (default: all; with --quick: "
+                        "eager,inductor,verifuse). A backend that is not installed is recorded as unavailable.")
     p.add_argument("--batch", type=_csv_int, default=None,
-                   help="batch sizes, e.g. 1,32 (default: each model's default batch)")
+                   help="batch sizes, e.g. 1,32 (default: each model's default batch sizes)")
     p.add_argument("--threads", type=_csv_int, default=None, help="torch.set_num_threads values (default: 1)")
     p.add_argument("--iters", type=int, default=None, help="timed iterations per backend per config")
     p.add_argument("--warmup", type=int, default=None, help="untimed iterations per backend after compile")
@@ -56,18 +65,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds of timing per config before rounds stop early (min 5 iters kept)")
     p.add_argument("--json", type=Path, default=None,
-                   help="output JSON path (default: bench/results/bench-<timestamp>.json); "
-                        "a .md table is written next to it")
+                   help="output JSON path (default: bench/results/bench[-SUITE]-<timestamp>.json); the .md "
+                        "table and .png plot are written next to it, per-configuration files in <stem>.d/")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse the finished per-configuration files of an earlier run with the same --json "
+                        "and settings")
+    p.add_argument("--in-process", action="store_true",
+                   help="run every configuration in this process instead of one process each")
+    p.add_argument("--config-timeout", type=float, default=3600.0,
+                   help="seconds before a configuration's process is killed (default 3600)")
+    p.add_argument("--memory", choices=("inprocess", "isolated"), default="inprocess",
+                   help="isolated: also measure each backend's peak RSS in a process of its own")
+    p.add_argument("--no-plot", action="store_true", help="do not write the PNG")
     p.add_argument("--quick", action="store_true",
-                   help="small models, batch default, 1 thread, few iterations")
+                   help="small models, batch default, 1 thread, few iterations, eager,inductor,verifuse")
     p.add_argument("--inductor-cache", choices=("cold", "warm"), default="cold",
                    help="cold (default): inductor compiles into a fresh cache dir each time")
     p.add_argument("--verifuse-options", type=str, default=None,
                    help='JSON dict passed as torch.compile(..., options=...) to verifuse, e.g. \'{"verify":"rules"}\'')
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--list", action="store_true", help="list the models and exit")
+    p.add_argument("--list", action="store_true", help="list the models of every suite and exit")
     p.add_argument("--no-print", action="store_true", help="do not print the markdown table")
     return p
+
+
+def _list_models() -> None:
+    from .suites import SUITE_REQUIRES, SUITES, registry
+
+    import importlib.util
+
+    reg = registry()
+    for suite in SUITES:
+        libs = SUITE_REQUIRES[suite]
+        missing = [m for m in libs if importlib.util.find_spec(m) is None
+                   and not (m == "torchvision" and _vendored_torchvision())]
+        state = f" (needs {', '.join(missing)}: make bench-deps)" if missing else ""
+        print(f"--suite {suite}{state}")
+        for name, e in reg.items():
+            if e.suite != suite:
+                continue
+            batches = ",".join(str(b) for b in e.default_batches)
+            print(f"  {name:26s} {e.family:11s} {'tiny ' if e.tiny else '     '}batch {batches:6s} {e.description}")
+
+
+def _vendored_torchvision() -> bool:
+    from .vendor import vendor_dir
+
+    return (vendor_dir() / "torchvision" / "__init__.py").is_file()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,24 +125,33 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
 
     if args.list:
-        for name, s in MODELS.items():
-            print(f"{name:18s} {s.family:12s} {'small' if s.small else 'full ':5s} "
-                  f"batch {s.default_batch:<3d} {s.description}")
+        _list_models()
         return 0
 
-    # heavy imports only when actually running
-    from .harness import KNOWN_BACKENDS, BenchOptions, default_json_path, run_benchmark, to_markdown, write_report
+    from .backends import ALL_BACKENDS, BACKENDS
+    from .models import DEFAULT_SUITE, QUICK_SUITE
+    from .suites import resolve, suite_models
 
     defaults = QUICK_DEFAULTS if args.quick else FULL_DEFAULTS
-    models = args.models or list(QUICK_SUITE if args.quick else DEFAULT_SUITE)
-    unknown = [m for m in models if m not in MODELS]
-    if unknown:
-        print(f"error: unknown model(s) {unknown}; known: {', '.join(MODELS)}", file=sys.stderr)
+    try:
+        if args.models:
+            models = resolve(args.models, args.suite)
+        elif args.suite:
+            models = suite_models(args.suite, tiny=args.tiny)
+        else:
+            models = list(QUICK_SUITE if args.quick else DEFAULT_SUITE)
+    except KeyError as e:
+        print(f"error: unknown model {e}; see --list", file=sys.stderr)
         return 2
-    backends = args.backends or ["eager", "inductor", "verifuse"]
-    bad = [b for b in backends if b not in KNOWN_BACKENDS]
+    if args.backends and args.backends != ["all"]:
+        backends = [b for b in args.backends if b != "all"]
+    elif args.backends == ["all"] or not args.quick:
+        backends = list(ALL_BACKENDS)
+    else:
+        backends = ["eager", "inductor", "verifuse"]
+    bad = [b for b in backends if b not in BACKENDS]
     if bad:
-        print(f"error: unknown backend(s) {bad}; known: {', '.join(KNOWN_BACKENDS)}", file=sys.stderr)
+        print(f"error: unknown backend(s) {bad}; known: {', '.join(BACKENDS)}", file=sys.stderr)
         return 2
     if "eager" not in backends:
         backends = ["eager"] + backends  # eager is the reference for accuracy and speedups
@@ -115,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         v = getattr(args, name)
         return defaults[key] if v is None else v
 
+    # heavy imports only when actually running
+    from .harness import BenchOptions, default_json_path, run_benchmark, to_markdown, write_report
+
     opts = BenchOptions(
         models=models,
         backends=backends,
@@ -129,16 +185,25 @@ def main(argv: list[str] | None = None) -> int:
         inductor_cache=args.inductor_cache,
         verifuse_options=vopts,
         quick=args.quick,
+        suite=args.suite,
+        isolate=not args.in_process,
+        resume=args.resume,
+        config_timeout_s=args.config_timeout,
+        memory=args.memory,
+        plot=not args.no_plot,
     )
     log = (lambda s: print(s, file=sys.stderr, flush=True))
-    report = run_benchmark(opts, log=log, argv=argv)
-    json_path = args.json or default_json_path()
+    json_path = args.json or default_json_path(opts)
+    report = run_benchmark(opts, log=log, argv=argv, json_path=json_path)
     jp, mp = write_report(report, json_path)
     if not args.no_print:
         print(to_markdown(report))
-    print(f"wrote {jp} and {mp}", file=sys.stderr)
+    plot = report.get("plot") or {}
+    extra = f" and {plot['path']}" if plot.get("status") == "ok" else (
+        f" (no plot: {plot.get('reason')})" if plot else "")
+    print(f"wrote {jp} and {mp}{extra}", file=sys.stderr)
     eager_failed = any(e.get("backends", {}).get("eager", {}).get("status") != "ok" for e in report["results"])
-    eager_failed = eager_failed or any(err.get("stage") in ("build", "run") for err in report["errors"])
+    eager_failed = eager_failed or any(err.get("stage") in ("build", "run", "process") for err in report["errors"])
     return 1 if eager_failed else 0
 
 

@@ -1,52 +1,58 @@
-"""Benchmark harness: eager vs inductor (freezing) vs verifuse, measured fairly in one process.
+"""Benchmark harness: eager vs inductor (freezing on / off) vs OpenVINO vs zentorch vs verifuse.
 
-Fairness rules (see bench/README.md):
+The method (bench/README.md has it in full):
 
-* Everything runs under ``torch.no_grad()``, on static shapes (``dynamic=False``), fp32, CPU.
-* ``inductor`` is compiled with ``torch._inductor.config.freezing = True`` set *in the compiling
-  thread at trace time* (config is per-thread in torch 2.12+), under no_grad. That it took effect
-  is verified from the generated code (``_frozen_param*`` constants, ``mkldnn``/``mkl`` packed ops)
-  and inductor's pattern counters, and recorded in the results.
-* Every (model, batch, threads) configuration starts from ``torch._dynamo.reset()`` and compiles
-  each backend afresh after ``torch.set_num_threads(threads)`` (inductor bakes the thread count
-  into its generated code). By default inductor compiles into an empty cache directory
-  ("cold"), so compile times are not flattered by earlier runs.
-* One-time imports (inductor, its compile worker pool, verifuse) are paid up front and reported
-  separately; "compile_s" is the first call (Dynamo tracing + backend compile + first run).
-* Latency is measured round-robin: each round runs every backend ``chunk`` times, the backend
-  order rotating every round, so slow drifts in machine load hit all backends alike. Medians and
-  p90 per backend. GC is disabled while timing.
-* Each compiled output is compared against eager (max abs / relative diff). Nothing is asserted:
-  this is a benchmark, not a test.
+* One configuration = model x batch x threads. With ``isolate=True`` (the CLI's default) every
+  configuration runs in its own Python process (``verifuse_bench.worker``); the parent only
+  orchestrates, writes one JSON file per configuration (so a partial run is never lost and
+  ``--resume`` skips what is done) and merges them into the report.
+* Inside a configuration every backend compiles its own ``copy.deepcopy`` of the model, in a fixed
+  order (zentorch last), with **no** ``torch._dynamo.reset()`` between backends: a reset makes the
+  earlier backends' compiled functions recompile on their next call (inductor then silently
+  loses freezing). Everything runs under ``torch.no_grad()``, static shapes, fp32.
+* inductor: freezing set *while it traces*, in the tracing thread, and verified from the
+  generated code; ``inductor-nofreeze`` the same with freezing off. "inductor" in the ratios is the
+  better of the two per configuration; both raw rows are kept.
+* Compile time = the first call. Warm-up calls follow right after it (untimed). Latency is
+  measured round-robin: each round runs every backend ``chunk`` times, the order rotating every
+  round; GC off while timing; median and p90 per backend.
+* Per backend: max abs / rel error against eager, Dynamo graph count and graph breaks, recompiles
+  while timing, CPU utilisation while timing (process CPU time / wall time: ~1.0 per thread used),
+  and memory: RSS growth over its compile + warm-up and the process peak RSS during them (the
+  peak is reset before each backend through /proc/self/clear_refs); ``memory="isolated"`` adds a
+  separate process per backend that builds the model, compiles only that backend and reports its
+  own peak RSS.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as _dt
 import gc
-import json
 import math
 import os
 import platform
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from .models import MODELS, get_spec
+from . import backends as _bk
+from .backends import ALL_BACKENDS, BACKENDS, INDUCTOR_VARIANTS, PEERS, compile_order
+from .suites import BenchModel, Inputs, get_model, suite_models
 
-SCHEMA = "verifuse-bench/1"
-KNOWN_BACKENDS: tuple[str, ...] = ("eager", "inductor", "inductor-nofreeze", "verifuse")
-DEFAULT_BACKENDS: tuple[str, ...] = ("eager", "inductor", "verifuse")
+SCHEMA = "verifuse-bench/2"
+KNOWN_BACKENDS: tuple[str, ...] = ALL_BACKENDS
+DEFAULT_BACKENDS: tuple[str, ...] = ALL_BACKENDS
+QUICK_BACKENDS: tuple[str, ...] = ("eager", "inductor", "verifuse")
 
 
 # --------------------------------------------------------------------------------------------
@@ -58,47 +64,89 @@ DEFAULT_BACKENDS: tuple[str, ...] = ("eager", "inductor", "verifuse")
 class BenchOptions:
     models: list[str]
     backends: list[str] = field(default_factory=lambda: list(DEFAULT_BACKENDS))
-    batches: list[int] | None = None  # None: each model's default batch
+    batches: list[int] | None = None  # None: each model's default batches
     threads: list[int] = field(default_factory=lambda: [1])
     iters: int = 30  # timed iterations per backend and configuration
-    warmup: int = 3  # untimed iterations per backend after the compile call
+    warmup: int = 3  # untimed iterations per backend right after its compile call
     chunk: int = 5  # iterations per backend per round (round-robin alternation)
     time_budget_s: float = 60.0  # per configuration; stops rounds early (>= min_iters kept)
     min_iters: int = 5
     seed: int = 0
-    inductor_cache: str = "cold"  # "cold": fresh cache dir per compile; "warm": default cache
+    inductor_cache: str = "cold"  # "cold": fresh cache dir, no FX-graph/AOTAutograd cache hits
     verifuse_options: dict[str, Any] | None = None
     quick: bool = False
+    suite: str | None = None  # informational (models are already resolved)
+    isolate: bool = False  # one subprocess per configuration (the CLI's default)
+    resume: bool = False  # isolate only: reuse finished per-configuration files
+    config_timeout_s: float = 3600.0  # isolate only: a configuration process is killed after this
+    memory: str = "inprocess"  # "inprocess" | "isolated" (adds one process per backend)
+    recompile_limit: int = 64  # Dynamo's per-frame limit; every backend adds cache entries
+    plot: bool = True
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "BenchOptions":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 # --------------------------------------------------------------------------------------------
 # Environment
 # --------------------------------------------------------------------------------------------
 
+_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx_vnni",
+              "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 
-def _cpu_model() -> str:
+
+def _cpuinfo() -> dict[str, str]:
+    out: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # first processor is enough
+                if ":" in line:
+                    k, v = line.split(":", 1)
+                    out.setdefault(k.strip(), v.strip())
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    return out
+
+
+def _cpu_model() -> str:
+    return _cpuinfo().get("model name") or platform.processor() or "unknown"
 
 
 def _cpu_flags() -> list[str]:
-    interesting = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile",
-                   "amx_bf16", "fma")
+    flags = set(_cpuinfo().get("flags", "").split())
+    return [fl for fl in _ISA_FLAGS if fl in flags]
+
+
+def _microarch(info: dict[str, str]) -> str | None:
+    vendor = info.get("vendor_id", "")
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return [fl for fl in interesting if fl in flags]
-    except OSError:
-        pass
-    return []
+        fam, mod = int(info.get("cpu family", "")), int(info.get("model", ""))
+    except ValueError:
+        return None
+    if vendor == "AuthenticAMD":
+        if fam == 0x17:
+            return "Zen/Zen 2"
+        if fam == 0x19:
+            return "Zen 4" if (0x10 <= mod <= 0x1F or 0x60 <= mod <= 0x7F or 0xA0 <= mod <= 0xAF) else "Zen 3"
+        if fam == 0x1A:
+            return "Zen 5"
+    return None
+
+
+def isa_summary(flags: list[str]) -> str:
+    f = set(flags)
+    parts = ["AVX2" if "avx2" in f else "no AVX2"]
+    if "fma" in f:
+        parts[0] += "+FMA"
+    parts.append("AVX-512" if "avx512f" in f else "no AVX-512")
+    parts.append("AVX512-BF16" if "avx512_bf16" in f else "no AVX512-BF16")
+    parts.append("VNNI" if ("avx512_vnni" in f or "avx_vnni" in f) else "no VNNI")
+    parts.append("AMX" if "amx_tile" in f else "no AMX")
+    return ", ".join(parts)
 
 
 def load_average() -> list[float] | None:
@@ -119,13 +167,22 @@ def _git_commit() -> str | None:
 
 
 def environment_info() -> dict[str, Any]:
+    ci = _cpuinfo()
+    flags = _cpu_flags()
     info: dict[str, Any] = {
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "platform": platform.platform(),
         "cpu_model": _cpu_model(),
+        "cpu_vendor": ci.get("vendor_id"),
+        "cpu_family": ci.get("cpu family"),
+        "cpu_model_number": ci.get("model"),
+        "cpu_microarch": _microarch(ci),
+        "hypervisor": "hypervisor" in ci.get("flags", "").split(),
         "cpu_count": os.cpu_count(),
-        "cpu_flags": _cpu_flags(),
+        "cpu_flags": flags,
+        "avx512": "avx512f" in flags,
+        "isa_summary": isa_summary(flags),
         "load_avg": load_average(),
         "torch_num_threads_default": torch.get_num_threads(),
         "mkldnn_available": bool(torch.backends.mkldnn.is_available()),
@@ -184,6 +241,45 @@ def geomean(values: list[float]) -> float | None:
 
 
 # --------------------------------------------------------------------------------------------
+# Memory (Linux /proc; None elsewhere)
+# --------------------------------------------------------------------------------------------
+
+
+def _status_mb(key: str) -> float | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
+def rss_mb() -> float | None:
+    return _status_mb("VmRSS")
+
+
+def peak_rss_mb() -> float | None:
+    return _status_mb("VmHWM")
+
+
+def reset_peak_rss() -> bool:
+    """Reset the process's peak RSS (VmHWM) to the current RSS (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _threads_now() -> int | None:
+    v = _status_mb("Threads")
+    return None if v is None else int(round(v * 1024))
+
+
+# --------------------------------------------------------------------------------------------
 # Backends
 # --------------------------------------------------------------------------------------------
 
@@ -200,63 +296,32 @@ class Prepared:
 
 
 _AVAILABILITY_CACHE: dict[str, tuple[bool, str | None, float | None]] = {}
+_AVAILABILITY_DETAILS: dict[str, dict[str, Any]] = {}
 
 
 def backend_availability(name: str) -> tuple[bool, str | None, float | None]:
-    """(available, reason if not, one-time import seconds). Never raises."""
-    if name in _AVAILABILITY_CACHE:
-        return _AVAILABILITY_CACHE[name]
-    t0 = time.perf_counter()
-    result: tuple[bool, str | None, float | None]
-    if name == "eager":
-        result = (True, None, 0.0)
-    elif name in ("inductor", "inductor-nofreeze"):
-        try:
-            import torch._inductor.compile_fx  # noqa: F401
-            from torch._inductor.async_compile import maybe_warm_pool
-
-            maybe_warm_pool()
-            result = (True, None, time.perf_counter() - t0)
-        except Exception as e:
-            result = (False, f"inductor import failed: {type(e).__name__}: {e}", None)
-    elif name == "verifuse":
-        result = _verifuse_availability(t0)
-    else:
-        result = (False, f"unknown backend {name!r}; known: {', '.join(KNOWN_BACKENDS)}", None)
-    _AVAILABILITY_CACHE[name] = result
-    return result
+    """(available, reason if not, one-time import seconds). Never raises; cached per process."""
+    if name not in _AVAILABILITY_CACHE:
+        ok, reason, import_s, details = _bk.availability(name)
+        _AVAILABILITY_CACHE[name] = (ok, reason, import_s)
+        _AVAILABILITY_DETAILS[name] = details
+    return _AVAILABILITY_CACHE[name]
 
 
-def _verifuse_availability(t0: float) -> tuple[bool, str | None, float | None]:
-    import_err = None
-    try:
-        import verifuse  # noqa: F401  (registers the backend if installed as a plain package)
-    except Exception as e:
-        import_err = f"import verifuse failed: {type(e).__name__}: {e}"
-    try:
-        from torch._dynamo import list_backends
-
-        names = list_backends(exclude_tags=())
-    except Exception as e:
-        return (False, f"torch._dynamo.list_backends failed: {e!r}", None)
-    if "verifuse" not in names:
-        reason = "backend 'verifuse' is not registered with torch._dynamo"
-        if import_err:
-            reason += f" ({import_err})"
-        return (False, reason, None)
-    try:
-        from torch._dynamo.backends.registry import lookup_backend
-
-        lookup_backend("verifuse")  # loads the entry point; surfaces import errors here
-    except Exception as e:
-        return (False, f"lookup_backend('verifuse') failed: {type(e).__name__}: {e}", None)
-    return (True, None, time.perf_counter() - t0)
+def backend_details(name: str) -> dict[str, Any]:
+    return dict(_AVAILABILITY_DETAILS.get(name, {}))
 
 
 def _dynamo_counters() -> dict[str, dict[str, int]]:
     from torch._dynamo.utils import counters
 
     return {k: dict(v) for k, v in counters.items()}
+
+
+def _unique_graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"].get("unique_graphs", 0))
 
 
 def _counter_delta(before: dict, after: dict, group: str) -> dict[str, int]:
@@ -266,40 +331,8 @@ def _counter_delta(before: dict, after: dict, group: str) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def _capture_inductor_code(sink: list[str]):
-    try:
-        from unittest import mock
-
-        from torch._inductor.graph import GraphLowering
-    except Exception:
-        yield
-        return
-    with mock.patch.object(GraphLowering, "save_output_code", lambda code: sink.append(code)):
-        yield
-
-
-@contextlib.contextmanager
-def _no_graph_caches(mode: str):
-    """"cold": no FX-graph / AOTAutograd cache hits, so every model is really compiled."""
-    if mode != "cold":
-        yield
-        return
-    import torch._inductor.config as ic
-
-    with contextlib.ExitStack() as st:
-        st.enter_context(ic.patch(fx_graph_cache=False))
-        try:
-            import torch._functorch.config as fc
-
-            st.enter_context(fc.patch(enable_autograd_cache=False))
-        except Exception:  # pragma: no cover
-            pass
-        yield
-
-
-@contextlib.contextmanager
 def fresh_inductor_cache_dir(enabled: bool):
-    """One empty inductor cache directory for the whole run (removed afterwards)."""
+    """One empty inductor cache directory for the whole run/process (removed afterwards)."""
     if not enabled:
         yield None
         return
@@ -328,11 +361,14 @@ def fresh_inductor_cache_dir(enabled: bool):
 
 def inductor_warmup() -> float:
     """Compile a trivial function once, so that one-time costs (C++ prefix header, worker pool)
-    are not charged to the first model's compile time. Returns its wall time."""
+    are not charged to the first model's compile time. Returns its wall time. Runs before any
+    backend of a configuration is compiled (the reset here never hits a compiled model)."""
+    import torch._inductor.config as ic
+
     t0 = time.perf_counter()
     torch._dynamo.reset()
     f = torch.compile(lambda a: torch.relu(a * 2.0 + 1.0), backend="inductor", dynamic=False)
-    with torch.no_grad():
+    with torch.no_grad(), ic.patch(joint_custom_post_pass=None):
         f(torch.randn(16))
     torch._dynamo.reset()
     return time.perf_counter() - t0
@@ -340,83 +376,114 @@ def inductor_warmup() -> float:
 
 _FROZEN_RE = re.compile(r"_frozen_param\d+")
 _ONEDNN_OP_RE = re.compile(r"torch\.ops\.(?:mkldnn|mkl|onednn)\.(\w+)")
+_ZENTORCH_OP_RE = re.compile(r"torch\.ops\.zentorch\.(\w+)")
 
 
 def analyze_inductor_code(codes: list[str]) -> dict[str, Any]:
     """Evidence that freezing happened, from inductor's generated wrapper code."""
     frozen: set[str] = set()
     ops: dict[str, int] = {}
+    zops: dict[str, int] = {}
     for c in codes:
         frozen.update(_FROZEN_RE.findall(c))
         for op in _ONEDNN_OP_RE.findall(c):
             ops[op] = ops.get(op, 0) + 1
-    return {"frozen_params": len(frozen), "onednn_ops": ops, "onednn_op_calls": sum(ops.values()),
-            "code_captured": len(codes)}
+        for op in _ZENTORCH_OP_RE.findall(c):
+            zops[op] = zops.get(op, 0) + 1
+    out = {"frozen_params": len(frozen), "onednn_ops": ops, "onednn_op_calls": sum(ops.values()),
+           "code_captured": len(codes)}
+    if zops:
+        out["zentorch_ops"] = zops
+    return out
 
 
-def _prepare_eager(model, x) -> Prepared:
+def _call_fn(compiled: Callable, inputs: Inputs) -> Callable[[], Any]:
+    args, kwargs = inputs.args, inputs.kwargs
+
     def fn():
-        return model(x)
+        return compiled(*args, **kwargs)
 
-    with torch.no_grad():
-        out = fn()
-    return Prepared("eager", "ok", fn=fn, compile_s=0.0, first_output=out)
+    return fn
 
 
-def _prepare_compiled(name: str, model, x, opts: BenchOptions) -> Prepared:
+def _count_flops(fn: Callable[[], Any]) -> tuple[Any, float | None]:
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as fc:
+            out = fn()
+        return out, fc.get_total_flops() / 1e9
+    except Exception:
+        return fn(), None
+
+
+def prepare_backend(name: str, model: torch.nn.Module, inputs: Inputs, opts: BenchOptions, threads: int,
+                    heartbeat: Callable[[str, str | None], None] | None = None) -> Prepared:
+    """Compile one backend on its own deep copy of the model: first call (= compile time), then
+    the warm-up calls; memory, graphs and backend evidence recorded. Never raises."""
     avail, reason, _ = backend_availability(name)
     if not avail:
         return Prepared(name, "unavailable", reason=reason)
-    info: dict[str, Any] = {}
-    codes: list[str] = []
+    if name not in BACKENDS:
+        return Prepared(name, "unavailable", reason=f"unknown backend {name!r}")
+    bdef = BACKENDS[name]
+    if heartbeat:
+        heartbeat("compile", name)
+    m = model if name == "eager" else copy.deepcopy(model)
+    gc.collect()
+    mem: dict[str, Any] = {"rss_before_mb": rss_mb()}
+    mem["peak_reset"] = reset_peak_rss()
     before = _dynamo_counters()
-    stats_before = _verifuse_stats() if name == "verifuse" else None
+    info: dict[str, Any] = {}
     try:
-        if name in ("inductor", "inductor-nofreeze"):
-            import torch._inductor.config as ic
-
-            freezing = name == "inductor"
-            # options= makes the two inductor variants compare unequal, so Dynamo's BACKEND_MATCH
-            # guard keeps their cache entries apart; the patch makes freezing visible at trace time.
-            compiled = torch.compile(model, backend="inductor", dynamic=False,
-                                     options={"freezing": freezing})
-            with torch.no_grad(), ic.patch(freezing=freezing), _capture_inductor_code(codes), \
-                    _no_graph_caches(opts.inductor_cache):
-                # Config is per-thread in torch 2.12+: record what the compiling thread sees.
-                info["freezing_config_at_trace"] = bool(ic.freezing)
-                info["grad_enabled_at_trace"] = torch.is_grad_enabled()
+        ctx = bdef.compile(m, opts, threads)
+        info = ctx.info  # the backend fills it during and after its first call
+        fn = _call_fn(ctx.compiled, inputs)
+        with torch.no_grad():
+            with ctx.first_call:
                 t0 = time.perf_counter()
-                out = compiled(x)
+                if name == "eager":
+                    out, gflop = _count_flops(fn)
+                    info["gflop_per_call"] = gflop
+                else:
+                    out = fn()
                 compile_s = time.perf_counter() - t0
-        elif name == "verifuse":
-            kwargs: dict[str, Any] = {"backend": "verifuse", "dynamic": False}
-            if opts.verifuse_options:
-                kwargs["options"] = dict(opts.verifuse_options)
-            compiled = torch.compile(model, **kwargs)
-            with torch.no_grad():
-                t0 = time.perf_counter()
-                out = compiled(x)
-                compile_s = time.perf_counter() - t0
-        else:
-            return Prepared(name, "unavailable", reason=f"unknown backend {name!r}")
+            if ctx.after is not None:
+                ctx.after(info)
+            if heartbeat:
+                heartbeat("warmup", name)
+            for _ in range(opts.warmup):
+                fn()
     except Exception as e:
         tb = traceback.format_exc(limit=-16)
-        return Prepared(name, "failed", reason=f"{type(e).__name__}: {str(e)[:800]}",
-                        info={"traceback_tail": tb[-3000:]})
+        info.pop("_codes", None)
+        info["traceback_tail"] = tb[-3000:]
+        del m
+        gc.collect()
+        return Prepared(name, "failed", reason=f"{type(e).__name__}: {str(e)[:800]}", info=info)
+    mem["rss_after_mb"] = rss_mb()
+    mem["peak_rss_mb"] = peak_rss_mb()
+    if mem["rss_before_mb"] is not None and mem["rss_after_mb"] is not None:
+        mem["rss_growth_mb"] = mem["rss_after_mb"] - mem["rss_before_mb"]
+        if mem["peak_rss_mb"] is not None and mem["peak_reset"]:
+            mem["peak_growth_mb"] = mem["peak_rss_mb"] - mem["rss_before_mb"]
+    info["memory"] = mem
     after = _dynamo_counters()
-    stats = _counter_delta(before, after, "stats")
-    info["graphs"] = stats.get("unique_graphs")
-    gb = _counter_delta(before, after, "graph_break")
-    info["graph_breaks"] = sum(gb.values())
-    if gb:
-        info["graph_break_reasons"] = dict(list(gb.items())[:10])
-    if name in ("inductor", "inductor-nofreeze"):
+    if name != "eager":
+        stats = _counter_delta(before, after, "stats")
+        info["graphs"] = stats.get("unique_graphs", 0)
+        gb = _counter_delta(before, after, "graph_break")
+        info["graph_breaks"] = sum(gb.values())
+        if gb:
+            info["graph_break_reasons"] = dict(list(gb.items())[:10])
+    codes = info.pop("_codes", None)
+    if bdef.uses_inductor_codegen and codes is not None:
         ev = analyze_inductor_code(codes)
         ind = _counter_delta(before, after, "inductor")
         ev["weight_pack_matches"] = sum(v for k, v in ind.items() if "weight_pack_matcher_count" in k)
         ev["fusion_matches"] = {k: v for k, v in ind.items() if k.endswith("_matcher_count")}
         n_params = sum(1 for _ in model.parameters())
-        if name == "inductor":
+        if info.get("freezing_config_at_trace"):
             if ev["code_captured"] == 0:
                 ev["verified"] = None
                 ev["note"] = "no generated code captured; freezing not verifiable"
@@ -427,31 +494,8 @@ def _prepare_compiled(name: str, model, x, opts: BenchOptions) -> Prepared:
         else:
             ev["verified_off"] = ev["frozen_params"] == 0
         info["freezing"] = ev
-    if name == "verifuse" and stats_before is not None:
-        stats_after = _verifuse_stats()
-        if isinstance(stats_after, dict) and isinstance(stats_before, dict):
-            info["verifuse_stats_delta"] = {
-                k: stats_after[k] - stats_before.get(k, 0)
-                for k in stats_after
-                if isinstance(stats_after[k], (int, float)) and stats_after[k] != stats_before.get(k, 0)
-            }
-
-    def fn():
-        return compiled(x)
-
-    return Prepared(name, "ok", fn=fn, compile_s=compile_s, first_output=out, info=info)
-
-
-def _verifuse_stats() -> dict | None:
-    try:
-        import verifuse
-
-        s = verifuse.stats()
-        if hasattr(s, "to_dict"):
-            s = s.to_dict()
-        return dict(s) if isinstance(s, dict) else None
-    except Exception:
-        return None
+    return Prepared(name, "ok", fn=fn, compile_s=0.0 if name == "eager" else compile_s, first_output=out,
+                    info=info)
 
 
 # --------------------------------------------------------------------------------------------
@@ -472,6 +516,8 @@ def _flatten(out) -> list[torch.Tensor]:
         for k in sorted(out):
             r += _flatten(out[k])
         return r
+    if hasattr(out, "to_tuple"):  # transformers ModelOutput
+        return _flatten(out.to_tuple())
     return []
 
 
@@ -484,6 +530,8 @@ def compare_outputs(ref, out) -> dict[str, Any]:
         if r.shape != o.shape:
             return {"max_abs_diff": None, "max_rel_diff": None,
                     "error": f"shape {tuple(o.shape)} vs eager {tuple(r.shape)}"}
+        if not r.is_floating_point():
+            r, o = r.double(), o.double()
         d = (r.detach().double() - o.detach().double()).abs()
         if d.numel():
             max_abs = max(max_abs, float(d.max()))
@@ -501,11 +549,17 @@ ACCURACY_REL_TOL = 1e-3
 # --------------------------------------------------------------------------------------------
 
 
-def _time_round_robin(runners: list[Prepared], opts: BenchOptions, log) -> tuple[dict[str, list[float]], int, bool]:
+def _time_round_robin(runners: list[Prepared], opts: BenchOptions, heartbeat=None
+                      ) -> tuple[dict[str, list[float]], int, bool, dict[str, dict[str, float]]]:
     samples: dict[str, list[float]] = {r.name: [] for r in runners}
+    extra: dict[str, dict[str, float]] = {r.name: {"cpu_s": 0.0, "wall_s": 0.0, "new_graphs": 0}
+                                          for r in runners}
     if not runners:
-        return samples, 0, False
+        return samples, 0, False, extra
+    if heartbeat:
+        heartbeat("timing", None)
     perf = time.perf_counter_ns
+    cpu = time.process_time
     rounds = 0
     budget_hit = False
     start = time.perf_counter()
@@ -514,20 +568,24 @@ def _time_round_robin(runners: list[Prepared], opts: BenchOptions, log) -> tuple
     gc.disable()
     try:
         with torch.no_grad():
-            for r in runners:  # warmup (not timed)
-                for _ in range(opts.warmup):
-                    r.fn()
             while any(len(samples[r.name]) < opts.iters for r in runners):
                 k = rounds % len(runners)
                 order = runners[k:] + runners[:k]  # rotate the order every round
                 for r in order:
                     n = min(opts.chunk, opts.iters - len(samples[r.name]))
+                    if n <= 0:
+                        continue
                     buf = samples[r.name]
                     fn = r.fn
+                    g0, c0, w0 = _unique_graphs(), cpu(), perf()
                     for _ in range(n):
                         t0 = perf()
                         fn()
                         buf.append((perf() - t0) / 1e6)
+                    ex = extra[r.name]
+                    ex["wall_s"] += (perf() - w0) / 1e9
+                    ex["cpu_s"] += cpu() - c0
+                    ex["new_graphs"] += _unique_graphs() - g0
                 rounds += 1
                 if (time.perf_counter() - start > opts.time_budget_s
                         and all(len(samples[r.name]) >= opts.min_iters for r in runners)):
@@ -536,28 +594,35 @@ def _time_round_robin(runners: list[Prepared], opts: BenchOptions, log) -> tuple
     finally:
         if gc_was_enabled:
             gc.enable()
-    return samples, rounds, budget_hit
+    return samples, rounds, budget_hit, extra
 
 
-def run_config(model, spec, x, batch: int, threads: int, opts: BenchOptions, log) -> dict[str, Any]:
+def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: int, threads: int,
+               opts: BenchOptions, log: Callable[[str], None], label: str = "",
+               heartbeat: Callable[[str, str | None], None] | None = None) -> dict[str, Any]:
+    """All backends on one configuration, in this process (no Dynamo reset between backends)."""
+    import torch._dynamo.config as dc
+
     t_cfg = time.perf_counter()
     torch.set_num_threads(threads)
     entry: dict[str, Any] = {
-        "model": spec.name,
-        "family": spec.family,
+        "model": bm.name,
+        "suite": bm.suite,
+        "family": bm.family,
+        "description": bm.description,
+        "input_desc": bm.input_desc,
+        "output_compared": bm.output,
         "params": sum(p.numel() for p in model.parameters()),
         "batch": batch,
         "threads": threads,
         "torch_num_threads": torch.get_num_threads(),
-        "input_shape": list(x.shape),
+        "input_shape": inputs.shapes(),
+        "attn_implementation": getattr(getattr(model, "config", None), "_attn_implementation", None),
         "load_avg_before": load_average(),
         "backends": {},
     }
-    try:
-        torch._dynamo.reset()
-    except Exception:
-        pass
-    prepared: list[Prepared] = []
+    if bm.notes:
+        entry["notes"] = bm.notes
     if opts.inductor_cache == "cold":
         try:
             from torch._inductor.utils import clear_caches
@@ -565,49 +630,72 @@ def run_config(model, spec, x, batch: int, threads: int, opts: BenchOptions, log
             clear_caches()  # in-memory code caches
         except Exception:
             pass
-    eager = _prepare_eager(model, x)
-    ref = eager.first_output
-    for name in opts.backends:
-        if name == "eager":
-            p = eager
-        else:
-            log(f"  compiling {name} ...")
-            p = _prepare_compiled(name, model, x, opts)
+    order = compile_order(list(opts.backends))
+    if "eager" not in order:
+        order = ["eager"] + order  # the reference is always computed
+    entry["compile_order"] = order
+    prepared: dict[str, Prepared] = {}
+    with dc.patch(recompile_limit=max(dc.recompile_limit, opts.recompile_limit)):
+        for name in order:
+            log(f"{label} {name}: compiling ..." if name != "eager" else f"{label} eager: reference call")
+            p = prepare_backend(name, model, inputs, opts, threads, heartbeat)
+            prepared[name] = p
             if p.status == "ok":
-                log(f"  {name}: compile {p.compile_s:.2f}s")
+                if name != "eager":
+                    log(f"{label} {name}: compile {p.compile_s:.2f}s")
             else:
-                log(f"  {name}: {p.status}: {p.reason}")
-        prepared.append(p)
-    runners = [p for p in prepared if p.status == "ok"]
-    graphs_before = _dynamo_counters().get("stats", {}).get("unique_graphs", 0)
-    samples, rounds, budget_hit = _time_round_robin(runners, opts, log)
-    graphs_after = _dynamo_counters().get("stats", {}).get("unique_graphs", 0)
-    entry["rounds"] = rounds
-    entry["time_budget_hit"] = budget_hit
-    entry["recompiles_during_timing"] = graphs_after - graphs_before
-    with torch.no_grad():
-        for p in prepared:
-            b: dict[str, Any] = {"status": p.status}
-            if p.reason:
-                b["reason"] = p.reason
-            if p.status == "ok":
-                b["compile_s"] = p.compile_s
-                b["latency_ms"] = latency_stats(samples[p.name])
-                b["samples_ms"] = [round(v, 4) for v in samples[p.name]]
-                if p.name != "eager":
-                    acc = compare_outputs(ref, p.fn())  # warm call
-                    first = compare_outputs(ref, p.first_output)
-                    acc["first_call_max_abs_diff"] = first.get("max_abs_diff")
-                    acc["rel_tolerance"] = ACCURACY_REL_TOL
-                    rel = acc.get("max_rel_diff")
-                    acc["ok"] = rel is not None and rel <= ACCURACY_REL_TOL
-                    b["accuracy"] = acc
-            b.update(p.info)
-            entry["backends"][p.name] = b
-    entry["ratios"] = _config_ratios(entry["backends"])
+                log(f"{label} {name}: {p.status}: {p.reason}")
+            if name == "eager" and p.status != "ok":
+                raise RuntimeError(f"eager failed: {p.reason}")
+        ref = bm.select(prepared["eager"].first_output)
+        entry["gflop_per_call"] = prepared["eager"].info.pop("gflop_per_call", None)
+        runners = [prepared[n] for n in opts.backends if n in prepared and prepared[n].status == "ok"]
+        log(f"{label} timing {', '.join(r.name for r in runners)} (round-robin, {opts.iters} iters each, "
+            f"budget {opts.time_budget_s:.0f}s)")
+        graphs_before = _unique_graphs()
+        samples, rounds, budget_hit, extra = _time_round_robin(runners, opts, heartbeat)
+        entry["rounds"] = rounds
+        entry["time_budget_hit"] = budget_hit
+        entry["recompiles_during_timing"] = _unique_graphs() - graphs_before
+        with torch.no_grad():
+            for name in opts.backends:
+                p = prepared.get(name) or Prepared(name, "unavailable", reason="not prepared")
+                b: dict[str, Any] = {"status": p.status}
+                if p.reason:
+                    b["reason"] = p.reason
+                if p.status == "ok":
+                    b["compile_s"] = p.compile_s
+                    b["latency_ms"] = latency_stats(samples[name])
+                    b["samples_ms"] = [round(v, 4) for v in samples[name]]
+                    ex = extra[name]
+                    b["cpu_utilization"] = ex["cpu_s"] / ex["wall_s"] if ex["wall_s"] > 0 else None
+                    b["recompiles_during_timing"] = ex["new_graphs"]
+                    if name != "eager":
+                        g0 = _unique_graphs()
+                        acc = compare_outputs(ref, bm.select(p.fn()))  # warm call
+                        first = compare_outputs(ref, bm.select(p.first_output))
+                        b["recompiles_during_timing"] += _unique_graphs() - g0
+                        acc["first_call_max_abs_diff"] = first.get("max_abs_diff")
+                        acc["rel_tolerance"] = ACCURACY_REL_TOL
+                        rel = acc.get("max_rel_diff")
+                        acc["ok"] = rel is not None and rel <= ACCURACY_REL_TOL
+                        b["accuracy"] = acc
+                b.update(p.info)
+                if name in _AVAILABILITY_DETAILS and _AVAILABILITY_DETAILS[name].get("note") and "note" not in b:
+                    b["note"] = _AVAILABILITY_DETAILS[name]["note"]
+                entry["backends"][name] = b
+    entry["ratios"] = config_ratios(entry["backends"])
     entry["load_avg_after"] = load_average()
     entry["wall_s"] = time.perf_counter() - t_cfg
+    for p in prepared.values():  # drop compiled models before the next configuration
+        p.fn = None
+        p.first_output = None
     return entry
+
+
+# --------------------------------------------------------------------------------------------
+# Ratios
+# --------------------------------------------------------------------------------------------
 
 
 def _median(b: dict[str, Any] | None) -> float | None:
@@ -616,16 +704,43 @@ def _median(b: dict[str, Any] | None) -> float | None:
     return b["latency_ms"]["median"]
 
 
-def _config_ratios(backends: dict[str, Any]) -> dict[str, Any]:
+def _accurate(b: dict[str, Any]) -> bool:
+    acc = b.get("accuracy")
+    return acc is None or bool(acc.get("ok"))
+
+
+def config_ratios(backends: dict[str, Any]) -> dict[str, Any]:
+    """Speed-ups of one configuration (baseline median / backend median: > 1 means faster)."""
     eager = _median(backends.get("eager"))
     r: dict[str, Any] = {"speedup_vs_eager": {}}
     for name, b in backends.items():
         m = _median(b)
         if name != "eager" and eager and m:
             r["speedup_vs_eager"][name] = eager / m
-    ind, vf = _median(backends.get("inductor")), _median(backends.get("verifuse"))
-    r["verifuse_vs_inductor"] = ind / vf if ind and vf else None
-    ci = (backends.get("inductor") or {}).get("compile_s")
+    # "inductor" = the better of freezing on / off
+    ind = [(_median(backends.get(n)), n) for n in INDUCTOR_VARIANTS if _median(backends.get(n))]
+    ind_best = min(ind)[1] if ind else None
+    r["inductor_best"] = ind_best
+    r["speedup_vs_eager_inductor_best"] = r["speedup_vs_eager"].get(ind_best) if ind_best else None
+    # best peer: the fastest of inductor (best variant), openvino, zentorch with accurate results
+    cands, excluded = [], {}
+    for n in [ind_best, *[p for p in PEERS if p not in INDUCTOR_VARIANTS]]:
+        if n is None or _median(backends.get(n)) is None:
+            continue
+        if not _accurate(backends[n]):
+            excluded[n] = "accuracy check failed"
+            continue
+        cands.append((_median(backends[n]), n))
+    best = min(cands) if cands else None
+    r["best_peer"] = best[1] if best else None
+    r["best_peer_median_ms"] = best[0] if best else None
+    if excluded:
+        r["peers_excluded"] = excluded
+    vf = _median(backends.get("verifuse"))
+    r["verifuse_vs_best_peer"] = best[0] / vf if best and vf else None
+    ind_m = _median(backends.get(ind_best)) if ind_best else None
+    r["verifuse_vs_inductor"] = ind_m / vf if ind_m and vf else None
+    ci = (backends.get(ind_best) or {}).get("compile_s") if ind_best else None
     cv = (backends.get("verifuse") or {}).get("compile_s")
     r["compile_ratio_verifuse_inductor"] = cv / ci if ci and cv else None
     return r
@@ -637,35 +752,46 @@ def _config_ratios(backends: dict[str, Any]) -> dict[str, Any]:
 
 
 def summarize(results: list[dict[str, Any]], backends: list[str]) -> dict[str, Any]:
-    """Geomeans per (batch, threads) and over everything; scopes: CNNs and the whole suite."""
+    """Geomeans per (suite, batch, threads), per suite and over everything; scopes: each family
+    and the whole suite."""
     groups: dict[tuple, list[dict]] = {}
-    for e in results:
-        if "backends" not in e:
-            continue
-        groups.setdefault((e["batch"], e["threads"]), []).append(e)
-    groups[("all", "all")] = [e for e in results if "backends" in e]
+    ok = [e for e in results if "backends" in e and "ratios" in e]
+    for e in ok:
+        suite = e.get("suite", "own")
+        groups.setdefault((suite, e["batch"], e["threads"]), []).append(e)
+        groups.setdefault((suite, "all", "all"), []).append(e)
+    if len({e.get("suite", "own") for e in ok}) > 1:
+        groups[("all", "all", "all")] = ok
     out = []
-    for (batch, threads), entries in groups.items():
-        for scope in ("cnn", "all"):
-            es = [e for e in entries if scope == "all" or e["family"] == "cnn"]
-            if not es:
-                continue
-            g: dict[str, Any] = {"batch": batch, "threads": threads, "scope": scope,
+    for (suite, batch, threads), entries in groups.items():
+        families = sorted({e["family"] for e in entries})
+        scopes = ["all"] + (families if len(families) > 1 else [])
+        for scope in scopes:
+            es = [e for e in entries if scope == "all" or e["family"] == scope]
+            g: dict[str, Any] = {"suite": suite, "batch": batch, "threads": threads, "scope": scope,
                                  "n_configs": len(es), "models": sorted({e["model"] for e in es}),
                                  "speedup_vs_eager": {}}
-            # n_used: how many configurations each geomean covers (a backend that failed or was
-            # unavailable on some model is left out of its geomean; compare n_used with n_configs)
             g["n_used"] = {"speedup_vs_eager": {}}
-            for name in backends:
+            for name in list(backends) + ["inductor_best"]:
                 if name == "eager":
                     continue
-                vals = [v for v in (e["ratios"]["speedup_vs_eager"].get(name) for e in es) if v]
+                if name == "inductor_best":
+                    vals = [e["ratios"].get("speedup_vs_eager_inductor_best") for e in es]
+                else:
+                    vals = [e["ratios"]["speedup_vs_eager"].get(name) for e in es]
+                vals = [v for v in vals if v]
                 g["speedup_vs_eager"][name] = geomean(vals)
                 g["n_used"]["speedup_vs_eager"][name] = len(vals)
-            for key in ("verifuse_vs_inductor", "compile_ratio_verifuse_inductor"):
+            for key in ("verifuse_vs_best_peer", "verifuse_vs_inductor", "compile_ratio_verifuse_inductor"):
                 vals = [v for v in (e["ratios"].get(key) for e in es) if v]
                 g[key] = geomean(vals)
                 g["n_used"][key] = len(vals)
+            counts: dict[str, int] = {}
+            for e in es:
+                bp = e["ratios"].get("best_peer")
+                if bp:
+                    counts[bp] = counts.get(bp, 0) + 1
+            g["best_peer_counts"] = counts
             out.append(g)
     return {"geomeans": out}
 
@@ -675,72 +801,119 @@ def summarize(results: list[dict[str, Any]], backends: list[str]) -> dict[str, A
 # --------------------------------------------------------------------------------------------
 
 
-def run_benchmark(opts: BenchOptions, log: Callable[[str], None] = print, argv: list[str] | None = None
-                  ) -> dict[str, Any]:
+def config_list(opts: BenchOptions) -> list[tuple[str, int, int]]:
+    out = []
     for m in opts.models:
-        get_spec(m)  # fail early on unknown names
-    unknown = [b for b in opts.backends if b not in KNOWN_BACKENDS]
-    if unknown:
-        raise ValueError(f"unknown backend(s) {unknown}; known: {', '.join(KNOWN_BACKENDS)}")
+        bm = get_model(m)
+        for b in (opts.batches or list(bm.default_batches)):
+            for t in opts.threads:
+                out.append((m, b, t))
+    return out
+
+
+def _new_report(opts: BenchOptions, argv: list[str] | None) -> dict[str, Any]:
     started = _dt.datetime.now(_dt.timezone.utc)
-    threads_before = torch.get_num_threads()
-    report: dict[str, Any] = {
+    suites = sorted({get_model(m).suite for m in opts.models})
+    return {
         "schema": SCHEMA,
         "created": started.isoformat(timespec="seconds"),
         "argv": list(argv) if argv is not None else None,
         "settings": asdict(opts),
+        "suites": suites,
         "environment": environment_info(),
         "backends": {},
         "results": [],
         "errors": [],
     }
-    uses_inductor = any(b.startswith("inductor") for b in opts.backends)
+
+
+def _backend_entry(name: str) -> dict[str, Any]:
+    avail, reason, import_s = backend_availability(name)
+    d = {"status": "available" if avail else "unavailable", "reason": reason, "import_s": import_s}
+    d.update({k: v for k, v in backend_details(name).items() if k not in d})
+    return d
+
+
+def build_model(name: str, seed: int, threads: int) -> tuple[BenchModel, torch.nn.Module | None, str | None]:
+    bm = get_model(name)
+    missing = bm.missing_requirements()
+    if missing:
+        return bm, None, f"requires {', '.join(missing)} (make bench-deps)"
+    torch.set_num_threads(threads)  # building is not timed; keep it cheap
+    return bm, bm.build(seed), None
+
+
+def run_benchmark(opts: BenchOptions, log: Callable[[str], None] = print, argv: list[str] | None = None,
+                  json_path: Path | None = None) -> dict[str, Any]:
+    """Run every configuration; in this process, or one subprocess each with ``opts.isolate``."""
+    for m in opts.models:
+        get_model(m)  # fail early on unknown names
+    unknown = [b for b in opts.backends if b not in BACKENDS]
+    if unknown:
+        raise ValueError(f"unknown backend(s) {unknown}; known: {', '.join(BACKENDS)}")
+    if opts.isolate:
+        from .orchestrate import run_isolated
+
+        return run_isolated(opts, log, argv, Path(json_path) if json_path else default_json_path(opts))
+    return _run_in_process(opts, log, argv)
+
+
+def _run_in_process(opts: BenchOptions, log: Callable[[str], None], argv: list[str] | None) -> dict[str, Any]:
+    threads_before = torch.get_num_threads()
+    report = _new_report(opts, argv)
+    report["environment"]["isolation"] = "in-process (torch._dynamo.reset() between configurations only)"
+    uses_inductor = any(BACKENDS[b].uses_inductor_codegen for b in opts.backends if b in BACKENDS)
+    configs = config_list(opts)
     stack = contextlib.ExitStack()
+    t_run = time.perf_counter()
     try:
-        cache_dir = stack.enter_context(
-            fresh_inductor_cache_dir(uses_inductor and opts.inductor_cache == "cold"))
+        cache_dir = stack.enter_context(fresh_inductor_cache_dir(uses_inductor and opts.inductor_cache == "cold"))
         report["environment"]["inductor_cache_dir"] = cache_dir or "default"
         for name in opts.backends:
-            avail, reason, import_s = backend_availability(name)
-            report["backends"][name] = {"status": "available" if avail else "unavailable", "reason": reason,
-                                        "import_s": import_s}
-            if not avail:
-                log(f"backend {name}: unavailable ({reason})")
+            report["backends"][name] = _backend_entry(name)
+            if report["backends"][name]["status"] != "available":
+                log(f"backend {name}: unavailable ({report['backends'][name]['reason']})")
         if uses_inductor and any(report["backends"][b]["status"] == "available"
-                                 for b in opts.backends if b.startswith("inductor")):
+                                 for b in opts.backends if b in BACKENDS and BACKENDS[b].uses_inductor_codegen):
             try:
                 w = inductor_warmup()
                 report["environment"]["inductor_warmup_compile_s"] = w
                 log(f"inductor warm-up compile (one-time costs): {w:.2f}s")
             except Exception as e:
                 report["errors"].append({"stage": "inductor_warmup", "error": f"{type(e).__name__}: {e}"})
-        for mname in opts.models:
-            spec = MODELS[mname]
-            log(f"[{mname}] building ({spec.description})")
-            try:
-                torch.set_num_threads(min(opts.threads))  # building is not timed; keep it cheap
-                model, input_fn = spec.build(seed=opts.seed)
-            except Exception as e:
-                report["errors"].append({"model": mname, "stage": "build", "error": f"{type(e).__name__}: {e}"})
-                log(f"[{mname}] build failed: {e}")
+        built: dict[str, Any] = {}
+        for k, (mname, batch, threads) in enumerate(configs, 1):
+            label = f"[{k}/{len(configs)} {mname} b{batch} t{threads}]"
+            if mname not in built:
+                built.clear()
+                gc.collect()
+                log(f"{label} building")
+                try:
+                    built[mname] = build_model(mname, opts.seed, min(opts.threads))
+                except Exception as e:
+                    built[mname] = (get_model(mname), None, f"build failed: {type(e).__name__}: {e}")
+            bm, model, why = built[mname]
+            if model is None:
+                report["errors"].append({"model": mname, "batch": batch, "threads": threads,
+                                         "stage": "unavailable" if "requires" in (why or "") else "build",
+                                         "error": why})
+                log(f"{label} skipped: {why}")
                 continue
-            batches = opts.batches or [spec.default_batch]
-            for batch in batches:
-                x = input_fn(batch)
-                for threads in opts.threads:
-                    log(f"[{mname}] batch={batch} threads={threads}")
-                    try:
-                        entry = run_config(model, spec, x, batch, threads, opts, log)
-                    except Exception as e:
-                        report["errors"].append({"model": mname, "batch": batch, "threads": threads,
-                                                 "stage": "run", "error": f"{type(e).__name__}: {e}",
-                                                 "traceback_tail": traceback.format_exc(limit=-16)[-3000:]})
-                        log(f"[{mname}] batch={batch} threads={threads} failed: {e}")
-                        continue
-                    report["results"].append(entry)
-                    log(_one_line(entry))
-            del model
-            gc.collect()
+            try:
+                torch._dynamo.reset()  # between configurations only, never between backends
+            except Exception:
+                pass
+            try:
+                entry = run_config(bm, model, bm.make_inputs(batch, opts.seed), batch, threads, opts, log, label)
+                entry["process"] = {"isolated": False, "pid": os.getpid()}
+            except Exception as e:
+                report["errors"].append({"model": mname, "batch": batch, "threads": threads, "stage": "run",
+                                         "error": f"{type(e).__name__}: {e}",
+                                         "traceback_tail": traceback.format_exc(limit=-16)[-3000:]})
+                log(f"{label} failed: {e}")
+                continue
+            report["results"].append(entry)
+            log(f"{label} {_one_line(entry)}  (elapsed {_hms(time.perf_counter() - t_run)})")
     finally:
         torch.set_num_threads(threads_before)
         try:
@@ -748,10 +921,19 @@ def run_benchmark(opts: BenchOptions, log: Callable[[str], None] = print, argv: 
         except Exception:
             pass
         stack.close()
+    finish_report(report, opts)
+    return report
+
+
+def finish_report(report: dict[str, Any], opts: BenchOptions) -> None:
     report["summary"] = summarize(report["results"], opts.backends)
     report["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     report["environment"]["load_avg_end"] = load_average()
-    return report
+
+
+def _hms(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 def _one_line(entry: dict[str, Any]) -> str:
@@ -761,7 +943,10 @@ def _one_line(entry: dict[str, Any]) -> str:
             parts.append(f"{name} {b['latency_ms']['median']:.3f}ms")
         else:
             parts.append(f"{name} {b['status']}")
-    return f"  -> {', '.join(parts)}"
+    r = entry.get("ratios", {})
+    if r.get("verifuse_vs_best_peer"):
+        parts.append(f"verifuse vs {r['best_peer']}: {r['verifuse_vs_best_peer']:.2f}x")
+    return "-> " + ", ".join(parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -776,127 +961,14 @@ def default_results_dir() -> Path:
     return Path.cwd() / "bench" / "results"
 
 
-def default_json_path() -> Path:
+def default_json_path(opts: BenchOptions | None = None) -> Path:
     ts = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return default_results_dir() / f"bench-{ts}.json"
+    tag = f"-{opts.suite}" if opts is not None and opts.suite else ""
+    return default_results_dir() / f"bench{tag}-{ts}.json"
 
 
-def _fmt(v: Any, spec: str = ".3f", none: str = "–") -> str:
-    if v is None:
-        return none
-    if isinstance(v, float) and not math.isfinite(v):
-        return none
-    return format(v, spec)
+from .report import to_markdown, write_report  # noqa: E402  (re-exported: harness.write_report)
 
-
-def to_markdown(report: dict[str, Any]) -> str:
-    env = report["environment"]
-    s = report["settings"]
-    lines = [
-        f"# verifuse bench — {report['created']}",
-        "",
-        f"- torch {env['torch_version']}, CPU `{env['cpu_model']}` ({env['cpu_count']} logical CPUs; "
-        f"{', '.join(env.get('cpu_flags') or [])}), python {env['python_version']}",
-        f"- load average at start {env.get('load_avg')}, at end {env.get('load_avg_end')}",
-        f"- iters {s['iters']} per backend (round-robin, chunk {s['chunk']}), warmup {s['warmup']}, "
-        f"time budget {s['time_budget_s']} s per config, inductor cache {s['inductor_cache']}",
-        "- inductor = torch.compile(backend='inductor') with freezing=True at trace time, under no_grad",
-    ]
-    for name, b in report["backends"].items():
-        if b["status"] != "available":
-            lines.append(f"- **{name} unavailable**: {b['reason']}")
-    lines += [
-        "",
-        "| model | batch | thr | backend | compile s | median ms | p90 ms | speedup vs eager | max abs diff | notes |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---|",
-    ]
-    for e in report["results"]:
-        for name, b in e["backends"].items():
-            notes = []
-            if b["status"] != "ok":
-                notes.append(f"{b['status']}: {(b.get('reason') or '')[:80]}")
-                lines.append(f"| {e['model']} | {e['batch']} | {e['threads']} | {name} | – | – | – | – | – | "
-                             f"{'; '.join(notes)} |")
-                continue
-            fr = b.get("freezing")
-            if fr is not None and name == "inductor":
-                notes.append(f"frozen params {fr.get('frozen_params')}, oneDNN ops {fr.get('onednn_op_calls')}"
-                             + ("" if fr.get("verified") else " (freezing NOT verified)"))
-            if b.get("graph_breaks"):
-                notes.append(f"{b['graph_breaks']} graph breaks")
-            acc = b.get("accuracy")
-            if acc is not None and not acc.get("ok"):
-                notes.append(f"ACCURACY rel {_fmt(acc.get('max_rel_diff'), '.2e')}")
-            if e.get("time_budget_hit"):
-                notes.append(f"budget hit (n={b['latency_ms']['n']})")
-            sp = e["ratios"]["speedup_vs_eager"].get(name) if name != "eager" else 1.0
-            lines.append(
-                f"| {e['model']} | {e['batch']} | {e['threads']} | {name} | "
-                f"{_fmt(b.get('compile_s'), '.2f') if name != 'eager' else '–'} | "
-                f"{_fmt(b['latency_ms']['median'])} | {_fmt(b['latency_ms']['p90'])} | "
-                f"{_fmt(sp, '.2f')}x | "
-                f"{_fmt((acc or {}).get('max_abs_diff'), '.1e') if acc else '–'} | {'; '.join(notes)} |")
-    lines += ["", "## Ratios per configuration", "",
-              "| model | batch | thr | verifuse/eager | verifuse/inductor | inductor/eager | compile verifuse/inductor |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
-    for e in report["results"]:
-        r = e["ratios"]
-        lines.append(f"| {e['model']} | {e['batch']} | {e['threads']} | "
-                     f"{_fmt(r['speedup_vs_eager'].get('verifuse'), '.2f')} | "
-                     f"{_fmt(r.get('verifuse_vs_inductor'), '.2f')} | "
-                     f"{_fmt(r['speedup_vs_eager'].get('inductor'), '.2f')} | "
-                     f"{_fmt(r.get('compile_ratio_verifuse_inductor'), '.2f')} |")
-    lines += ["", "## Geomeans (speedup = baseline time / backend time; >1 is faster)", "",
-              "| batch | thr | scope | n | inductor/eager | verifuse/eager | verifuse/inductor | compile verifuse/inductor |",
-              "|---|---|---|---:|---:|---:|---:|---:|"]
-    for g in report.get("summary", {}).get("geomeans", []):
-        sp = g["speedup_vs_eager"]
-        nu = g.get("n_used", {})
-
-        def cell(v, n):  # mark geomeans that cover only part of the configurations
-            txt = _fmt(v, ".2f")
-            return txt if v is None or n is None or n == g["n_configs"] else f"{txt} ({n}/{g['n_configs']})"
-
-        lines.append(f"| {g['batch']} | {g['threads']} | {g['scope']} | {g['n_configs']} | "
-                     f"{cell(sp.get('inductor'), nu.get('speedup_vs_eager', {}).get('inductor'))} | "
-                     f"{cell(sp.get('verifuse'), nu.get('speedup_vs_eager', {}).get('verifuse'))} | "
-                     f"{cell(g.get('verifuse_vs_inductor'), nu.get('verifuse_vs_inductor'))} | "
-                     f"{cell(g.get('compile_ratio_verifuse_inductor'), nu.get('compile_ratio_verifuse_inductor'))} |")
-    if report.get("errors"):
-        lines += ["", "## Errors", ""]
-        for err in report["errors"]:
-            lines.append(f"- {err.get('model')} (stage {err.get('stage')}): {err.get('error')}")
-    lines.append("")
-    return "\n".join(lines)
-
-
-def write_report(report: dict[str, Any], json_path: Path) -> tuple[Path, Path]:
-    json_path = Path(json_path)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = json_path.with_suffix(json_path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_finite(report), indent=2, default=_json_default, allow_nan=False))
-    tmp.replace(json_path)
-    md_path = json_path.with_suffix(".md")
-    md_path.write_text(to_markdown(report))
-    return json_path, md_path
-
-
-def _finite(o: Any) -> Any:
-    """Strict JSON: NaN / inf become null."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    return o
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, Path):
-        return str(o)
-    if isinstance(o, (set, tuple)):
-        return list(o)
-    if isinstance(o, torch.Size):
-        return list(o)
-    return repr(o)
+__all__ = ["BenchOptions", "run_benchmark", "run_config", "write_report", "to_markdown", "summarize",
+           "config_ratios", "latency_stats", "geomean", "compare_outputs", "environment_info",
+           "backend_availability", "SCHEMA", "KNOWN_BACKENDS", "DEFAULT_BACKENDS"]

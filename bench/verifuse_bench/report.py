@@ -1,0 +1,298 @@
+"""Writing results: strict JSON, the markdown table and (plot.py) the PNG next to them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+PEER_COLUMNS = ("inductor", "openvino", "zentorch")
+
+
+def _finite(o: Any) -> Any:
+    """Strict JSON: NaN / inf become null."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {str(k): _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, Path):
+        return str(o)
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    try:
+        import torch
+
+        if isinstance(o, torch.Size):
+            return list(o)
+    except Exception:  # pragma: no cover
+        pass
+    return repr(o)
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(_finite(data), indent=2, default=_json_default, allow_nan=False)
+
+
+def _fmt(v: Any, spec: str = ".3f", none: str = "–") -> str:
+    if v is None:
+        return none
+    if isinstance(v, float) and not math.isfinite(v):
+        return none
+    return format(v, spec)
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "–"
+    return f"{v:.2f}" if v < 100 else f"{v:.1f}" if v < 1000 else f"{v:.0f}"
+
+
+def _header(report: dict[str, Any]) -> list[str]:
+    env = report["environment"]
+    s = report["settings"]
+    suites = ", ".join(report.get("suites") or [])
+    cpu = f"`{env.get('cpu_model')}`"
+    bits = []
+    if env.get("cpu_vendor"):
+        bits.append(f"{env.get('cpu_vendor')} family {env.get('cpu_family')} model {env.get('cpu_model_number')}")
+    if env.get("cpu_microarch"):
+        bits.append(env["cpu_microarch"])
+    if env.get("hypervisor"):
+        bits.append("virtual machine")
+    lines = [
+        f"# verifuse bench — {suites} — {report['created']}",
+        "",
+        f"- **CPU**: {cpu} ({'; '.join(bits)}), {env.get('cpu_count')} logical CPUs. "
+        f"ISA: {(env.get('isa_summary') or ', '.join(env.get('cpu_flags') or [])).replace('no AVX-512', '**no AVX-512**')} "
+        f"(flags seen: {', '.join(env.get('cpu_flags') or []) or 'none'})",
+        f"- torch {env.get('torch_version')}, python {env.get('python_version')}, commit {env.get('git_commit')}; "
+        f"{env.get('isolation', '')}",
+        f"- load average at start {env.get('load_avg')}, at end {env.get('load_avg_end')} "
+        "(per configuration in the JSON: `load_avg_before/after`)",
+        f"- {s['iters']} timed calls per backend (round-robin, chunks of {s['chunk']}, rotating order), "
+        f"{s['warmup']} warm-up calls after the compile call, time budget {s['time_budget_s']:.0f} s per "
+        f"configuration, inductor cache {s['inductor_cache']}, seed {s['seed']}",
+        "- inductor = `torch.compile(backend='inductor')` with freezing on at trace time (verified from the "
+        "generated code) and `inductor-nofreeze`; the **inductor** column is the better of the two "
+        "(`nf` = without freezing)",
+    ]
+    if report.get("partial"):
+        p = report["partial"]
+        lines.append(f"- **partial result**: {p['done']} of {p['total']} configurations done")
+    for name, b in report.get("backends", {}).items():
+        if b.get("status") != "available":
+            lines.append(f"- **{name} unavailable**: {b.get('reason')}")
+            continue
+        extra = []
+        if b.get("version"):
+            extra.append(f"version {b['version']}")
+        if name == "openvino":
+            extra.append("`options={'aot_autograd': True, 'config': {'INFERENCE_PRECISION_HINT': 'f32', "
+                         "'INFERENCE_NUM_THREADS': <threads>}}`")
+        if name == "zentorch":
+            extra.append("freezing on at trace time")
+        if b.get("note"):
+            extra.append(f"**note: {b['note']}**")
+        if extra:
+            lines.append(f"- {name}: " + "; ".join(extra))
+    tv = env.get("torchvision")
+    if tv:
+        if tv.get("ok"):
+            how = (f"op-schema shim (its compiled ops do not load: {tv.get('compiled_ops_error')})"
+                   if tv.get("shim_defined") else "its compiled ops loaded")
+            lines.append(f"- torchvision {tv.get('version')} from {tv.get('path')} ({tv.get('source')}), {how}")
+        else:
+            lines.append(f"- torchvision unavailable: {tv.get('reason')}")
+    plot = report.get("plot")
+    if plot:
+        if plot.get("status") == "ok":
+            lines += ["", f"![speed-up and compile time]({Path(plot['path']).name})"]
+        else:
+            lines.append(f"- plot not written: {plot.get('reason')}")
+    return lines
+
+
+def _peer_cell(e: dict[str, Any], col: str) -> str:
+    bs = e["backends"]
+    if col == "inductor":
+        best = e["ratios"].get("inductor_best")
+        if best:
+            cell = _ms(bs[best]["latency_ms"]["median"])
+            return cell + (" nf" if best == "inductor-nofreeze" else "")
+        names = [n for n in ("inductor", "inductor-nofreeze") if n in bs]
+        return _status_cell(bs[names[0]]) if names else "–"
+    if col not in bs:
+        return "–"
+    b = bs[col]
+    if b.get("status") != "ok":
+        return _status_cell(b)
+    cell = _ms(b["latency_ms"]["median"])
+    if b.get("accuracy") and not b["accuracy"].get("ok"):
+        cell += " (acc!)"
+    return cell
+
+
+def _status_cell(b: dict[str, Any]) -> str:
+    return {"unavailable": "n/a", "failed": "failed"}.get(b.get("status"), b.get("status") or "–")
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    lines = _header(report)
+    backends = list(report["settings"]["backends"])
+    results = report.get("results", [])
+    cols = [c for c in PEER_COLUMNS if c in backends or (c == "inductor" and "inductor-nofreeze" in backends)]
+    has_vf = "verifuse" in backends
+    # ---- headline table ------------------------------------------------------------------------
+    lines += ["", "## verifuse vs the best peer", "",
+              "Median latency in ms per call. *best peer* = the fastest of inductor (better of freezing on/off), "
+              "OpenVINO and zentorch with accurate results; *verifuse vs best peer* = best peer's median / "
+              "verifuse's median (> 1: verifuse is faster).", ""]
+    head = ["model", "batch", "thr", "eager"] + cols + (["verifuse"] if has_vf else []) + ["best peer"]
+    if has_vf:
+        head.append("verifuse vs best peer")
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join(["---", "---:", "---:"] + ["---:"] * (len(head) - 3)) + "|")
+    for e in results:
+        bs, r = e["backends"], e["ratios"]
+        row = [e["model"], str(e["batch"]), str(e["threads"]), _peer_cell(e, "eager") if "eager" in bs else "–"]
+        row += [_peer_cell(e, c) for c in cols]
+        if has_vf:
+            row.append(_peer_cell(e, "verifuse"))
+        row.append(r.get("best_peer") or "–")
+        if has_vf:
+            v = r.get("verifuse_vs_best_peer")
+            row.append(f"**{v:.2f}x**" if v else "–")
+        lines.append("| " + " | ".join(row) + " |")
+    # ---- geomeans --------------------------------------------------------------------------------
+    lines += ["", "## Geomeans", "",
+              "Speed-up over eager (eager median / backend median) and verifuse vs the best peer, geometric "
+              "mean over the configurations of each group. A backend missing on some configurations is left "
+              "out of its geomean there; the cell then says how many it covers, e.g. `1.07 (4/5)`.", ""]
+    gcols = [("inductor_best", "inductor")] + [(c, c) for c in cols if c != "inductor"]
+    if has_vf:
+        gcols.append(("verifuse", "verifuse"))
+    head = ["suite", "batch", "thr", "scope", "n"] + [f"{t}/eager" for _, t in gcols]
+    if has_vf:
+        head += ["verifuse vs best peer", "compile verifuse/inductor"]
+    head.append("best peer (configs)")
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join(["---"] * 4 + ["---:"] * (len(head) - 5) + ["---"]) + "|")
+    for g in report.get("summary", {}).get("geomeans", []):
+        nu = g.get("n_used", {})
+
+        def cell(v, n):
+            txt = _fmt(v, ".2f")
+            return txt if v is None or n is None or n == g["n_configs"] else f"{txt} ({n}/{g['n_configs']})"
+
+        row = [str(g["suite"]), str(g["batch"]), str(g["threads"]), g["scope"], str(g["n_configs"])]
+        row += [cell(g["speedup_vs_eager"].get(k), nu.get("speedup_vs_eager", {}).get(k)) for k, _ in gcols]
+        if has_vf:
+            v = g.get("verifuse_vs_best_peer")
+            c = cell(v, nu.get("verifuse_vs_best_peer"))
+            row += [f"**{c}**" if v else c,
+                    cell(g.get("compile_ratio_verifuse_inductor"), nu.get("compile_ratio_verifuse_inductor"))]
+        row.append(", ".join(f"{k} {n}" for k, n in sorted(g.get("best_peer_counts", {}).items())) or "–")
+        lines.append("| " + " | ".join(row) + " |")
+    # ---- raw rows --------------------------------------------------------------------------------
+    lines += ["", "## All backends", "",
+              "compile s = the first call (Dynamo + backend compile + first run). peak RSS = process peak "
+              "during that backend's compile and warm-up (reset before each backend), growth = RSS kept "
+              "afterwards. CPU = process CPU time / wall time while timing (~1.0 per thread used).", "",
+              "| model | batch | thr | backend | compile s | median ms | p90 ms | vs eager | max abs diff | "
+              "peak RSS MB (growth) | CPU | notes |",
+              "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for e in results:
+        for name, b in e["backends"].items():
+            if b["status"] != "ok":
+                lines.append(f"| {e['model']} | {e['batch']} | {e['threads']} | {name} | – | – | – | – | – | – | – | "
+                             f"{b['status']}: {_md_escape((b.get('reason') or '')[:160])} |")
+                continue
+            notes = _notes(name, b, e)
+            sp = e["ratios"]["speedup_vs_eager"].get(name) if name != "eager" else 1.0
+            acc = b.get("accuracy")
+            mem = b.get("memory") or {}
+            memtxt = "–"
+            if mem.get("peak_rss_mb") is not None:
+                memtxt = f"{mem['peak_rss_mb']:.0f} ({_fmt(mem.get('rss_growth_mb'), '+.0f')})"
+            iso = mem.get("isolated") or {}
+            if iso.get("peak_rss_mb") is not None:
+                notes.append(f"isolated peak RSS {iso['peak_rss_mb']:.0f} MB")
+            lines.append(
+                f"| {e['model']} | {e['batch']} | {e['threads']} | {name} | "
+                f"{_fmt(b.get('compile_s'), '.2f') if name != 'eager' else '–'} | "
+                f"{_ms(b['latency_ms']['median'])} | {_ms(b['latency_ms']['p90'])} | {_fmt(sp, '.2f')}x | "
+                f"{_fmt((acc or {}).get('max_abs_diff'), '.1e') if acc else '–'} | {memtxt} | "
+                f"{_fmt(b.get('cpu_utilization'), '.2f')} | {_md_escape('; '.join(notes))} |")
+    if report.get("errors"):
+        lines += ["", "## Errors", ""]
+        for err in report["errors"]:
+            where = " ".join(str(x) for x in (err.get("model"), err.get("batch") and f"b{err['batch']}",
+                                               err.get("threads") and f"t{err['threads']}") if x)
+            lines.append(f"- {where or 'run'} (stage {err.get('stage')}): {_md_escape(str(err.get('error')))}")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def _notes(name: str, b: dict[str, Any], e: dict[str, Any]) -> list[str]:
+    notes = []
+    fr = b.get("freezing")
+    if fr is not None and b.get("freezing_config_at_trace"):
+        notes.append(f"frozen params {fr.get('frozen_params')}, oneDNN ops {fr.get('onednn_op_calls')}"
+                     + ("" if fr.get("verified") else " (freezing NOT verified)"))
+        if fr.get("zentorch_ops"):
+            notes.append(f"zentorch ops {sum(fr['zentorch_ops'].values())}")
+    if b.get("joint_custom_post_pass_at_trace"):
+        notes.append(f"joint_custom_post_pass set at trace: {b['joint_custom_post_pass_at_trace']}")
+    if b.get("zentorch_log_records_during_compile"):
+        notes.append(f"{b['zentorch_log_records_during_compile']} zentorch log records during compile")
+    if name == "zentorch" and b.get("zentorch_optimize"):
+        notes.append(f"zentorch passes: {b['zentorch_optimize']}")
+    if name == "openvino":
+        parts = b.get("partitions") or []
+        if parts:
+            ov = sum(p.get("openvino_subgraphs", 0) for p in parts)
+            left = sum(sum(p.get("ops_left_to_pytorch", {}).values()) for p in parts)
+            notes.append(f"{ov} OpenVINO subgraph(s), {left} op(s) left to PyTorch")
+        if b.get("fell_back_to_inductor"):
+            notes.append(f"{b['fell_back_to_inductor']} subgraph(s) fell back to inductor")
+    if b.get("graphs") and b["graphs"] > 1:
+        notes.append(f"{b['graphs']} graphs")
+    if b.get("graph_breaks"):
+        notes.append(f"{b['graph_breaks']} graph breaks")
+    if b.get("recompiles_during_timing"):
+        notes.append(f"RECOMPILED {b['recompiles_during_timing']}x while timing")
+    acc = b.get("accuracy")
+    if acc is not None and not acc.get("ok"):
+        notes.append(f"ACCURACY rel {_fmt(acc.get('max_rel_diff'), '.2e')}" + (f" {acc['error']}" if acc.get("error") else ""))
+    if e.get("time_budget_hit"):
+        notes.append(f"budget hit (n={b['latency_ms']['n']})")
+    return notes
+
+
+def write_report(report: dict[str, Any], json_path: Path, plot: bool | None = None) -> tuple[Path, Path]:
+    """JSON, the PNG (if ``plot``; default: the run's setting) and the markdown table, side by side."""
+    json_path = Path(json_path)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    if plot is None:
+        plot = bool(report.get("settings", {}).get("plot", True))
+    if plot and report.get("results"):
+        from .plot import write_plot
+
+        report["plot"] = write_plot(report, json_path.with_suffix(".png"))
+    tmp = json_path.with_suffix(json_path.suffix + ".tmp")
+    tmp.write_text(dumps(report))
+    tmp.replace(json_path)
+    md_path = json_path.with_suffix(".md")
+    md_path.write_text(to_markdown(report))
+    return json_path, md_path
