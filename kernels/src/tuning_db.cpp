@@ -1,86 +1,29 @@
-// The tuning database and the timing helper. See tuning_db.h for the file's invariants.
+// The tuning database (on the support::RecordStore "tuning-v2") and the timing helpers. See
+// tuning_db.h for the guarantees and support/README.md for the file.
 //
-// File format, version 1 (text, one record per line, sorted by key):
-//   verifuse-tuning-db 1
-//   <fnv1a64 of payload, 16 hex> <payload>        payload = key \t engine \t onednn_ms \t aten_ms \t created
-//   ...
-//   end <number of records>
-// Keys are escaped (\\, \t, \n) so a payload is always one line of five tab-separated fields.
+// Record: key = TuningKey::canonical(), created = the decision's `created`, payload = lines
+//   chosen <engine>
+//   ms <engine> <median ms>          one per candidate, sorted by engine; -1: could not run
+//   fail <engine> <reason>           reason with \ and newlines escaped (\\, \n)
 // Numbers go through to_chars/from_chars: shortest round trip, independent of the C locale.
 #include "verifuse/kernels/tuning_db.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <cstring>
 #include <ctime>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string_view>
 
+#include "verifuse/kernels/cpu_features.h"
 #include "verifuse/kernels/kernel.h"
+#include "verifuse/support/hash.h"
+#include "verifuse/support/record_store.h"
 
 namespace verifuse::kernels {
 namespace {
 
-constexpr std::string_view kMagic = "verifuse-tuning-db ";
-constexpr const char* kFileName = "tuning-v1.db";
-
 std::atomic<int64_t> gTimingCalls{0};
-std::atomic<int64_t> gTempCounter{0};
-
-uint64_t fnv1a64(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-std::string hex16(uint64_t v) {
-  static const char* digits = "0123456789abcdef";
-  std::string out(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) out[static_cast<size_t>(i)] = digits[v & 0xf];
-  return out;
-}
-
-std::string escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
-
-std::optional<std::string> unescape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '\\') {
-      out += s[i];
-      continue;
-    }
-    if (++i == s.size()) return std::nullopt;
-    if (s[i] == '\\') out += '\\';
-    else if (s[i] == 't') out += '\t';
-    else if (s[i] == 'n') out += '\n';
-    else return std::nullopt;
-  }
-  return out;
-}
 
 std::string formatDouble(double d) {
   char buf[64];
@@ -94,195 +37,105 @@ bool parseNumber(std::string_view s, T& out) {
   return r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
 
-std::string errnoText(const std::string& what, const std::string& path) {
-  return what + " " + path + ": " + std::strerror(errno);
-}
-
-/// The parsed content of a file plus what was wrong with it (empty reason: nothing).
-struct Parsed {
-  std::map<std::string, TuningDecision> records;
-  int64_t dropped = 0;
-  std::string damage;
-};
-
-std::string serializeRecord(const std::string& key, const TuningDecision& d) {
-  std::string payload = escape(key);
-  payload += '\t';
-  payload += engineName(d.engine);
-  payload += '\t';
-  payload += formatDouble(d.onednnMs);
-  payload += '\t';
-  payload += formatDouble(d.atenMs);
-  payload += '\t';
-  payload += std::to_string(d.created);
-  return hex16(fnv1a64(payload)) + " " + payload + "\n";
-}
-
-std::string serialize(const std::map<std::string, TuningDecision>& records) {
-  std::string out(kMagic);
-  out += std::to_string(TuningDb::kFormatVersion);
-  out += '\n';
-  for (const auto& [key, d] : records) out += serializeRecord(key, d);
-  out += "end ";
-  out += std::to_string(records.size());
-  out += '\n';
-  return out;
-}
-
-bool parseRecord(std::string_view line, std::string& key, TuningDecision& d) {
-  if (line.size() < 18 || line[16] != ' ') return false;
-  std::string_view payload = line.substr(17);
-  if (hex16(fnv1a64(payload)) != line.substr(0, 16)) return false;
-  std::vector<std::string_view> fields;
-  size_t start = 0;
-  while (true) {
-    size_t tab = payload.find('\t', start);
-    fields.push_back(payload.substr(start, tab == std::string_view::npos ? std::string_view::npos : tab - start));
-    if (tab == std::string_view::npos) break;
-    start = tab + 1;
+bool validEngineName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '_' || c == '-';
+    if (!ok) return false;
   }
-  if (fields.size() != 5) return false;
-  auto k = unescape(fields[0]);
-  if (!k) return false;
-  auto engine = parseEngine(std::string(fields[1]));
-  if (!engine.isOk()) return false;
-  if (!parseNumber(fields[2], d.onednnMs) || !parseNumber(fields[3], d.atenMs) ||
-      !parseNumber(fields[4], d.created)) {
-    return false;
-  }
-  d.engine = engine.value();
-  key = std::move(*k);
   return true;
 }
 
-Parsed parse(std::string_view text) {
-  Parsed p;
-  if (text.empty()) {
-    p.damage = "empty file";
-    return p;
+std::string escapeLine(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else out += c;
   }
-  size_t eol = text.find('\n');
-  std::string_view header = text.substr(0, eol);
-  if (header.substr(0, kMagic.size()) != kMagic) {
-    p.damage = "not a verifuse tuning database (bad header)";
-    return p;
-  }
-  std::string_view version = header.substr(kMagic.size());
-  if (version != std::to_string(TuningDb::kFormatVersion)) {
-    // Another format: its records may mean something else; start over.
-    p.damage = "format version " + std::string(version) + ", expected " +
-               std::to_string(TuningDb::kFormatVersion);
-    return p;
-  }
-  int64_t lines = 0;
-  bool sawEnd = false;
-  size_t pos = eol == std::string_view::npos ? text.size() : eol + 1;
-  while (pos < text.size()) {
-    size_t next = text.find('\n', pos);
-    bool complete = next != std::string_view::npos;
-    std::string_view line = text.substr(pos, complete ? next - pos : std::string_view::npos);
-    pos = complete ? next + 1 : text.size();
-    if (sawEnd) {
-      if (p.damage.empty()) p.damage = "data after the trailer";
-      continue;
-    }
-    if (line.substr(0, 4) == "end ") {
-      int64_t count = -1;
-      sawEnd = complete && parseNumber(line.substr(4), count);
-      if (!sawEnd) {
-        if (p.damage.empty()) p.damage = "truncated trailer";
-      } else if (count != lines && p.damage.empty()) {
-        p.damage = "trailer says " + std::to_string(count) + " records, found " + std::to_string(lines);
-      }
-      continue;
-    }
-    ++lines;
-    std::string key;
-    TuningDecision d;
-    if (!complete || !parseRecord(line, key, d)) {
-      ++p.dropped;
-      if (p.damage.empty()) p.damage = "bad checksum or format in record " + std::to_string(lines);
-      continue;
-    }
-    p.records[key] = d;
-  }
-  if (!sawEnd && p.damage.empty()) p.damage = "truncated (no trailer)";
-  return p;
+  return out;
 }
 
-/// Reads \p path; a missing file is an empty database (no damage).
-Parsed readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    Parsed p;
-    if (errno != ENOENT) p.damage = errnoText("cannot read", path);
-    return p;
+std::optional<std::string> unescapeLine(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\') {
+      out += s[i];
+      continue;
+    }
+    if (++i == s.size()) return std::nullopt;
+    if (s[i] == '\\') out += '\\';
+    else if (s[i] == 'n') out += '\n';
+    else return std::nullopt;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str());
+  return out;
 }
 
-/// Exclusive flock on a side file for as long as it lives. flock locks belong to the open file
-/// description, so two TuningDb objects in one process exclude each other too.
-class FileLock {
- public:
-  static StatusOr<std::unique_ptr<FileLock>> acquire(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return internalError(errnoText("cannot open lock file", path));
-    while (::flock(fd, LOCK_EX) != 0) {
-      if (errno == EINTR) continue;
-      Status s = internalError(errnoText("cannot lock", path));
-      ::close(fd);
-      return s;
-    }
-    return std::unique_ptr<FileLock>(new FileLock(fd));
-  }
-  ~FileLock() {
-    ::flock(fd_, LOCK_UN);
-    ::close(fd_);
-  }
+/// Fills the deprecated two-engine fields from chosen/medianMs.
+void fillTwoEngineView(TuningDecision& d) {
+  d.engine = d.chosen == "onednn" ? Engine::kOneDnn : Engine::kAten;
+  d.onednnMs = d.msOf("onednn");
+  d.atenMs = d.msOf("aten");
+}
 
- private:
-  explicit FileLock(int fd) : fd_(fd) {}
-  int fd_;
-};
+/// A decision as record() stores it: a legacy one (chosen empty) becomes a named one.
+TuningDecision normalized(const TuningDecision& in) {
+  TuningDecision d = in;
+  if (d.chosen.empty()) {
+    d.chosen = engineName(in.engine);
+    d.medianMs = {{"onednn", in.onednnMs < 0 ? -1.0 : in.onednnMs}, {"aten", in.atenMs < 0 ? -1.0 : in.atenMs}};
+  }
+  fillTwoEngineView(d);
+  return d;
+}
 
-/// Writes \p content to \p path atomically: temp file beside it, fsync, rename, fsync the dir.
-Status writeAtomically(const std::string& dir, const std::string& path, const std::string& content) {
-  std::string tmp = dir + "/." + kFileName + ".tmp." + std::to_string(::getpid()) + "." +
-                    std::to_string(gTempCounter.fetch_add(1));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return internalError(errnoText("cannot create", tmp));
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      Status s = internalError(errnoText("cannot write", tmp));
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return s;
+std::string encode(const TuningDecision& d) {
+  std::string out = "chosen " + d.chosen + "\n";
+  for (const auto& [engine, ms] : d.medianMs) out += "ms " + engine + " " + formatDouble(ms) + "\n";
+  for (const auto& [engine, why] : d.failures) out += "fail " + engine + " " + escapeLine(why) + "\n";
+  return out;
+}
+
+std::optional<TuningDecision> decode(std::string_view payload, int64_t created) {
+  TuningDecision d;
+  d.created = created;
+  size_t pos = 0;
+  while (pos < payload.size()) {
+    size_t eol = payload.find('\n', pos);
+    if (eol == std::string_view::npos) return std::nullopt;
+    std::string_view line = payload.substr(pos, eol - pos);
+    pos = eol + 1;
+    size_t sp1 = line.find(' ');
+    if (sp1 == std::string_view::npos) return std::nullopt;
+    std::string_view tag = line.substr(0, sp1), rest = line.substr(sp1 + 1);
+    if (tag == "chosen") {
+      if (!validEngineName(rest) || !d.chosen.empty()) return std::nullopt;
+      d.chosen = std::string(rest);
+      continue;
     }
-    done += static_cast<size_t>(n);
+    size_t sp2 = rest.find(' ');
+    if (sp2 == std::string_view::npos) return std::nullopt;
+    std::string engine(rest.substr(0, sp2));
+    std::string_view value = rest.substr(sp2 + 1);
+    if (!validEngineName(engine)) return std::nullopt;
+    if (tag == "ms") {
+      double ms = 0;
+      if (!parseNumber(value, ms)) return std::nullopt;
+      d.medianMs[engine] = ms;
+    } else if (tag == "fail") {
+      auto why = unescapeLine(value);
+      if (!why) return std::nullopt;
+      d.failures[engine] = std::move(*why);
+    } else {
+      return std::nullopt;
+    }
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    Status s = internalError(errnoText("cannot sync", tmp));
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status s = internalError(errnoText("cannot rename onto", path));
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  // The rename itself is durable only once the directory is synced.
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return Status::ok();
+  if (d.chosen.empty()) return std::nullopt;
+  fillTwoEngineView(d);
+  return d;
 }
 
 void appendField(std::string& out, std::string_view name, std::string_view value) {
@@ -292,6 +145,92 @@ void appendField(std::string& out, std::string_view name, std::string_view value
   out += ':';
   out += value;
   out += ';';
+}
+
+int64_t nowSeconds() { return support::RecordStore::nowSeconds(); }
+
+/// Whether \p d measured exactly what timing \p candidates would measure now.
+bool covers(const TuningDecision& d, const std::vector<Candidate>& candidates) {
+  bool chosenIsCandidate = false;
+  for (const Candidate& c : candidates) {
+    if (d.medianMs.count(c.name) == 0) return false;
+    chosenIsCandidate = chosenIsCandidate || c.name == d.chosen;
+  }
+  return chosenIsCandidate;
+}
+
+/// timeCandidates, also handing back each failed candidate's Status.
+StatusOr<TuningDecision> timeCandidatesImpl(const std::vector<Candidate>& candidates, int warmup, int repeats,
+                                            std::map<std::string, Status>* failureStatus) {
+  if (candidates.empty()) return invalidArgument("timeCandidates: no candidates");
+  if (repeats < 1 || warmup < 0) return invalidArgument("timeCandidates: need repeats >= 1 and warmup >= 0");
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const Candidate& c = candidates[i];
+    if (!validEngineName(c.name)) return invalidArgument("timeCandidates: bad engine name '" + c.name + "'");
+    if (!c.run) return invalidArgument("timeCandidates: no callable for " + c.name);
+    for (size_t j = 0; j < i; ++j) {
+      if (candidates[j].name == c.name) return invalidArgument("timeCandidates: duplicate engine " + c.name);
+    }
+  }
+  const size_t n = candidates.size();
+  gTimingCalls.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+  std::vector<bool> alive(n, true);
+  std::vector<std::vector<double>> samples(n);
+  std::vector<Status> failed(n);
+  auto runOnce = [&](size_t i, bool timed) {
+    if (!alive[i]) return;
+    Status s;
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      s = candidates[i].run();
+    } catch (const std::exception& e) {
+      s = internalError(std::string("threw: ") + e.what());
+    } catch (...) {
+      s = internalError("threw a non-standard exception");
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    if (!s.isOk()) {
+      alive[i] = false;
+      failed[i] = s;
+      samples[i].clear();
+      return;
+    }
+    if (timed) samples[i].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  };
+  // Round r runs every candidate once, starting at candidate r mod n.
+  for (int round = 0; round < warmup + repeats; ++round) {
+    for (size_t j = 0; j < n; ++j) runOnce((j + static_cast<size_t>(round)) % n, round >= warmup);
+  }
+  TuningDecision d;
+  d.created = nowSeconds();
+  double best = 0;
+  std::string reasons;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& name = candidates[i].name;
+    if (!alive[i]) {
+      d.medianMs[name] = -1.0;
+      d.failures[name] = failed[i].toString();
+      if (failureStatus) (*failureStatus)[name] = failed[i];
+      reasons += (reasons.empty() ? "" : "; ") + name + ": " + failed[i].toString();
+      continue;
+    }
+    std::vector<double>& ms = samples[i];
+    std::sort(ms.begin(), ms.end());
+    const size_t m = ms.size();
+    double median = m % 2 ? ms[m / 2] : 0.5 * (ms[m / 2 - 1] + ms[m / 2]);
+    d.medianMs[name] = median;
+    if (d.chosen.empty() || median < best) {
+      d.chosen = name;
+      best = median;
+    }
+  }
+  if (d.chosen.empty()) {
+    size_t first = 0;
+    while (first < n && alive[first]) ++first;
+    return Status(failed[first].code(), "no candidate engine could run the partition: " + reasons);
+  }
+  fillTwoEngineView(d);
+  return d;
 }
 
 }  // namespace
@@ -307,6 +246,7 @@ TuningKey TuningKey::forThisMachine(std::string signature, std::vector<std::vect
   k.isa = cpuIsaName();
   k.threads = threads;
   k.onednnVersion = kernels::onednnVersion();
+  k.cpuKernelsIsa = cpu::isaName();
   return k;
 }
 
@@ -320,17 +260,18 @@ std::string TuningKey::canonical() const {
     }
     shapes += ']';
   }
-  std::string out = "k1;";
+  std::string out = "k2;";
   appendField(out, "sig", signature);
   appendField(out, "shapes", shapes);
   appendField(out, "dtype", dtype);
   appendField(out, "isa", isa);
   appendField(out, "threads", std::to_string(threads));
   appendField(out, "onednn", onednnVersion);
+  appendField(out, "kisa", cpuKernelsIsa);
   return out;
 }
 
-std::string TuningKey::shortHash() const { return hex16(fnv1a64(canonical())); }
+std::string TuningKey::shortHash() const { return support::hex16(support::fnv1a64(canonical())); }
 
 const char* engineName(Engine e) { return e == Engine::kOneDnn ? "onednn" : "aten"; }
 
@@ -340,87 +281,61 @@ StatusOr<Engine> parseEngine(const std::string& name) {
   return invalidArgument("unknown engine '" + name + "' (expected onednn or aten)");
 }
 
+double TuningDecision::msOf(const std::string& name) const {
+  auto it = medianMs.find(name);
+  return it == medianMs.end() || it->second < 0 ? -1.0 : it->second;
+}
+
 // ---- TuningDb --------------------------------------------------------------------------------------
+
+TuningDb::TuningDb(std::unique_ptr<support::RecordStore> store) : store_(std::move(store)) {}
+TuningDb::~TuningDb() = default;
 
 StatusOr<std::unique_ptr<TuningDb>> TuningDb::open(const std::string& cacheDir) {
   if (cacheDir.empty()) return invalidArgument("TuningDb: empty cache_dir");
-  std::error_code ec;
-  std::filesystem::create_directories(cacheDir, ec);
-  if (ec) return internalError("TuningDb: cannot create " + cacheDir + ": " + ec.message());
-  if (::access(cacheDir.c_str(), W_OK | X_OK) != 0) {
-    return invalidArgument(errnoText("TuningDb: cache_dir is not writable:", cacheDir));
-  }
-  std::unique_ptr<TuningDb> db(new TuningDb(cacheDir, cacheDir + "/" + kFileName));
-  Parsed p = readFile(db->path_);
-  db->records_ = std::move(p.records);
-  db->stats_.loaded = static_cast<int64_t>(db->records_.size());
-  db->stats_.droppedRecords = p.dropped;
-  if (!p.damage.empty()) {
-    db->stats_.rebuilt = true;
-    db->stats_.rebuildReason = p.damage;
-    db->dirty_ = true;
-    std::lock_guard<std::mutex> lock(db->mu_);
-    VF_RETURN_IF_ERROR(db->flushLocked().withContext("TuningDb: rebuilding " + db->path_));
-  }
-  return db;
+  auto store = support::RecordStore::open(cacheDir, kStoreName);
+  if (!store.isOk()) return store.status().withContext("TuningDb");
+  return std::unique_ptr<TuningDb>(new TuningDb(std::move(store).value()));
 }
 
 std::optional<TuningDecision> TuningDb::lookup(const TuningKey& key) {
+  std::optional<support::Record> r = store_->get(key.canonical());
+  std::optional<TuningDecision> d;
+  if (r) d = decode(r->payload, r->created);
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = records_.find(key.canonical());
-  if (it == records_.end()) {
-    ++stats_.misses;
-    return std::nullopt;
-  }
-  ++stats_.hits;
-  return it->second;
+  if (r && !d) ++undecodable_;  // checksummed but not a decision this code can read: re-time
+  ++(d ? hits_ : misses_);
+  return d;
 }
 
 void TuningDb::record(const TuningKey& key, const TuningDecision& decision) {
+  TuningDecision d = normalized(decision);
+  const int64_t created = d.created != 0 ? d.created : nowSeconds();
+  store_->put(key.canonical(), encode(d), created);
   std::lock_guard<std::mutex> lock(mu_);
-  records_[key.canonical()] = decision;
-  ++stats_.recorded;
-  dirty_ = true;
+  ++recorded_;
 }
 
-Status TuningDb::flush() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return flushLocked();
-}
+Status TuningDb::flush() { return store_->flush().withContext("TuningDb"); }
 
-Status TuningDb::flushLocked() {
-  if (!dirty_) return Status::ok();
-  VF_ASSIGN_OR_RETURN(auto fileLock, FileLock::acquire(path_ + ".lock"));
-  // Merge under the lock: whatever another writer put there since we loaded survives.
-  Parsed onDisk = readFile(path_);
-  if (!onDisk.damage.empty() && !stats_.rebuilt) {
-    stats_.rebuilt = true;
-    stats_.rebuildReason = onDisk.damage;
-    stats_.droppedRecords += onDisk.dropped;
-  }
-  for (auto& [key, theirs] : onDisk.records) {
-    auto it = records_.find(key);
-    if (it == records_.end()) {
-      records_.emplace(key, theirs);
-    } else if (theirs.created > it->second.created) {
-      it->second = theirs;  // the newer measurement wins; a tie keeps ours
-    }
-  }
-  VF_RETURN_IF_ERROR(writeAtomically(dir_, path_, serialize(records_)));
-  ++stats_.flushes;
-  dirty_ = false;
-  return Status::ok();
-}
-
-size_t TuningDb::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return records_.size();
-}
+size_t TuningDb::size() const { return store_->size(); }
 
 TuningDbStats TuningDb::stats() const {
+  support::RecordStoreStats s = store_->stats();
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  TuningDbStats out;
+  out.loaded = s.loaded;
+  out.hits = hits_;
+  out.misses = misses_;
+  out.recorded = recorded_;
+  out.flushes = s.flushes;
+  out.droppedRecords = s.droppedRecords + s.droppedBlobs + undecodable_;
+  out.rebuilt = s.rebuilt;
+  out.rebuildReason = s.rebuildReason;
+  return out;
 }
+
+const std::string& TuningDb::path() const { return store_->path(); }
 
 // ---- timing ----------------------------------------------------------------------------------------
 
@@ -451,17 +366,27 @@ StatusOr<TimingResult> timeCallable(const std::function<Status()>& fn, int warmu
 
 int64_t timingCallCount() { return gTimingCalls.load(std::memory_order_relaxed); }
 
+StatusOr<TuningDecision> timeCandidates(const std::vector<Candidate>& candidates, int warmup, int repeats) {
+  return timeCandidatesImpl(candidates, warmup, repeats, nullptr);
+}
+
+StatusOr<TuningDecision> tuneOrLookup(TuningDb& db, const TuningKey& key, const std::vector<Candidate>& candidates,
+                                      int warmup, int repeats) {
+  if (auto hit = db.lookup(key); hit && covers(*hit, candidates)) return *hit;
+  VF_ASSIGN_OR_RETURN(TuningDecision d, timeCandidatesImpl(candidates, warmup, repeats, nullptr));
+  db.record(key, d);
+  return d;
+}
+
 StatusOr<TuningDecision> tuneOrLookup(TuningDb& db, const TuningKey& key,
                                       const std::function<Status()>& runOneDnn,
                                       const std::function<Status()>& runAten, int warmup, int repeats) {
-  if (auto hit = db.lookup(key)) return *hit;
-  VF_ASSIGN_OR_RETURN(TimingResult aten, timeCallable(runAten, warmup, repeats));
-  TuningDecision d;
-  d.atenMs = aten.medianMs;
-  auto onednn = timeCallable(runOneDnn, warmup, repeats);
-  d.onednnMs = onednn.isOk() ? onednn->medianMs : -1.0;
-  d.engine = onednn.isOk() && d.onednnMs < d.atenMs ? Engine::kOneDnn : Engine::kAten;
-  d.created = static_cast<int64_t>(std::time(nullptr));
+  // ATen first: it is the fallback, so it wins an exact tie (as the first tuner did).
+  const std::vector<Candidate> candidates = {{"aten", runAten}, {"onednn", runOneDnn}};
+  if (auto hit = db.lookup(key); hit && covers(*hit, candidates)) return *hit;
+  std::map<std::string, Status> failures;
+  VF_ASSIGN_OR_RETURN(TuningDecision d, timeCandidatesImpl(candidates, warmup, repeats, &failures));
+  if (auto it = failures.find("aten"); it != failures.end()) return it->second;
   db.record(key, d);
   return d;
 }

@@ -1,10 +1,13 @@
 // The tuning database: round trip, damage detection and rebuild, concurrent writers (threads and
-// processes), key sensitivity, and the timing helper. Never asserts on measured times.
+// processes), key sensitivity, the timing helper and the N-candidate tuner (failing candidates,
+// alternation, persisted decisions). Never asserts on measured times. The record store under it
+// has its own fault matrix (tests/cpp/support/record_store_test.cpp).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,8 +16,10 @@
 #include <thread>
 
 #include "reference.h"
+#include "verifuse/kernels/cpu_features.h"
 #include "verifuse/kernels/kernel.h"
 #include "verifuse/kernels/tuning_db.h"
+#include "verifuse/support/record_store.h"
 
 namespace verifuse::kernels {
 namespace {
@@ -46,6 +51,7 @@ TuningKey key(const std::string& sig, int threads = 4, const std::string& isa = 
   k.isa = isa;
   k.threads = threads;
   k.onednnVersion = "3.2.0 (test)";
+  k.cpuKernelsIsa = "avx2";
   return k;
 }
 
@@ -104,7 +110,8 @@ TEST(TuningDb, RoundTripKeepsEveryFieldExactly) {
   db->record(key("conv;relu"), *a);
   VF_ASSERT_OK(db->flush());
   EXPECT_EQ(readAll(db->path()), before);
-  EXPECT_EQ(before.rfind("verifuse-tuning-db 1\n", 0), 0u);
+  EXPECT_EQ(before.rfind("vfstore 1 tuning-v2\n", 0), 0u);
+  EXPECT_EQ(db->path(), dir.path() + "/tuning-v2.vfstore");
 }
 
 TEST(TuningDb, FlushWithoutChangesWritesNothing) {
@@ -118,7 +125,7 @@ TEST(TuningDb, FlushWithoutChangesWritesNothing) {
 TEST(TuningDb, CorruptByteIsDetectedAndTheRestKept) {
   TempDir dir;
   populate(dir.path());
-  std::string path = dir.path() + "/tuning-v1.db";
+  std::string path = dir.path() + "/tuning-v2.vfstore";
   std::string text = readAll(path);
   size_t at = text.find("conv;relu");
   ASSERT_NE(at, std::string::npos);
@@ -141,7 +148,7 @@ TEST(TuningDb, CorruptByteIsDetectedAndTheRestKept) {
 TEST(TuningDb, TruncationAnywhereIsDetectedNeverACrash) {
   TempDir dir;
   populate(dir.path());
-  std::string path = dir.path() + "/tuning-v1.db";
+  std::string path = dir.path() + "/tuning-v2.vfstore";
   const std::string full = readAll(path);
   // Every cut at or next to a line boundary, plus a stride through the middle of lines (each
   // open rewrites and fsyncs the file, so every single length would be slow).
@@ -167,7 +174,7 @@ TEST(TuningDb, TruncationAnywhereIsDetectedNeverACrash) {
 
 TEST(TuningDb, GarbageAndWrongVersionAreRebuiltFromScratch) {
   TempDir dir;
-  std::string path = dir.path() + "/tuning-v1.db";
+  std::string path = dir.path() + "/tuning-v2.vfstore";
   writeAll(path, std::string("\x7f" "ELF\0\0\x01 binary junk\n", 20));
   VF_ASSERT_OK_AND_ASSIGN(auto junk, TuningDb::open(dir.path()));
   EXPECT_TRUE(junk->stats().rebuilt);
@@ -176,22 +183,22 @@ TEST(TuningDb, GarbageAndWrongVersionAreRebuiltFromScratch) {
 
   populate(dir.path());
   std::string text = readAll(path);
-  text.replace(0, std::string("verifuse-tuning-db 1").size(), "verifuse-tuning-db 2");
+  text.replace(0, std::string("vfstore 1").size(), "vfstore 2");
   writeAll(path, text);
   VF_ASSERT_OK_AND_ASSIGN(auto db, TuningDb::open(dir.path()));
   EXPECT_TRUE(db->stats().rebuilt);
   EXPECT_NE(db->stats().rebuildReason.find("version 2"), std::string::npos) << db->stats().rebuildReason;
   EXPECT_EQ(db->size(), 0u);  // records of another format are not trusted
-  EXPECT_EQ(readAll(path), "verifuse-tuning-db 1\nend 0\n");
+  EXPECT_EQ(readAll(path), "vfstore 1 tuning-v2\nend 0\n");
 }
 
 TEST(TuningDb, DuplicatedRecordLineBreaksTheTrailerCount) {
   TempDir dir;
   populate(dir.path());
-  std::string path = dir.path() + "/tuning-v1.db";
+  std::string path = dir.path() + "/tuning-v2.vfstore";
   std::string text = readAll(path);
   size_t firstRecord = text.find('\n') + 1;
-  size_t secondRecord = text.find('\n', firstRecord) + 1;
+  size_t secondRecord = text.find("\nrec ", firstRecord) + 1;
   text.insert(firstRecord, text.substr(firstRecord, secondRecord - firstRecord));  // a valid line twice
   writeAll(path, text);
   VF_ASSERT_OK_AND_ASSIGN(auto db, TuningDb::open(dir.path()));
@@ -300,7 +307,7 @@ TEST(TuningDb, MergeKeepsTheNewerMeasurement) {
 
 TEST(TuningKey, EveryComponentChangesTheKey) {
   const TuningKey base = key("conv(in0,const:f32[8,8,3,3])->n0.0");
-  std::vector<TuningKey> variants(7, base);
+  std::vector<TuningKey> variants(8, base);
   variants[0].threads = 8;
   variants[1].isa = "avx2";
   variants[2].dtype = "bf16";
@@ -308,6 +315,7 @@ TEST(TuningKey, EveryComponentChangesTheKey) {
   variants[4].inputShapes = {{2, 64, 56, 56}};
   variants[5].signature += ";aten::relu(n0.0)";
   variants[6].inputShapes = {{1, 64, 56}, {56}};  // same numbers, other split
+  variants[7].cpuKernelsIsa = "baseline";          // the own GEMM's AVX2 path vs none
   for (const TuningKey& v : variants) {
     EXPECT_NE(v.canonical(), base.canonical());
     EXPECT_NE(v.shortHash(), base.shortHash());
@@ -315,8 +323,8 @@ TEST(TuningKey, EveryComponentChangesTheKey) {
   EXPECT_EQ(key("x").canonical(), key("x").canonical());
   // Stable across runs and platforms: a golden value.
   EXPECT_EQ(key("x").canonical(),
-            "k1;sig=1:x;shapes=13:1[1,64,56,56];dtype=3:f32;isa=11:avx512_core;threads=1:4;"
-            "onednn=12:3.2.0 (test);");
+            "k2;sig=1:x;shapes=13:1[1,64,56,56];dtype=3:f32;isa=11:avx512_core;threads=1:4;"
+            "onednn=12:3.2.0 (test);kisa=4:avx2;");
   // Length prefixes make field boundaries unambiguous.
   TuningKey a = key("a;dtype=3:f32"), b = key("a");
   EXPECT_NE(a.canonical(), b.canonical());
@@ -337,6 +345,8 @@ TEST(TuningKey, ForThisMachineFillsIsaAndVersion) {
   EXPECT_EQ(k.isa, cpuIsaName());
   EXPECT_EQ(k.onednnVersion, onednnVersion());
   EXPECT_EQ(k.threads, 3);
+  EXPECT_EQ(k.cpuKernelsIsa, cpu::isaName());
+  EXPECT_FALSE(k.cpuKernelsIsa.empty());
 }
 
 TEST(Timing, TimeCallableCountsRunsAndOrdersStatistics) {
@@ -394,6 +404,236 @@ TEST(Timing, TuneOrLookupTimesOnceThenReadsTheDatabase) {
   (void)again;
   // A failing ATen run is an error, not a decision.
   EXPECT_FALSE(tuneOrLookup(*db, key("r"), busy(1), [] { return internalError("boom"); }).isOk());
+}
+
+// ---- the N-candidate tuner -------------------------------------------------------------------------
+
+Candidate noop(const std::string& name, std::vector<std::string>* calls = nullptr) {
+  return {name, [name, calls] {
+            if (calls) calls->push_back(name);
+            return Status::ok();
+          }};
+}
+
+Candidate sleeper(const std::string& name, int micros, std::vector<std::string>* calls = nullptr) {
+  return {name, [name, micros, calls] {
+            if (calls) calls->push_back(name);
+            std::this_thread::sleep_for(std::chrono::microseconds(micros));
+            return Status::ok();
+          }};
+}
+
+Candidate failing(const std::string& name, Status s, int okRuns = 0, std::vector<std::string>* calls = nullptr) {
+  auto runs = std::make_shared<int>(0);
+  return {name, [name, s, okRuns, runs, calls] {
+            if (calls) calls->push_back(name);
+            return (*runs)++ < okRuns ? Status::ok() : s;
+          }};
+}
+
+void expectSameDecision(const TuningDecision& a, const TuningDecision& b) {
+  EXPECT_EQ(a.chosen, b.chosen);
+  EXPECT_EQ(a.medianMs, b.medianMs);
+  EXPECT_EQ(a.failures, b.failures);
+  EXPECT_EQ(a.created, b.created);
+  EXPECT_EQ(a.engine, b.engine);
+  EXPECT_EQ(a.onednnMs, b.onednnMs);
+  EXPECT_EQ(a.atenMs, b.atenMs);
+}
+
+TEST(Tuner, PicksTheFastestRunnableCandidateAndRecordsTheOthers) {
+  TempDir dir;
+  VF_ASSERT_OK_AND_ASSIGN(auto db, TuningDb::open(dir.path()));
+  const int64_t t0 = timingCallCount();
+  VF_ASSERT_OK_AND_ASSIGN(
+      TuningDecision d,
+      tuneOrLookup(*db, key("mlp"),
+                   {sleeper("onednn", 3000), noop("gemm"), failing("rowwise", unimplemented("no AVX2 path")),
+                    sleeper("aten", 3000)},
+                   1, 3));
+  EXPECT_EQ(timingCallCount(), t0 + 4);  // one timing per candidate
+  EXPECT_EQ(d.chosen, "gemm");          // a no-op against 3 ms sleeps
+  ASSERT_EQ(d.medianMs.size(), 4u);
+  EXPECT_GE(d.msOf("onednn"), 2.9);
+  EXPECT_GE(d.msOf("aten"), 2.9);
+  EXPECT_LT(d.medianMs.at("rowwise"), 0.0);
+  EXPECT_EQ(d.msOf("rowwise"), -1.0);
+  EXPECT_EQ(d.msOf("not-a-candidate"), -1.0);
+  ASSERT_EQ(d.failures.size(), 1u);
+  EXPECT_EQ(d.failures.at("rowwise"), "Unimplemented: no AVX2 path");
+  for (const auto& [engine, ms] : d.medianMs) {
+    if (ms >= 0) EXPECT_LE(d.medianMs.at(d.chosen), ms) << engine;
+  }
+  // The two-engine view follows.
+  EXPECT_EQ(d.engine, Engine::kAten);
+  EXPECT_EQ(d.onednnMs, d.msOf("onednn"));
+  EXPECT_EQ(d.atenMs, d.msOf("aten"));
+  EXPECT_GT(d.created, 1700000000);
+  EXPECT_EQ(db->size(), 1u);
+}
+
+TEST(Tuner, RoundsAlternateBetweenCandidatesAndDropAFailingOne) {
+  std::vector<std::string> calls;
+  // "b" runs twice (the warm-up round and the first timed round), then fails.
+  VF_ASSERT_OK_AND_ASSIGN(
+      TuningDecision d,
+      timeCandidates({noop("a", &calls), failing("b", internalError("boom"), 2, &calls), noop("c", &calls)}, 1, 4));
+  // Round r runs every live candidate once, starting at candidate r mod 3.
+  const std::vector<std::string> expected = {
+      "a", "b", "c",  // warm-up
+      "b", "c", "a",  // timed round 1
+      "c", "a", "b",  // round 2: b fails here and is dropped
+      "a", "c",       // round 3 (would start at a)
+      "c", "a",       // round 4 (would start at b)
+  };
+  EXPECT_EQ(calls, expected);
+  EXPECT_EQ(d.msOf("b"), -1.0);
+  EXPECT_EQ(d.failures.at("b"), "Internal: boom");
+  EXPECT_GE(d.msOf("a"), 0.0);
+  EXPECT_GE(d.msOf("c"), 0.0);
+  EXPECT_TRUE(d.chosen == "a" || d.chosen == "c") << d.chosen;
+}
+
+TEST(Tuner, ThrowingCandidateIsNotRunnable) {
+  VF_ASSERT_OK_AND_ASSIGN(TuningDecision d,
+                          timeCandidates({{"x", []() -> Status { throw std::runtime_error("bad shape"); }}, noop("y")},
+                                         0, 2));
+  EXPECT_EQ(d.chosen, "y");
+  EXPECT_EQ(d.failures.at("x"), "Internal: threw: bad shape");
+}
+
+TEST(Tuner, AnErrorOnlyWhenNoCandidateRuns) {
+  TempDir dir;
+  VF_ASSERT_OK_AND_ASSIGN(auto db, TuningDb::open(dir.path()));
+  auto none = tuneOrLookup(*db, key("p"),
+                           {failing("onednn", unimplemented("no primitive")), failing("gemm", internalError("nan"))}, 0, 2);
+  ASSERT_FALSE(none.isOk());
+  EXPECT_EQ(none.status().code(), StatusCode::kUnimplemented);  // the first failure's code
+  EXPECT_NE(none.status().message().find("onednn: Unimplemented: no primitive"), std::string::npos);
+  EXPECT_NE(none.status().message().find("gemm: Internal: nan"), std::string::npos);
+  EXPECT_EQ(db->size(), 0u);  // nothing recorded
+  // Invalid requests.
+  EXPECT_FALSE(timeCandidates({}, 1, 1).isOk());
+  EXPECT_FALSE(timeCandidates({noop("a"), noop("a")}, 1, 1).isOk());
+  EXPECT_FALSE(timeCandidates({noop("a b")}, 1, 1).isOk());
+  EXPECT_FALSE(timeCandidates({noop("")}, 1, 1).isOk());
+  EXPECT_FALSE(timeCandidates({{"a", nullptr}}, 1, 1).isOk());
+  EXPECT_FALSE(timeCandidates({noop("a")}, 1, 0).isOk());
+  EXPECT_FALSE(timeCandidates({noop("a")}, -1, 1).isOk());
+}
+
+TEST(Tuner, DecisionIsPersistedAndAnotherProcessTimesNothing) {
+  TempDir dir;
+  const std::vector<Candidate> candidates = {sleeper("onednn", 500), noop("gemm"),
+                                             failing("attention", unimplemented("mask\nwith \\ newline")),
+                                             sleeper("aten", 500)};
+  TuningDecision first;
+  {
+    VF_ASSERT_OK_AND_ASSIGN(auto db, TuningDb::open(dir.path()));
+    VF_ASSERT_OK_AND_ASSIGN(first, tuneOrLookup(*db, key("block"), candidates, 1, 3));
+    VF_ASSERT_OK(db->flush());
+  }
+  // A second compile in this process: a fresh database object times nothing.
+  {
+    const int64_t t1 = timingCallCount();
+    VF_ASSERT_OK_AND_ASSIGN(auto db, TuningDb::open(dir.path()));
+    VF_ASSERT_OK_AND_ASSIGN(TuningDecision again, tuneOrLookup(*db, key("block"), candidates, 1, 3));
+    EXPECT_EQ(timingCallCount(), t1);
+    expectSameDecision(again, first);
+    EXPECT_EQ(again.failures.at("attention"), "Unimplemented: mask\nwith \\ newline");
+  }
+  // And in another process.
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int64_t t1 = timingCallCount();
+    auto db = TuningDb::open(dir.path());
+    if (!db.isOk()) ::_exit(10);
+    auto d = tuneOrLookup(*db.value(), key("block"), candidates, 1, 3);
+    if (!d.isOk()) ::_exit(11);
+    if (timingCallCount() != t1) ::_exit(12);
+    if (d->chosen != first.chosen || d->medianMs != first.medianMs || d->created != first.created) ::_exit(13);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: open, 11: tune, 12: timed again, 13: other decision";
+}
+
+TEST(Tuner, ADecisionIsReusedOnlyForTheCandidatesItMeasured) {
+  TempDir dir;
+  VF_ASSERT_OK_AND_ASSIGN(auto db, TuningDb::open(dir.path()));
+  VF_ASSERT_OK(tuneOrLookup(*db, key("p"), {sleeper("onednn", 2000), sleeper("aten", 2000)}, 0, 1).status());
+  // A new engine became a candidate: the old decision did not measure it, so time again.
+  int64_t t = timingCallCount();
+  VF_ASSERT_OK_AND_ASSIGN(
+      TuningDecision d, tuneOrLookup(*db, key("p"), {sleeper("onednn", 2000), sleeper("aten", 2000), noop("gemm")}, 0, 3));
+  EXPECT_EQ(timingCallCount(), t + 3);
+  EXPECT_EQ(d.chosen, "gemm");
+  // Now the same three, in another order: reused.
+  t = timingCallCount();
+  VF_ASSERT_OK(tuneOrLookup(*db, key("p"), {noop("gemm"), sleeper("aten", 2000), sleeper("onednn", 2000)}, 0, 3).status());
+  EXPECT_EQ(timingCallCount(), t);
+  // Fewer candidates whose winner is gone ("gemm" not offered this time): time again.
+  VF_ASSERT_OK_AND_ASSIGN(TuningDecision two, tuneOrLookup(*db, key("p"), {noop("onednn"), sleeper("aten", 2000)}, 0, 3));
+  EXPECT_EQ(timingCallCount(), t + 2);
+  EXPECT_EQ(two.chosen, "onednn");
+  // The legacy two-engine form reuses it (its candidates are exactly these two).
+  t = timingCallCount();
+  VF_ASSERT_OK_AND_ASSIGN(TuningDecision legacy, tuneOrLookup(*db, key("p"), [] { return Status::ok(); },
+                                                               [] { return Status::ok(); }));
+  EXPECT_EQ(timingCallCount(), t);
+  EXPECT_EQ(legacy.engine, Engine::kOneDnn);
+}
+
+TEST(Tuner, TwoEngineAndNamedViewsAgree) {
+  TempDir dir;
+  VF_ASSERT_OK_AND_ASSIGN(auto db, TuningDb::open(dir.path()));
+  // Recorded through the two-engine fields: read back through both.
+  db->record(key("legacy"), decision(Engine::kOneDnn, 0.25, -1.0, 123));
+  auto a = db->lookup(key("legacy"));
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->chosen, "onednn");
+  EXPECT_EQ(a->medianMs, (std::map<std::string, double>{{"aten", -1.0}, {"onednn", 0.25}}));
+  EXPECT_EQ(a->engine, Engine::kOneDnn);
+  EXPECT_EQ(a->atenMs, -1.0);
+  EXPECT_EQ(a->created, 123);
+  // Recorded by name with an engine the two-engine view has no name for.
+  TuningDecision named;
+  named.chosen = "rowwise";
+  named.medianMs = {{"rowwise", 0.1}, {"aten", 0.3}};
+  named.created = 124;
+  db->record(key("named"), named);
+  VF_ASSERT_OK(db->flush());
+  VF_ASSERT_OK_AND_ASSIGN(auto reread, TuningDb::open(dir.path()));
+  auto b = reread->lookup(key("named"));
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->chosen, "rowwise");
+  EXPECT_EQ(b->engine, Engine::kAten);  // not oneDNN
+  EXPECT_EQ(b->atenMs, 0.3);
+  EXPECT_EQ(b->onednnMs, -1.0);
+  // The two-engine tuner fills the named fields too, with oneDNN's failure reason.
+  VF_ASSERT_OK_AND_ASSIGN(TuningDecision c, tuneOrLookup(*reread, key("c"), [] { return unimplemented("x"); },
+                                                        [] { return Status::ok(); }, 0, 1));
+  EXPECT_EQ(c.chosen, "aten");
+  EXPECT_EQ(c.failures.at("onednn"), "Unimplemented: x");
+}
+
+TEST(Tuner, UndecodablePayloadIsAMissAndRetimed) {
+  TempDir dir;
+  {
+    auto store = support::RecordStore::open(dir.path(), TuningDb::kStoreName);
+    ASSERT_TRUE(store.isOk());
+    store.value()->put(key("p").canonical(), "not a decision\n", 1);
+    VF_ASSERT_OK(store.value()->flush());
+  }
+  VF_ASSERT_OK_AND_ASSIGN(auto db, TuningDb::open(dir.path()));
+  EXPECT_FALSE(db->lookup(key("p")).has_value());
+  EXPECT_EQ(db->stats().droppedRecords, 1);
+  VF_ASSERT_OK_AND_ASSIGN(TuningDecision d, tuneOrLookup(*db, key("p"), {noop("aten")}, 0, 1));
+  EXPECT_EQ(d.chosen, "aten");
+  EXPECT_TRUE(db->lookup(key("p")).has_value());
 }
 
 }  // namespace
