@@ -98,14 +98,13 @@ bool supportsPostOp(const PostOp& op) {
     case Activation::kClamp:
     case Activation::kLinear:
     case Activation::kHardswish:
-    case Activation::kHardsigmoid: return true;
-    // NOTE: transcendental activations wait for the shared vector math (cpu/vecmath_avx2.h).
+    case Activation::kHardsigmoid:
     case Activation::kGeluErf:
     case Activation::kGeluTanh:
     case Activation::kSilu:
     case Activation::kSigmoid:
     case Activation::kTanh:
-    case Activation::kElu: return false;
+    case Activation::kElu: return true;
   }
   return false;
 }
@@ -144,19 +143,23 @@ bool overlaps(Extent x, Extent y) { return x.first < y.last && y.first < x.last;
 
 Status resolveEltwise(const PostOp& op, EpiOp& e) {
   using K = EpiOp::Kind;
+  e.alpha = op.alpha;
+  e.beta = op.beta;
   switch (op.act) {
     case Activation::kRelu: e.kind = K::kRelu; return Status::ok();
-    case Activation::kLeakyRelu: e.kind = K::kLeakyRelu; e.alpha = op.alpha; return Status::ok();
-    case Activation::kClamp:
-      e.kind = K::kClamp; e.alpha = op.alpha; e.beta = op.beta; return Status::ok();
-    case Activation::kLinear:
-      e.kind = K::kLinear; e.alpha = op.alpha; e.beta = op.beta; return Status::ok();
+    case Activation::kLeakyRelu: e.kind = K::kLeakyRelu; return Status::ok();
+    case Activation::kClamp: e.kind = K::kClamp; return Status::ok();
+    case Activation::kLinear: e.kind = K::kLinear; return Status::ok();
     case Activation::kHardswish: e.kind = K::kHardswish; return Status::ok();
     case Activation::kHardsigmoid: e.kind = K::kHardsigmoid; return Status::ok();
-    default: break;
+    case Activation::kGeluErf: e.kind = K::kGeluErf; return Status::ok();
+    case Activation::kGeluTanh: e.kind = K::kGeluTanh; return Status::ok();
+    case Activation::kSilu: e.kind = K::kSilu; return Status::ok();
+    case Activation::kSigmoid: e.kind = K::kSigmoid; return Status::ok();
+    case Activation::kTanh: e.kind = K::kTanh; return Status::ok();
+    case Activation::kElu: e.kind = K::kElu; return Status::ok();
   }
-  return unimplemented(std::string("gemm: post-op ") + actName(op.act) +
-                       " needs the AVX2 vector math, not available yet");
+  return unimplemented(std::string("gemm: post-op ") + actName(op.act));
 }
 
 }  // namespace
@@ -174,8 +177,7 @@ Status run(const float* a, int64_t m, int64_t lda, const PackedWeights& b, float
   for (const PostOp& op : ep.postOps) {
     if (op.kind == PostOp::Kind::kBinary) ++nBinary;
     if (!supportsPostOp(op)) {
-      return unimplemented(std::string("gemm: post-op ") + actName(op.act) +
-                           " needs the AVX2 vector math, not available yet");
+      return unimplemented(std::string("gemm: unsupported post-op ") + actName(op.act));
     }
   }
   if (binaryOperands.size() != nBinary) {

@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "cpu/gemm_internal.h"
+#include "cpu/vecmath_avx2.h"
 
 namespace verifuse::kernels::gemm::detail {
 namespace {
@@ -133,32 +134,25 @@ VF_GEMM_INLINE __m256 operandAt(const EpiOp& e, int64_t i, int64_t j, bool full,
   return _mm256_setzero_ps();
 }
 
-/// torch.maximum / torch.minimum: NaN if either side is NaN (maxps alone returns its 2nd operand).
-VF_GEMM_INLINE __m256 nanIfUnordered(__m256 r, __m256 x, __m256 y) {
-  return _mm256_blendv_ps(r, _mm256_add_ps(x, y), _mm256_cmp_ps(x, y, _CMP_UNORD_Q));
-}
-
-/// y = op(y) for the 8 elements c[i][j..j+8).
+/// y = op(y) for the 8 elements c[i][j..j+8). The activations are the shared vector math's
+/// (eager PyTorch's formulas and edge cases).
 VF_GEMM_INLINE __m256 applyOp(const EpiOp& e, __m256 y, int64_t i, int64_t j, bool full,
                               __m256i mask) {
-  const __m256 zero = _mm256_setzero_ps();
+  namespace vm = cpu::avx2;
   switch (e.kind) {
-    case EpiOp::Kind::kRelu:
-      return _mm256_max_ps(zero, y);  // NaN stays NaN (maxps returns its 2nd operand)
-    case EpiOp::Kind::kLeakyRelu:
-      return _mm256_blendv_ps(_mm256_mul_ps(y, _mm256_set1_ps(e.alpha)), y,
-                              _mm256_cmp_ps(y, zero, _CMP_GT_OQ));
-    case EpiOp::Kind::kClamp:
-      return _mm256_min_ps(_mm256_set1_ps(e.beta), _mm256_max_ps(_mm256_set1_ps(e.alpha), y));
+    case EpiOp::Kind::kRelu: return vm::relu(y);
+    case EpiOp::Kind::kLeakyRelu: return vm::leakyRelu(y, e.alpha);
+    case EpiOp::Kind::kClamp: return vm::clamp(y, e.alpha, e.beta);
     case EpiOp::Kind::kLinear:
       return _mm256_fmadd_ps(_mm256_set1_ps(e.alpha), y, _mm256_set1_ps(e.beta));
-    case EpiOp::Kind::kHardswish:
-    case EpiOp::Kind::kHardsigmoid: {
-      const __m256 six = _mm256_set1_ps(6.f);
-      const __m256 t =
-          _mm256_min_ps(six, _mm256_max_ps(zero, _mm256_add_ps(y, _mm256_set1_ps(3.f))));
-      return _mm256_div_ps(e.kind == EpiOp::Kind::kHardswish ? _mm256_mul_ps(y, t) : t, six);
-    }
+    case EpiOp::Kind::kHardswish: return vm::hardswish(y);
+    case EpiOp::Kind::kHardsigmoid: return vm::hardsigmoid(y);
+    case EpiOp::Kind::kGeluErf: return vm::geluErf(y);
+    case EpiOp::Kind::kGeluTanh: return vm::geluTanh(y);
+    case EpiOp::Kind::kSilu: return vm::silu(y);
+    case EpiOp::Kind::kSigmoid: return vm::sigmoid(y);
+    case EpiOp::Kind::kTanh: return vm::tanh(y);
+    case EpiOp::Kind::kElu: return vm::elu(y, e.alpha);
     case EpiOp::Kind::kSum:
       return _mm256_fmadd_ps(_mm256_set1_ps(e.alpha), operandAt(e, i, j, full, mask), y);
     case EpiOp::Kind::kBinary: {
@@ -168,8 +162,8 @@ VF_GEMM_INLINE __m256 applyOp(const EpiOp& e, __m256 y, int64_t i, int64_t j, bo
         case BinaryAlg::kSub: return _mm256_sub_ps(y, o);
         case BinaryAlg::kMul: return _mm256_mul_ps(y, o);
         case BinaryAlg::kDiv: return _mm256_div_ps(y, o);
-        case BinaryAlg::kMax: return nanIfUnordered(_mm256_max_ps(y, o), y, o);
-        case BinaryAlg::kMin: return nanIfUnordered(_mm256_min_ps(y, o), y, o);
+        case BinaryAlg::kMax: return vm::maximum(y, o);
+        case BinaryAlg::kMin: return vm::minimum(y, o);
       }
       return y;
     }

@@ -21,6 +21,7 @@ inline constexpr int kMaxEpiOps = 16;
 struct EpiOp {
   enum class Kind : uint8_t {
     kRelu, kLeakyRelu, kClamp, kLinear, kHardswish, kHardsigmoid,  // eltwise, alpha/beta below
+    kGeluErf, kGeluTanh, kSilu, kSigmoid, kTanh, kElu,             // vecmath_avx2.h
     kSum,                                                          // x + alpha·operand
     kBinary,                                                       // alg(x, operand)
   };

@@ -62,10 +62,10 @@ StatusOr<std::shared_ptr<const PackedWeights>> packWeights(const float* w, int64
 /// What is applied to each output tile right after its last K block, while it is still in L1:
 /// + bias[n] (optional, [N]), then \p postOps in order. Supported post-ops (the same vocabulary as
 /// kernels::PostOp in ops.h, with eager PyTorch's formulas):
-///  - eltwise relu, leaky_relu(slope), clamp(lo, hi), linear(a, b) = a·x + b,
-///    hardswish = x·min(max(x+3, 0), 6)/6, hardsigmoid = min(max(x+3, 0), 6)/6;
-///    the transcendental ones (gelu_erf, gelu_tanh, silu, sigmoid, tanh, elu) give
-///    kUnimplemented until the shared AVX2 vector math (cpu/vecmath_avx2.h) is available;
+///  - every eltwise activation: relu, leaky_relu(slope), clamp(lo, hi), linear(a, b) = fma(a, x, b),
+///    hardswish = x·min(max(x+3, 0), 6)/6, hardsigmoid = min(max(x+3, 0), 6)/6, gelu_erf,
+///    gelu_tanh, silu, sigmoid, tanh, elu(alpha), all from the shared AVX2 vector math
+///    (kernels/src/cpu/vecmath_avx2.h: within 4 ulp, eager's NaN/inf behaviour);
 ///  - sum(scale): c = c + scale·residual (the `residual` argument of run());
 ///  - binary(alg, dims): c = alg(c, operand) for every BinaryAlg, the operand dense row-major f32
 ///    with dims {1, N} (per column), {M, N} (full), {M, 1} (per row) or {1, 1}. max/min propagate
@@ -108,9 +108,8 @@ int threadsFor(int64_t m, const PackedWeights& b);
 /// AVX-512 variant: nothing available to the project could test one.
 bool available();
 
-/// Whether run() supports \p op as a post-op on this build (true for the piecewise-linear
-/// activations, sum and binary; the transcendental activations once the vector math exists).
-/// Binary dims are checked by run(), which knows M and N.
+/// Whether run() supports \p op as a post-op (today every activation, sum and binary). Binary dims
+/// are checked by run(), which knows M and N (kUnimplemented for dims it does not take).
 bool supportsPostOp(const PostOp& op);
 
 }  // namespace verifuse::kernels::gemm
