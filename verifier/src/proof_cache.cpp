@@ -1,37 +1,24 @@
-// Proof cache: one text file per obligation, atomic writes, checksummed entries.
+// Proof cache on the record store "proofs-v2". A record's payload is text, one field a line:
+//   solver\t<z3 version>  kind\t<Proved|Refuted>  class\t<MessageClass>  seconds\t<s>
+//   detail\t..  goal\t..  source\t..  target\t..  value\t<name>\t<value> (repeated)
+//   canonical\t<the obligation's canonical form>
+// with \\, \n and \t escaped in values. The store checksums and frames the record.
 #include "verifuse/verify/proof_cache.h"
 
-#include <unistd.h>
-
-#include <atomic>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <charconv>
 #include <sstream>
-#include <thread>
+#include <string_view>
 #include <vector>
 
+#include "verifuse/support/hash.h"
 #include "verifuse/verify/prover.h"
 
 namespace verifuse::verify {
 
 namespace {
 
-constexpr const char* kMagic = "verifuse-proof v1";
-
-uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-std::string hex16(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
+using support::fnv1a64;
+using support::hex16;
 
 std::string escape(const std::string& s) {
   std::string out;
@@ -85,16 +72,14 @@ bool parseMessageClass(const std::string& s, MessageClass& out) {
   return false;
 }
 
-std::string serialize(const std::string& key, const std::string& canonical, const Verdict& v) {
+std::string serialize(const std::string& canonical, const Verdict& v) {
   std::ostringstream os;
-  os << kMagic << "\n";
-  os << "key\t" << key << "\n";
   os << "solver\t" << escape(solverVersion()) << "\n";
   os << "kind\t" << verdictKindName(v.kind) << "\n";
   os << "class\t" << messageClassId(v.messageClass) << "\n";
   char secs[64];
-  std::snprintf(secs, sizeof secs, "%.6f", v.seconds);
-  os << "seconds\t" << secs << "\n";
+  auto end = std::to_chars(secs, secs + sizeof secs, v.seconds).ptr;  // locale-independent
+  os << "seconds\t" << std::string_view(secs, static_cast<size_t>(end - secs)) << "\n";
   os << "detail\t" << escape(v.detail) << "\n";
   os << "goal\t" << escape(v.counterexample.goal) << "\n";
   os << "source\t" << escape(v.counterexample.sourceValue) << "\n";
@@ -103,21 +88,14 @@ std::string serialize(const std::string& key, const std::string& canonical, cons
     os << "value\t" << escape(name) << "\t" << escape(value) << "\n";
   }
   os << "canonical\t" << escape(canonical) << "\n";
-  std::string body = os.str();
-  return body + "end\t" + hex16(fnv1a(body)) + "\n";
+  return os.str();
 }
 
-// Returns false on any format or checksum problem.
-bool parse(const std::string& text, const std::string& key, const std::string& canonical, Verdict& v) {
-  size_t endPos = text.rfind("end\t");
-  if (endPos == std::string::npos || (endPos > 0 && text[endPos - 1] != '\n')) return false;
-  std::string body = text.substr(0, endPos);
-  std::string trailer = text.substr(endPos + 4);
-  if (trailer != hex16(fnv1a(body)) + "\n") return false;
+// Returns false on any format problem, or when the record is another obligation's or solver's.
+bool parse(const std::string& body, const std::string& canonical, Verdict& v) {
   std::istringstream is(body);
   std::string line;
-  if (!std::getline(is, line) || line != kMagic) return false;
-  bool sawKey = false, sawKind = false, sawCanonical = false;
+  bool sawSolver = false, sawKind = false, sawCanonical = false;
   v = Verdict{};
   while (std::getline(is, line)) {
     size_t tab = line.find('\t');
@@ -132,11 +110,9 @@ bool parse(const std::string& text, const std::string& key, const std::string& c
       continue;
     }
     if (!unescape(rest, val)) return false;
-    if (field == "key") {
-      if (val != key) return false;
-      sawKey = true;
-    } else if (field == "solver") {
+    if (field == "solver") {
       if (val != solverVersion()) return false;
+      sawSolver = true;
     } else if (field == "kind") {
       if (val == verdictKindName(VerdictKind::Proved)) v.kind = VerdictKind::Proved;
       else if (val == verdictKindName(VerdictKind::Refuted)) v.kind = VerdictKind::Refuted;
@@ -145,11 +121,8 @@ bool parse(const std::string& text, const std::string& key, const std::string& c
     } else if (field == "class") {
       if (!parseMessageClass(val, v.messageClass)) return false;
     } else if (field == "seconds") {
-      try {
-        v.seconds = std::stod(val);
-      } catch (...) {
-        return false;
-      }
+      auto r = std::from_chars(val.data(), val.data() + val.size(), v.seconds);
+      if (r.ec != std::errc() || r.ptr != val.data() + val.size()) return false;
     } else if (field == "detail") {
       v.detail = val;
     } else if (field == "goal") {
@@ -165,35 +138,36 @@ bool parse(const std::string& text, const std::string& key, const std::string& c
       return false;
     }
   }
-  return sawKey && sawKind && sawCanonical;
+  return sawSolver && sawKind && sawCanonical;
 }
 
 }  // namespace
 
-ProofCache::ProofCache(std::string dir) : dir_(std::move(dir)) {}
-
-std::string ProofCache::keyFor(const Obligation& ob) {
-  return hex16(fnv1a(ob.canonical() + '\0' + solverVersion()));
+ProofCache::ProofCache(std::string dir) : dir_(std::move(dir)) {
+  auto store = support::RecordStore::open(dir_, kStoreName);
+  if (store.isOk()) {
+    store_ = std::move(store).value();
+  } else {
+    status_ = store.status().withContext("proof cache");
+  }
 }
 
-std::string ProofCache::pathFor(const Obligation& ob) const { return dir_ + "/" + keyFor(ob) + ".proof"; }
+ProofCache::~ProofCache() = default;
+
+std::string ProofCache::keyFor(const Obligation& ob) {
+  return hex16(fnv1a64(ob.canonical() + '\0' + solverVersion()));
+}
+
+std::string ProofCache::path() const { return store_ ? store_->path() : dir_ + "/" + kStoreName + ".vfstore"; }
 
 std::optional<Verdict> ProofCache::lookup(const Obligation& ob) {
-  std::string key = keyFor(ob);
-  std::string path = dir_ + "/" + key + ".proof";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.misses;
-    return std::nullopt;
-  }
-  std::stringstream buf;
-  buf << in.rdbuf();
+  std::optional<support::Record> r;
+  if (store_) r = store_->get(keyFor(ob));
   Verdict v;
-  bool ok = parse(buf.str(), key, ob.canonical(), v);
+  bool ok = r && parse(r->payload, ob.canonical(), v);
   std::lock_guard<std::mutex> lock(mu_);
   if (!ok) {
-    ++stats_.corrupt;
+    if (r) ++stats_.corrupt;  // present but not this obligation's verdict
     ++stats_.misses;
     return std::nullopt;
   }
@@ -204,38 +178,58 @@ std::optional<Verdict> ProofCache::lookup(const Obligation& ob) {
 
 Status ProofCache::store(const Obligation& ob, const Verdict& verdict) {
   if (verdict.kind != VerdictKind::Proved && verdict.kind != VerdictKind::Refuted) return Status::ok();
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec) return internalError("proof cache: cannot create " + dir_ + ": " + ec.message());
-  std::string key = keyFor(ob);
-  std::string path = dir_ + "/" + key + ".proof";
-  static std::atomic<uint64_t> counter{0};
-  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                    std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id())) + "." +
-                    std::to_string(counter++);
+  if (!store_) return status_;
+  store_->put(keyFor(ob), serialize(ob.canonical(), verdict));
+  bool batched;
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return internalError("proof cache: cannot write " + tmp);
-    out << serialize(key, ob.canonical(), verdict);
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(tmp, ec);
-      return internalError("proof cache: write failed for " + tmp);
-    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.stores;
+    batched = batchDepth_ > 0;
   }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    return internalError("proof cache: cannot rename into " + path);
+  if (batched) return Status::ok();
+  Status s = store_->flush().withContext("proof cache");
+  if (!s.isOk()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.writeErrors;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.stores;
-  return Status::ok();
+  return s;
+}
+
+ProofCache::Batch::Batch(ProofCache* cache) : cache_(cache) {
+  if (!cache_) return;
+  std::lock_guard<std::mutex> lock(cache_->mu_);
+  ++cache_->batchDepth_;
+}
+
+ProofCache::Batch::~Batch() {
+  if (!cache_) return;
+  {
+    std::lock_guard<std::mutex> lock(cache_->mu_);
+    if (--cache_->batchDepth_ > 0) return;
+  }
+  if (!cache_->store_) return;
+  // NOTE: a failed write only costs a re-proof next time; the verdicts stand.
+  if (!cache_->store_->flush().isOk()) {
+    std::lock_guard<std::mutex> lock(cache_->mu_);
+    ++cache_->stats_.writeErrors;
+  }
 }
 
 ProofCache::Stats ProofCache::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  Stats out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out = stats_;
+  }
+  if (store_) {
+    support::RecordStoreStats s = store_->stats();
+    out.corrupt += static_cast<uint64_t>(s.droppedRecords + s.droppedBlobs);
+  }
+  return out;
+}
+
+support::RecordStoreStats ProofCache::storeStats() const {
+  return store_ ? store_->stats() : support::RecordStoreStats{};
 }
 
 }  // namespace verifuse::verify

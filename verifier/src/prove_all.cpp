@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "verifuse/verify/catalog.h"
+#include "verifuse/verify/proof_cache.h"
 
 namespace verifuse::verify {
 
@@ -47,6 +48,7 @@ bool ProveReport::ok() const {
 
 RuleResult proveRule(const RuleProof& rule, const ProveAllOptions& options) {
   auto ruleStart = std::chrono::steady_clock::now();
+  ProofCache::Batch batch(options.prove.cache);  // one durable cache write per rule
   const sem::DotModel symbolic = sem::DotModel::symbolic();
   RuleResult result;
   result.ruleId = rule.ruleId;
@@ -76,6 +78,7 @@ RuleResult proveRule(const RuleProof& rule, const ProveAllOptions& options) {
 
 ProveReport proveAll(const std::vector<RuleProof>& catalogue, const ProveAllOptions& options) {
   auto start = std::chrono::steady_clock::now();
+  ProofCache::Batch batch(options.prove.cache);  // one durable cache write for the whole list
   ProveReport report;
   report.solverVersion = solverVersion();
   if (options.checkAxioms) {
