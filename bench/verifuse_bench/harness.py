@@ -47,7 +47,7 @@ import torch
 
 from . import backends as _bk
 from .backends import ALL_BACKENDS, BACKENDS, INDUCTOR_VARIANTS, PEERS, compile_order
-from .suites import BenchModel, Inputs, get_model, suite_models
+from .suites import BenchModel, Inputs, get_model
 
 SCHEMA = "verifuse-bench/2"
 KNOWN_BACKENDS: tuple[str, ...] = ALL_BACKENDS

@@ -90,14 +90,6 @@ def _kill(proc: subprocess.Popen) -> None:
         pass
 
 
-def probe(opts: BenchOptions, log) -> dict[str, Any]:
-    res, why = _spawn({"mode": "probe", "opts": _opts_dict(opts)}, timeout_s=900)
-    if res is None:
-        log(f"backend probe failed: {why}")
-        return {"backends": {}, "error": why}
-    return res
-
-
 def _opts_dict(opts: BenchOptions, **over) -> dict[str, Any]:
     from dataclasses import asdict
 
@@ -161,6 +153,17 @@ def run_config_process(opts: BenchOptions, model: str, batch: int, threads: int,
     return res
 
 
+def _reusable(opts: BenchOptions, cfg_dir: Path, model: str, batch: int, threads: int) -> dict[str, Any] | None:
+    path = cfg_dir / f"{model}-b{batch}-t{threads}.json"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if old.get("complete") and old.get("fingerprint") == fingerprint(opts, model, batch, threads):
+        return old
+    return None
+
+
 def memory_processes(opts: BenchOptions, entry: dict[str, Any], log, label: str) -> None:
     """``memory="isolated"``: one more process per ok backend, its peak RSS alone."""
     for name, b in entry["backends"].items():
@@ -185,28 +188,16 @@ def run_isolated(opts: BenchOptions, log: Callable[[str], None], argv: list[str]
     log(f"{len(configs)} configurations ({len(opts.models)} models), backends {', '.join(opts.backends)}; "
         f"per-configuration results in {cfg_dir}")
     t_run = time.perf_counter()
-    pr = probe(opts, log)
-    report["backends"] = pr.get("backends", {})
-    if pr.get("torchvision"):
-        report["environment"]["torchvision"] = pr["torchvision"]
-    for name, b in report["backends"].items():
-        if b.get("status") != "available":
-            log(f"backend {name}: unavailable ({b.get('reason')})")
-        elif b.get("note"):
-            log(f"backend {name}: note: {b['note']}")
+    reusable = {cfg: _reusable(opts, cfg_dir, *cfg) for cfg in configs} if opts.resume else {}
+    # No separate probe process: every configuration's process records which backends it found
+    # (and why not); the report's "backends" is the first record of each.
     done_times: list[float] = []
     for k, (model, batch, threads) in enumerate(configs, 1):
         label = f"[{k}/{len(configs)} {model} b{batch} t{threads}]"
         out_path = cfg_dir / f"{model}-b{batch}-t{threads}.json"
-        res = None
-        if opts.resume and out_path.exists():
-            try:
-                old = json.loads(out_path.read_text())
-                if old.get("complete") and old.get("fingerprint") == fingerprint(opts, model, batch, threads):
-                    res = old
-                    log(f"{label} reused {out_path.name} (--resume)")
-            except ValueError:
-                pass
+        res = reusable.get((model, batch, threads))
+        if res is not None:
+            log(f"{label} reused {out_path.name} (--resume)")
         if res is None:
             t0 = time.perf_counter()
             log(f"{label} starting (elapsed {_hms(time.perf_counter() - t_run)})")
@@ -217,6 +208,16 @@ def run_isolated(opts: BenchOptions, log: Callable[[str], None], argv: list[str]
 
                 _write_json(out_path, res)
             done_times.append(time.perf_counter() - t0)
+        for name, b in res.get("backends", {}).items():
+            if name not in report["backends"]:
+                report["backends"][name] = b
+                if b.get("status") != "available":
+                    log(f"backend {name}: unavailable ({b.get('reason')})")
+                elif b.get("note"):
+                    log(f"backend {name}: note: {b['note']}")
+        tv = (res.get("process") or {}).get("torchvision")
+        if tv and "torchvision" not in report["environment"]:
+            report["environment"]["torchvision"] = tv
         if res.get("entry"):
             report["results"].append(res["entry"])
             log(f"{label} {_one_line(res['entry'])}")

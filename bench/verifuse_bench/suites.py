@@ -231,7 +231,7 @@ def resolve(names: list[str], suite: str | None) -> list[str]:
     reg = registry()
     out = []
     for n in names:
-        if suite and n not in reg and SUITE_PREFIX[suite] + n in reg:
+        if suite and SUITE_PREFIX[suite] + n in reg and (n not in reg or reg[n].suite != suite):
             n = SUITE_PREFIX[suite] + n
         if n not in reg:
             raise KeyError(n)

@@ -2,7 +2,6 @@
 
 Modes (``spec["mode"]``):
 
-* ``probe``: which backends are available here (imports them) and with what details.
 * ``config``: one configuration (model x batch x threads), every backend, in this fresh process;
   writes ``spec["out"]``. While it runs it keeps ``spec["heartbeat"]`` up to date with the stage
   and backend it is in, so the parent can name the culprit if the process dies.
@@ -36,29 +35,6 @@ def _write_json(path: str | Path, data: dict[str, Any]) -> None:
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def _needs_torchvision(model_names: list[str]) -> bool:
-    from .suites import get_model
-
-    return any("torchvision" in get_model(m).requires for m in model_names)
-
-
-def probe(spec: dict[str, Any]) -> dict[str, Any]:
-    from . import harness
-    from .harness import BenchOptions
-
-    opts = BenchOptions.from_dict(spec["opts"])
-    out: dict[str, Any] = {"kind": "probe", "backends": {}}
-    if _needs_torchvision(opts.models):
-        from .vendor import ensure_torchvision, torchvision_info
-
-        ensure_torchvision()
-        out["torchvision"] = torchvision_info()
-    for name in opts.backends:
-        out["backends"][name] = harness._backend_entry(name)
-    out["environment"] = harness.environment_info()
-    return out
 
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
@@ -194,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = json.loads(Path(argv[0]).read_text())
     mode = spec.get("mode", "config")
-    fn = {"probe": probe, "config": run_one, "memory": memory}[mode]
+    fn = {"config": run_one, "memory": memory}[mode]
     result = fn(spec)
     _write_json(spec["out"], result)
     return 0

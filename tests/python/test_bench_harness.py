@@ -1,0 +1,428 @@
+"""Tests of the peer benchmark harness (bench/verifuse_bench): suites, backends, the method's rules,
+the JSON schema and the plot. No timing is ever asserted on.
+
+CI installs only requirements.txt: transformers / timm / torchvision / openvino / zentorch /
+matplotlib may all be missing. The harness tests therefore run on the project's own tiny models
+with fake backends (cheap ``torch.compile`` backends defined here) and a peer forced missing
+(``VERIFUSE_BENCH_DISABLE``); the per-suite cases skip when their library is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _use_source_tree_bench() -> None:
+    """Test the checkout's bench/verifuse_bench, even when an older one is installed."""
+    mod = sys.modules.get("verifuse_bench")
+    if mod is not None and Path(mod.__file__).resolve().parent.parent != BENCH:
+        for name in [n for n in sys.modules if n == "verifuse_bench" or n.startswith("verifuse_bench.")]:
+            del sys.modules[name]
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+
+
+_use_source_tree_bench()
+
+from verifuse_bench import backends as bk  # noqa: E402
+from verifuse_bench import harness  # noqa: E402
+from verifuse_bench.backends import BackendDef, CompileCtx  # noqa: E402
+from verifuse_bench.harness import BenchOptions, run_benchmark  # noqa: E402
+from verifuse_bench.report import to_markdown, write_report  # noqa: E402
+from verifuse_bench.suites import SUITES, get_model, registry, resolve, suite_models  # noqa: E402
+
+HAS = {m: importlib.util.find_spec(m) is not None for m in ("transformers", "timm", "matplotlib")}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread_fresh_caches(monkeypatch):
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.setattr(harness, "_AVAILABILITY_CACHE", {})
+    monkeypatch.setattr(harness, "_AVAILABILITY_DETAILS", {})
+    yield
+    torch.set_num_threads(old)
+
+
+class CountingBackend:
+    """A torch.compile backend that runs the graph as is and counts its compiles."""
+
+    def __init__(self):
+        self.compiles = 0
+
+    def __call__(self, gm, example_inputs):
+        self.compiles += 1
+        return gm.forward
+
+
+def fake_backend(name: str, counter: CountingBackend | None = None) -> BackendDef:
+    counter = counter or CountingBackend()
+
+    def compile_(model, opts, threads):
+        return CompileCtx(compiled=torch.compile(model, backend=counter, dynamic=False),
+                          first_call=torch.no_grad(), info={"fake": True})
+
+    d = BackendDef(name, lambda: (True, None, {"note": "test backend"}), compile_, is_peer=False)
+    d.counter = counter  # type: ignore[attr-defined]
+    return d
+
+
+def _opts(models, backends, **kw) -> BenchOptions:
+    base = dict(iters=3, warmup=1, chunk=2, time_budget_s=5.0, min_iters=2)
+    base.update(kw)
+    return BenchOptions(models=models, backends=backends, **base)
+
+
+def _check_schema(data: dict) -> None:
+    assert data["schema"] == "verifuse-bench/2"
+    for k in ("created", "finished", "settings", "suites", "environment", "backends", "results", "summary",
+              "errors"):
+        assert k in data, k
+    env = data["environment"]
+    for k in ("torch_version", "cpu_model", "cpu_flags", "isa_summary", "avx512", "load_avg", "load_avg_end",
+              "cpu_count"):
+        assert k in env, k
+    for e in data["results"]:
+        for k in ("model", "suite", "family", "batch", "threads", "input_shape", "output_compared", "params",
+                  "load_avg_before", "load_avg_after", "rounds", "recompiles_during_timing", "compile_order",
+                  "backends", "ratios"):
+            assert k in e, k
+        for k in ("speedup_vs_eager", "inductor_best", "best_peer", "verifuse_vs_best_peer",
+                  "verifuse_vs_inductor", "compile_ratio_verifuse_inductor"):
+            assert k in e["ratios"], k
+        for name, b in e["backends"].items():
+            assert b["status"] in ("ok", "unavailable", "failed"), (name, b)
+            if b["status"] != "ok":
+                assert b["reason"]
+                continue
+            for k in ("compile_s", "latency_ms", "samples_ms", "memory", "cpu_utilization",
+                      "recompiles_during_timing"):
+                assert k in b, (name, k)
+            for k in ("median", "p90", "n"):
+                assert k in b["latency_ms"]
+            if name != "eager":
+                for k in ("accuracy", "graphs", "graph_breaks"):
+                    assert k in b, (name, k)
+    for g in data["summary"]["geomeans"]:
+        for k in ("suite", "batch", "threads", "scope", "n_configs", "speedup_vs_eager", "verifuse_vs_best_peer",
+                  "n_used", "best_peer_counts"):
+            assert k in g, k
+
+
+# ---------------------------------------------------------------------------------------------
+# Suites
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_suite_has_models_and_a_tiny_stand_in():
+    reg = registry()
+    for suite in SUITES:
+        assert suite_models(suite), suite
+        assert suite_models(suite, tiny=True), suite
+    for name, e in reg.items():
+        assert e.family in ("cnn", "transformer", "mlp"), name
+        assert e.default_batches and e.output and e.input_desc, name
+    assert resolve(["bert_base"], "hf") == ["hf_bert_base"]
+    assert resolve(["resnet50"], "own") == ["resnet50"]
+    with pytest.raises(KeyError):
+        resolve(["no_such_model"], "timm")
+    assert {"hf_llama_prefill", "hf_llama_decode", "hf_whisper_encoder"} <= set(suite_models("hf"))
+
+
+def test_missing_library_makes_a_model_unavailable_not_a_crash(monkeypatch):
+    e = get_model("hf_bert_tiny")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "transformers" else real(n, *a))
+    assert e.missing_requirements() == ["transformers"]
+    report = run_benchmark(_opts(["hf_bert_tiny"], ["eager"]), log=lambda s: None)
+    assert report["results"] == []
+    assert report["errors"][0]["stage"] == "unavailable" and "transformers" in report["errors"][0]["error"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Harness: a peer missing, fake backends, the no-reset rule
+# ---------------------------------------------------------------------------------------------
+
+
+def test_own_tiny_model_with_a_missing_peer(monkeypatch, tmp_path):
+    monkeypatch.setenv(bk.DISABLE_ENV, "openvino")
+    monkeypatch.setitem(bk.BACKENDS, "fake", fake_backend("fake"))
+    report = run_benchmark(_opts(["mlp_small"], ["eager", "fake", "openvino"]), log=lambda s: None)
+    assert report["backends"]["openvino"]["status"] == "unavailable"
+    assert "VERIFUSE_BENCH_DISABLE" in report["backends"]["openvino"]["reason"]
+    e = report["results"][0]
+    assert e["backends"]["openvino"]["status"] == "unavailable"
+    assert e["backends"]["fake"]["status"] == "ok" and e["backends"]["fake"]["accuracy"]["ok"]
+    assert e["backends"]["fake"]["memory"]["rss_before_mb"] is not None
+    assert e["ratios"]["best_peer"] is None and e["ratios"]["verifuse_vs_best_peer"] is None
+    jp, mp = write_report(report, tmp_path / "r.json", plot=False)
+    data = json.loads(jp.read_text())
+    _check_schema(data)
+    md = mp.read_text()
+    assert "**openvino unavailable**" in md and "| mlp_small |" in md and "verifuse vs the best peer" in md
+
+
+def test_no_reset_between_backends_no_recompiles(monkeypatch):
+    """Each backend compiles once per configuration: a later backend's compile does not make an
+    earlier backend's compiled function recompile (the harness never calls torch._dynamo.reset()
+    between backends), neither while timing nor in the accuracy calls."""
+    a, b = fake_backend("fake-a"), fake_backend("fake-b")
+    monkeypatch.setitem(bk.BACKENDS, "fake-a", a)
+    monkeypatch.setitem(bk.BACKENDS, "fake-b", b)
+    resets = []
+    real_reset = torch._dynamo.reset
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: (resets.append(1), real_reset())[1])
+    spec = get_model("encoder_2l")
+    model = spec.build(0)
+    opts = _opts(["encoder_2l"], ["eager", "fake-a", "fake-b"])
+    entry = harness.run_config(spec, model, spec.make_inputs(1, 0), 1, 1, opts, log=lambda s: None)
+    assert resets == []
+    assert a.counter.compiles == 1 and b.counter.compiles == 1
+    assert entry["recompiles_during_timing"] == 0
+    for name in ("fake-a", "fake-b"):
+        assert entry["backends"][name]["status"] == "ok"
+        assert entry["backends"][name]["recompiles_during_timing"] == 0
+        assert entry["backends"][name]["graphs"] == 1
+
+
+def test_why_the_rule_exists_a_reset_recompiles_earlier_backends():
+    import copy
+
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    ca, cb = CountingBackend(), CountingBackend()
+    fa = torch.compile(m, backend=ca, dynamic=False)
+    fb = torch.compile(copy.deepcopy(m), backend=cb, dynamic=False)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        fa(x)
+        fb(x)
+        fa(x)
+        assert (ca.compiles, cb.compiles) == (1, 1)  # no reset: nothing recompiles
+        torch._dynamo.reset()
+        fa(x)
+    assert ca.compiles == 2  # a reset between backends would recompile the earlier one
+
+
+def test_inductor_does_not_run_a_leaked_joint_custom_post_pass(monkeypatch):
+    """zentorch leaves torch._inductor.config.joint_custom_post_pass set after its compile; the
+    harness's inductor compile must not run it (a control run without the harness does: the
+    pass is called once on the same model, see docs/benchmarking.md)."""
+    import torch._inductor.config as ic
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    calls = []
+
+    class LeakedPass(CustomGraphPass):
+        def __call__(self, graph):
+            calls.append(1)
+
+        def uuid(self):
+            return "verifuse-bench-test-leaked-pass"
+
+    monkeypatch.setattr(ic, "joint_custom_post_pass", LeakedPass())
+    spec = get_model("mlp_small")
+    model = spec.build(0)
+    opts = _opts(["mlp_small"], ["eager", "inductor"], warmup=0)
+    p = harness.prepare_backend("inductor", model, spec.make_inputs(8, 0), opts, 1)
+    assert p.status == "ok", p.reason
+    assert calls == []
+    assert p.info["joint_custom_post_pass_at_trace"] is None
+    assert p.info["freezing_config_at_trace"] is True and p.info["freezing"]["verified"] is True
+    assert isinstance(ic.joint_custom_post_pass, LeakedPass)  # restored, not cleared behind our back
+
+
+@pytest.mark.parametrize("model,lib", [("hf_llama_tiny_decode", "transformers"), ("timm_test_resnet", "timm"),
+                                       ("tv_shufflenet_tiny", "torchvision")])
+def test_tiny_model_per_suite(model, lib, monkeypatch):
+    e = get_model(model)
+    missing = e.missing_requirements()
+    if missing:
+        pytest.skip(f"{lib} not installed: {missing}")
+    monkeypatch.setenv(bk.DISABLE_ENV, "zentorch")
+    monkeypatch.setitem(bk.BACKENDS, "fake", fake_backend("fake"))
+    report = run_benchmark(_opts([model], ["eager", "fake", "zentorch"], iters=2, warmup=0), log=lambda s: None)
+    assert not report["errors"], report["errors"]
+    r = report["results"][0]
+    assert r["suite"] == e.suite
+    assert r["backends"]["zentorch"]["status"] == "unavailable"
+    fake = r["backends"]["fake"]
+    assert fake["status"] == "ok", fake.get("reason")
+    assert fake["accuracy"]["ok"], fake["accuracy"]
+    assert fake["recompiles_during_timing"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Ratios, the process orchestration, the plot
+# ---------------------------------------------------------------------------------------------
+
+
+def _b(median, compile_s=1.0, acc_ok=True):
+    return {"status": "ok", "latency_ms": {"median": median}, "compile_s": compile_s,
+            "accuracy": {"ok": acc_ok, "max_rel_diff": 0.0 if acc_ok else 1.0}}
+
+
+def test_config_ratios_best_peer():
+    r = harness.config_ratios({
+        "eager": {"status": "ok", "latency_ms": {"median": 100.0}},
+        "inductor": _b(50.0, 20.0), "inductor-nofreeze": _b(40.0, 10.0),
+        "openvino": _b(30.0, acc_ok=False), "zentorch": _b(45.0),
+        "verifuse": _b(60.0, 2.0)})
+    assert r["inductor_best"] == "inductor-nofreeze"
+    assert r["speedup_vs_eager_inductor_best"] == pytest.approx(2.5)
+    assert r["best_peer"] == "inductor-nofreeze"  # openvino is faster but inaccurate
+    assert r["peers_excluded"] == {"openvino": "accuracy check failed"}
+    assert r["verifuse_vs_best_peer"] == pytest.approx(40.0 / 60.0)
+    assert r["verifuse_vs_inductor"] == pytest.approx(40.0 / 60.0)
+    assert r["compile_ratio_verifuse_inductor"] == pytest.approx(0.2)
+
+
+def test_crashed_process_is_retried_without_the_culprit(monkeypatch, tmp_path):
+    from verifuse_bench import orchestrate
+
+    calls = []
+
+    def fake_spawn(spec, timeout_s):
+        calls.append(list(spec["opts"]["backends"]))
+        if len(calls) == 1:
+            Path(spec["heartbeat"]).write_text(json.dumps({"stage": "compile", "backend": "openvino"}))
+            return None, "the process was killed by signal 11 (SIGSEGV)"
+        entry = {"model": spec["model"], "backends": {"eager": {"status": "ok", "latency_ms": {"median": 1.0}}}}
+        return {"complete": True, "entry": entry, "errors": []}, None
+
+    monkeypatch.setattr(orchestrate, "_spawn", fake_spawn)
+    opts = _opts(["mlp_small"], ["eager", "openvino"], isolate=True)
+    res = orchestrate.run_config_process(opts, "mlp_small", 8, 1, tmp_path / "c.json", "[1/1]", lambda s: None)
+    assert calls == [["eager", "openvino"], ["eager"]]
+    ov = res["entry"]["backends"]["openvino"]
+    assert ov["status"] == "failed" and "SIGSEGV" in ov["reason"] and "compile" in ov["reason"]
+    assert json.loads((tmp_path / "c.json").read_text())["killed"] == {"openvino": ov["reason"]}
+
+
+def test_cli_one_process_per_configuration_and_resume(tmp_path, monkeypatch, capfd):
+    """The CLI's default: one process per configuration, each writing its own file; --resume
+    reuses it without starting a process. A disabled peer is recorded as unavailable."""
+    from verifuse_bench.cli import main
+
+    monkeypatch.setenv(bk.DISABLE_ENV, "openvino")
+    out = tmp_path / "run.json"
+    args = ["--models", "mlp_small", "--backends", "eager,openvino", "--iters", "2", "--warmup", "0",
+            "--time-budget", "5", "--json", str(out), "--no-print", "--no-plot"]
+    assert main(args) == 0
+    err = capfd.readouterr().err
+    assert "[1/1 mlp_small b8 t1]" in err and "eager: reference call" in err  # the worker's progress
+    data = json.loads(out.read_text())
+    _check_schema(data)
+    assert data["backends"]["openvino"]["status"] == "unavailable"
+    cfg = tmp_path / "run.d" / "mlp_small-b8-t1.json"
+    first = json.loads(cfg.read_text())
+    assert first["complete"] and first["entry"]["process"]["isolated"] is True
+    assert first["entry"]["process"]["pid"] != os.getpid()
+    assert data["results"][0]["backends"]["openvino"]["status"] == "unavailable"
+    assert main(args + ["--resume"]) == 0
+    assert "reused mlp_small-b8-t1.json" in capfd.readouterr().err
+    again = json.loads(out.read_text())
+    assert again["results"][0]["process"]["pid"] == first["entry"]["process"]["pid"]
+    assert again["backends"]["openvino"]["status"] == "unavailable"
+
+
+def _synthetic_report() -> dict:
+    def entry(model, batch):
+        bs = {"eager": {"status": "ok", "latency_ms": {"median": 10.0, "p90": 11.0, "n": 3}, "compile_s": 0.0},
+              "inductor": dict(_b(5.0, 12.0), latency_ms={"median": 5.0, "p90": 6.0, "n": 3}),
+              "openvino": {"status": "unavailable", "reason": "not installed"},
+              "verifuse": dict(_b(4.0, 2.0), latency_ms={"median": 4.0, "p90": 4.5, "n": 3})}
+        return {"model": model, "suite": "own", "family": "cnn", "batch": batch, "threads": 1, "backends": bs,
+                "ratios": harness.config_ratios(bs)}
+
+    results = [entry("m1", 1), entry("m2", 1), entry("m1", 8)]
+    opts = BenchOptions(models=["m1", "m2"], backends=["eager", "inductor", "openvino", "verifuse"])
+    from dataclasses import asdict
+
+    return {"schema": harness.SCHEMA, "created": "now", "suites": ["own"], "settings": asdict(opts),
+            "environment": harness.environment_info(), "backends": {}, "results": results, "errors": [],
+            "summary": harness.summarize(results, opts.backends)}
+
+
+@pytest.mark.skipif(not HAS["matplotlib"], reason="matplotlib not installed")
+def test_plot_written_as_png(tmp_path):
+    rep = _synthetic_report()
+    jp, mp = write_report(rep, tmp_path / "p.json", plot=True)
+    png = tmp_path / "p.png"
+    assert rep["plot"]["status"] == "ok"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    assert "![speed-up and compile time](p.png)" in mp.read_text()
+    g = [g for g in rep["summary"]["geomeans"] if g["batch"] == 1][0]
+    assert g["verifuse_vs_best_peer"] == pytest.approx(1.25)
+
+
+def test_plot_without_matplotlib_is_reported(monkeypatch, tmp_path):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_mpl(name, *a, **k):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    rep = _synthetic_report()
+    _, mp = write_report(rep, tmp_path / "n.json", plot=True)
+    assert rep["plot"]["status"] == "unavailable" and "matplotlib" in rep["plot"]["reason"]
+    assert not (tmp_path / "n.png").exists()
+    assert "plot not written" in mp.read_text()
+    assert "no AVX-512" in to_markdown(rep) or "AVX-512" in to_markdown(rep)
+
+
+# ---------------------------------------------------------------------------------------------
+# torchvision in the bench process only
+# ---------------------------------------------------------------------------------------------
+
+
+def _run_py(code: str, **env_over) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(env_over)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_no_torchvision_is_a_reason_not_a_crash(tmp_path):
+    code = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); "
+            "import importlib.util as u\n"
+            "from verifuse_bench.vendor import ensure_torchvision\n"
+            "ok, why = ensure_torchvision()\n"
+            "print(ok if u.find_spec('torchvision') is None else 'site', why)")
+    r = _run_py(code, VERIFUSE_BENCH_VENDOR=str(tmp_path / "empty"))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.strip()
+    assert out.startswith("site") or (out.startswith("False") and "make bench-deps" in out)
+
+
+@pytest.mark.skipif(not HAS["transformers"], reason="transformers not installed")
+def test_transformers_plain_and_torchvision_in_bench_process():
+    """After `make bench-deps`: transformers imports in a plain process (torchvision is not visible
+    to it), and the bench process then gets torchvision (and timm) through the vendor directory."""
+    code = ("from transformers import BertModel\n"
+            "print('TRANSFORMERS OK', flush=True)\n"
+            f"import sys; sys.path.insert(0, {str(BENCH)!r})\n"
+            "from verifuse_bench.vendor import ensure_torchvision, torchvision_info\n"
+            "ok, why = ensure_torchvision()\n"
+            "if not ok: print('SKIP', why); raise SystemExit(0)\n"
+            "import torchvision.models as m\n"
+            "m.resnet18(weights=None)\n"
+            "print('OK', torchvision_info())")
+    r = _run_py(code)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("TRANSFORMERS OK")
+    if "SKIP" in r.stdout:
+        pytest.skip(r.stdout.strip())
+    assert "\nOK " in r.stdout
