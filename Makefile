@@ -4,7 +4,7 @@ PYTHON ?= python
 BUILD_DIR ?= build/cmake
 JOBS ?= 2
 
-.PHONY: install deps demo test test-cpp test-python test-sanitize prove clean
+.PHONY: install deps demo test test-cpp test-python test-sanitize prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke
 
 deps:
 	@# GoogleTest from Debian (docs/dependencies.md); everything else from PyPI, pinned.
@@ -56,3 +56,44 @@ prove: install
 
 clean:
 	rm -rf build *.egg-info
+
+# ---- peer benchmark (issue 14; bench/README.md, docs/benchmarking.md) ---------------------------
+# `make bench-deps` installs OpenVINO, zentorch, transformers, timm, matplotlib (pinned, torch held at
+# 2.13.0) and torchvision into a private directory (not site-packages: it would break transformers).
+# `make bench-hf` etc. run one suite at batch 1 and 8/32, threads 1 and 2, all backends, one process
+# per configuration; rerunning the same target resumes (finished configurations are kept).
+BENCH_PY = PYTHONPATH=$(CURDIR)/bench$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON)
+BENCH_RESULTS ?= bench/results
+BENCH_THREADS ?= 1,2
+BENCH_ARGS ?=
+
+bench-deps:
+	$(PYTHON) -m pip install -q -c bench/constraints-bench.txt -r bench/requirements-bench.txt
+	$(PYTHON) -m pip install -q --no-deps -c bench/constraints-bench.txt -r bench/requirements-bench-nodeps.txt
+	$(BENCH_PY) -m verifuse_bench.vendor install
+	$(BENCH_PY) -m verifuse_bench.vendor check
+
+bench-hf:
+	$(BENCH_PY) -m verifuse_bench --suite hf --backends all --threads $(BENCH_THREADS) \
+		--json $(BENCH_RESULTS)/peers-hf.json --resume --no-print $(BENCH_ARGS)
+
+bench-timm:
+	$(BENCH_PY) -m verifuse_bench --suite timm --backends all --threads $(BENCH_THREADS) \
+		--json $(BENCH_RESULTS)/peers-timm.json --resume --no-print $(BENCH_ARGS)
+
+bench-torchvision:
+	$(BENCH_PY) -m verifuse_bench --suite torchvision --backends all --threads $(BENCH_THREADS) \
+		--json $(BENCH_RESULTS)/peers-torchvision.json --resume --no-print $(BENCH_ARGS)
+
+bench-own:
+	$(BENCH_PY) -m verifuse_bench --suite own --backends all --batch 1,32 --threads $(BENCH_THREADS) \
+		--json $(BENCH_RESULTS)/peers-own.json --resume --no-print $(BENCH_ARGS)
+
+bench: bench-hf bench-torchvision bench-timm bench-own
+
+# a few minutes: one tiny model per suite, every backend, 3 iterations
+bench-smoke:
+	for s in own hf timm torchvision; do \
+		$(BENCH_PY) -m verifuse_bench --suite $$s --tiny --backends all --iters 3 --warmup 1 \
+			--json $(BENCH_RESULTS)/smoke-$$s.json --no-print $(BENCH_ARGS) || exit 1; \
+	done
