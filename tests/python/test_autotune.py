@@ -47,8 +47,13 @@ def _child(cache_dir: str) -> None:
         expected = model(x)
     report = verifuse.explain(model, x, cache_dir=cache_dir, strict=True)
     compiled = torch.compile(model, backend="verifuse", options={"cache_dir": cache_dir, "strict": True})
+    from verifuse import _C
+
     with torch.no_grad():
+        compiled(x)  # compiles (and tunes, on the first run)
+        before = _C.engine_run_counts()
         got = compiled(x)
+        after = _C.engine_run_counts()
     d = report.to_dict()
     print("RESULT " + json.dumps({
         "max_abs_diff": (got - expected).abs().max().item(),
@@ -56,6 +61,8 @@ def _child(cache_dir: str) -> None:
         "graphs": d["graphs"],
         "fused_engines": [n["engine"] for g in report.graphs for n in g.nodes
                           if n["op"] in ("verifuse::conv", "verifuse::linear")],
+        # Fused-op runs of one call, per engine: what the plan really executed.
+        "ran": {e: after[e] - before.get(e, 0) for e in after},
     }), flush=True)
 
 
@@ -89,6 +96,16 @@ def test_tuner_keeps_aten_on_inception_branches_where_aten_is_faster(tuned):
         assert p["onednn_ms"] >= 5.0 > p["aten_ms"], p
         assert p["engine"] == "aten", p
     assert first["fused_engines"] and set(first["fused_engines"]) == {"aten"}, first["fused_engines"]
+    # The unit of the decision is the partition: 1x1 -> 3x3 and 1x1 -> 5x5 chains are two-conv
+    # partitions, timed whole on each engine and moved to ATen together.
+    multi = [p for p in first["partitions"] if len(p["nodes"]) >= 2]
+    assert len(multi) == 4, first["partitions"]
+    for p in multi:
+        assert p["engine"] == "aten" and set(p["candidates"]) == {"onednn", "aten"}, p
+    # The second inception module repeats the first one's partitions: timed once, then read back.
+    assert [p["how"] for p in multi] == ["tuned", "tuned", "tuning-db", "tuning-db"], multi
+    # ... and the plan really runs all 12 fused convs on ATen (engine run counters of one call).
+    assert first["ran"] == {"aten": 12, "onednn": 0}, first["ran"]
     # 12 fused convs but 3 distinct (op, weight shape, post-ops, input shape) keys: 1x1+relu, 3x3+relu,
     # 5x5+relu. Each key is timed once per engine; the other nodes reuse the decision.
     assert sum(g["timings_run"] for g in first["graphs"]) == 3 * 2, first["graphs"]
@@ -101,6 +118,8 @@ def test_second_compile_reads_the_decision_and_times_nothing(tuned):
     # decision (ATen) is used instead, and no timing runs.
     assert sum(g["timings_run"] for g in second["graphs"]) == 0, second["graphs"]
     assert set(second["fused_engines"]) == {"aten"}, second["fused_engines"]
+    assert second["ran"] == {"aten": 12, "onednn": 0}, second["ran"]
+    assert all(p["how"] == "tuning-db" for p in second["partitions"] if p["candidates"]), second["partitions"]
     assert [p["engine"] for p in second["partitions"]] == [p["engine"] for p in first["partitions"]]
     assert any(name.startswith("tuning") for name in os.listdir(cache)), os.listdir(cache)
 

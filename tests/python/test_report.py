@@ -31,8 +31,11 @@ def synthetic_report() -> Report:
     g = GraphReport(graph_id=7, num_nodes=5, compile_seconds=0.25, reorders=5, nodes=[dict(n) for n in NODES])
     g.fusions = [{"rule": "conv-bn-fold", "nodes": [0], "verdict": "Proved", "max_error_bound": 3.1e-6},
                  {"rule": "conv-relu-postop", "nodes": [0], "verdict": "Proved", "max_error_bound": 0.0}]
-    g.partitions = [{"nodes": [0, 2], "engine": "onednn", "onednn_ms": 0.21, "aten_ms": 0.35},
-                    {"nodes": [3], "engine": "aten", "onednn_ms": 0.05, "aten_ms": 0.02}]
+    g.partitions = [{"nodes": [0, 2], "engine": "onednn", "onednn_ms": 0.21, "aten_ms": 0.35, "layout": "channels_last",
+                     "candidates": {"onednn": 0.21, "aten": 0.35}, "how": "tuned", "input_conversions": 1,
+                     "output_conversions": 1},
+                    {"nodes": [3], "engine": "aten", "onednn_ms": 0.05, "aten_ms": 0.02, "layout": "plain",
+                     "candidates": {"onednn": 0.05, "aten": 0.02}, "how": "tuning-db"}]
     g.proofs = [{"rule": "conv-bn-fold", "verdict": "Proved", "seconds": 0.012}]
     g.fallbacks = [{"node": "aten::topk", "reason": "no oneDNN kernel <topk>"}]
     return Report([g], compile_seconds=0.25)
@@ -60,17 +63,20 @@ def test_to_dict_fills_missing_partition_fields():
 def test_str_shows_partition_table_and_reorders():
     text = str(synthetic_report())
     assert "layout conversions (reorders): 5" in text
-    header = next(line for line in text.splitlines() if "onednn ms" in line)
-    assert header.split() == ["graph", "part", "nodes", "engine", "onednn", "ms", "aten", "ms"]
+    header = next(line for line in text.splitlines() if "decided by" in line)
+    assert header.split() == ["graph", "part", "nodes", "engine", "layout", "conv", "in/out", "timed", "(ms", "per",
+                              "run)", "decided", "by"]
     rows = [line.split() for line in text.splitlines() if re.match(r"\s+7\s+\d\s", line)]
-    assert rows == [["7", "0", "0,2", "onednn", "0.2100", "0.3500"], ["7", "1", "3", "aten", "0.0500", "0.0200"]]
+    # The chosen engine's time comes first, then the other candidates.
+    assert rows == [["7", "0", "0,2", "onednn", "channels_last", "1/1", "onednn", "0.2100,", "aten", "0.3500", "tuned"],
+                    ["7", "1", "3", "aten", "plain", "0/0", "aten", "0.0200,", "onednn", "0.0500", "tuning-db"]]
 
 
 def test_str_with_untimed_partitions():
     g = GraphReport(graph_id=1, partitions=[{"nodes": 40, "engine": "aten"}, {"nodes": [1], "onednn_ms": -1.0}])
     text = str(Report([g], 0.1))
-    assert re.search(r"1\s+0\s+40\s+aten\s+-\s+-", text)
-    assert re.search(r"1\s+1\s+1\s+aten\s+n/a\s+-", text)
+    assert re.search(r"1\s+0\s+40\s+aten\s+-\s+0/0\s+-\s+-", text)
+    assert re.search(r"1\s+1\s+1\s+aten\s+-\s+0/0\s+onednn n/a\s+-", text)
 
 
 def _svg_nodes(svg: str) -> dict[str, ET.Element]:

@@ -177,9 +177,10 @@ class Report:
             lines.append(line)
         lines.append(f"  partitions: {len(data['partitions'])}, layout conversions (reorders): {data['reorders']}")
         lines.extend("    " + row for row in _text_table(
-            ["graph", "part", "nodes", "engine", "onednn ms", "aten ms"],
-            [[p["graph"], p["id"], _nodes_cell(p["nodes"]), p["engine"], _ms_cell(p["onednn_ms"]),
-              _ms_cell(p["aten_ms"])] for p in data["partitions"]]))
+            ["graph", "part", "nodes", "engine", "layout", "conv in/out", "timed (ms per run)", "decided by"],
+            [[p["graph"], p["id"], _nodes_cell(p["nodes"]), p["engine"], p.get("layout", "-"),
+              f"{p.get('input_conversions', 0)}/{p.get('output_conversions', 0)}", _candidates_cell(p),
+              p.get("how", "-")] for p in data["partitions"]]))
         lines.append(f"  fallbacks: {len(self.fallbacks)}")
         for f in self.fallbacks:
             lines.append(f"    graph {f['graph']}: {f['node']}: {f['reason']}")
@@ -243,6 +244,18 @@ def _nodes_cell(nodes: Any) -> str:
     if isinstance(nodes, (list, tuple)):
         return ",".join(str(n) for n in nodes) if len(nodes) <= 8 else f"{len(nodes)} nodes"
     return str(nodes)
+
+
+def _candidates_cell(p: dict[str, Any]) -> str:
+    """Each timed engine's median ms, the chosen one first: "aten 0.0200, onednn 5.1100"."""
+    timed = dict(p.get("candidates") or {})
+    for engine in ("onednn", "aten"):  # reports written before candidates existed
+        if p.get(f"{engine}_ms") is not None:
+            timed.setdefault(engine, p[f"{engine}_ms"])
+    if not timed:
+        return "-"
+    order = sorted(timed, key=lambda e: (e != p.get("engine"), e))
+    return ", ".join(f"{e} {_ms_cell(timed[e])}" for e in order)
 
 
 def _ms_cell(ms: Any) -> str:

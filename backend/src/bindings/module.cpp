@@ -164,6 +164,8 @@ void registerCore(py::module_& m) {
       .def("graph_text", [](const runtime::CompiledGraph& cg) { return ir::printGraph(cg.graph()); })
       .def("stats", &statsDict);
 
+  m.def("engine_run_counts", &runtime::engineRunCounts,
+        "Fused-op runs per engine since the process started (what plans really executed).");
   m.def(
       "compile",
       [](ir::Graph graph, std::vector<int32_t> inputArgIndex, const std::vector<std::pair<int32_t, int32_t>>& frozen,

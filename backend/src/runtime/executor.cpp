@@ -4,9 +4,11 @@
 #include "verifuse/runtime/executor.h"
 
 #include "runtime/fused_ops.h"
+#include "verifuse/kernels/tuning_db.h"
 #include "verifuse/rules/rules.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
 
@@ -14,10 +16,14 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
+#include <thread>
 
 namespace verifuse::runtime {
 
@@ -318,13 +324,39 @@ struct CompiledGraph::Impl {
   std::vector<at::Tensor> constants;
   std::vector<int32_t> inputArgIndex;
   int32_t numArgs = 0;
-  std::vector<Step> steps;
+  std::vector<Step> steps;  // in execution order: each partition's steps are contiguous
   std::vector<FrozenCheck> frozen;
   ExecutorStats stats;
   std::vector<std::pair<ValueId, c10::IValue>> folded;  // values computed at compile time
-  std::vector<std::string> nodeEngines;
-  std::vector<std::pair<double, double>> nodeTimings;
+  std::vector<std::string> nodeEngines;                 // by node index of graph
+  std::vector<std::map<std::string, double>> nodeTimings;
+  std::vector<int32_t> nodePartition;
+  std::vector<PartitionDecision> partitions;
+  int64_t timingsRun = 0;
 };
+
+const char* engineName(Engine engine) {
+  switch (engine) {
+    case Engine::kAten: return "aten";
+    case Engine::kOnednn: return "onednn";
+  }
+  return "?";
+}
+
+namespace {
+std::atomic<int64_t> gEngineRuns[2];  // indexed by Engine
+}  // namespace
+
+std::map<std::string, int64_t> engineRunCounts() {
+  std::map<std::string, int64_t> out;
+  for (Engine e : allEngines()) out[engineName(e)] = gEngineRuns[static_cast<size_t>(e)].load(std::memory_order_relaxed);
+  return out;
+}
+
+const std::vector<Engine>& allEngines() {
+  static const std::vector<Engine> engines = {Engine::kOnednn, Engine::kAten};
+  return engines;
+}
 
 at::Tensor constantToTensor(const ir::ConstantTensor& c) {
   if (c.ownerKind == ir::ConstantOwner::AtTensor && c.owner) {
@@ -440,6 +472,92 @@ bool isFoldable(const Step& step) {
 
 }  // namespace
 
+namespace {
+
+/// One unit of scheduling: a partition's nodes, or a single node outside every partition.
+struct Unit {
+  std::vector<size_t> nodes;  // node indices (graph order)
+  int32_t partition = -1;     // index into the plan's partitions, or -1
+};
+
+/// Orders the units so that each partition runs as one contiguous block: Kahn's algorithm over the
+/// graph of units (acyclic, since the partitioner only makes acyclic merges), always taking the
+/// ready unit whose first node comes earliest, so an unpartitioned graph keeps its order exactly.
+StatusOr<std::vector<size_t>> scheduleUnits(const ir::Graph& graph, const std::vector<Unit>& units,
+                                            const std::vector<int32_t>& unitOfNode) {
+  const size_t n = units.size();
+  std::vector<std::vector<size_t>> succ(n);
+  std::vector<int> indegree(n, 0);
+  std::vector<ValueId> used;
+  for (size_t u = 0; u < n; ++u) {
+    std::set<size_t> preds;
+    for (size_t k : units[u].nodes) {
+      used.clear();
+      for (const Arg& a : graph.nodes()[k].args) a.collectValues(used);
+      for (ValueId v : used) {
+        const ir::NodeId producer = graph.value(v).producer;
+        if (producer < 0) continue;
+        const int32_t pu = unitOfNode[static_cast<size_t>(producer)];
+        if (pu >= 0 && static_cast<size_t>(pu) != u) preds.insert(static_cast<size_t>(pu));
+      }
+    }
+    for (size_t p : preds) {
+      succ[p].push_back(u);
+      indegree[u]++;
+    }
+  }
+  std::set<std::pair<size_t, size_t>> ready;  // (first node index, unit)
+  for (size_t u = 0; u < n; ++u) {
+    if (indegree[u] == 0) ready.insert({units[u].nodes.front(), u});
+  }
+  std::vector<size_t> order;
+  while (!ready.empty()) {
+    const size_t u = ready.begin()->second;
+    ready.erase(ready.begin());
+    order.push_back(u);
+    for (size_t s : succ[u]) {
+      if (--indegree[s] == 0) ready.insert({units[s].nodes.front(), s});
+    }
+  }
+  if (order.size() != n) return invalidArgument("partitions form a cycle: they cannot each run as one block");
+  return order;
+}
+
+/// Multiply-adds of a fused node from the IR's static shapes (0 when unknown): decides, before
+/// any kernel exists, whether its partition will be timed (and so must keep its weights a while).
+double estimateMacs(const ir::Graph& g, const ir::Node& n) {
+  if (!rules::isFusedOp(n) || !n.args[1].isConstant()) return 0;
+  const auto& w = g.constants()[static_cast<size_t>(n.args[1].i)];
+  const ir::Value& out = g.value(n.outputs[0]);
+  if (!out.hasStaticShape() || w.sizes.empty() || w.sizes[0] == 0) return 0;
+  double outElems = 1;
+  for (int64_t d : out.shape) outElems *= static_cast<double>(d);
+  return outElems * static_cast<double>(w.numel() / w.sizes[0]);
+}
+
+/// Test hook (tests/python/test_autotune.py): a fixed delay added to every oneDNN op run *while
+/// tuning*, so a test can make ATen the faster engine deterministically and check that the tuner
+/// keeps it, records it, and that the plan then runs ATen. Read once; 0 (unset) in production.
+double testOnednnTuningPenaltyMs() {
+  static const double penalty = [] {
+    const char* e = std::getenv("VERIFUSE_TEST_TUNE_ONEDNN_PENALTY_MS");
+    return e ? std::atof(e) : 0.0;
+  }();
+  return penalty;
+}
+
+}  // namespace
+
+namespace {
+
+/// Runs steps [begin, end) on \p slots. \p engine: run every fused step on it (the partition
+/// tuner's candidates); nullopt: each fused op's planned engine (or ATen when \p exact). ATen
+/// errors propagate as exceptions (c10::Error), the executor's own as a Status.
+Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vector<c10::IValue>& slots, bool exact,
+                std::optional<Engine> engine);
+
+}  // namespace
+
 StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std::vector<int32_t> inputArgIndex,
                                                             std::vector<FrozenInput> frozen, int32_t numArgs,
                                                             const CompileOptions& options) {
@@ -451,8 +569,76 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   for (int32_t idx : inputArgIndex) {
     if (idx < 0 || idx >= numArgs) return invalidArgument("graph input maps to argument " + std::to_string(idx) + " out of range");
   }
+  // Partition node ids refer to the graph as given; compaction must not renumber them.
+  for (const ir::Node& n : graph.nodes()) {
+    if (n.erased && !options.partitions.empty()) return invalidArgument("compileGraph: partitions given for an uncompacted graph");
+  }
   graph.compact();
   auto impl = std::make_unique<CompiledGraph::Impl>();
+  const size_t numNodes = graph.nodes().size();
+  std::map<ir::NodeId, size_t> indexOf;
+  for (size_t k = 0; k < numNodes; ++k) indexOf[graph.nodes()[k].id] = k;
+
+  // --- units: the driver's partitions; a fused node outside all of them is a partition alone ----
+  std::vector<Unit> units;
+  std::vector<int32_t> unitOfNode(numNodes, -1);
+  std::vector<PartitionSpec> specs;
+  for (const PartitionSpec& spec : options.partitions) {
+    Unit u;
+    for (ir::NodeId id : spec.nodes) {
+      auto it = indexOf.find(id);
+      if (it == indexOf.end()) return invalidArgument("partition " + std::to_string(spec.id) + " names a node not in the graph");
+      if (unitOfNode[it->second] >= 0) return invalidArgument("a node is in two partitions");
+      if (!rules::isFusedOp(graph.nodes()[it->second])) {
+        return unsupported("partition " + std::to_string(spec.id) + " holds " + graph.nodes()[it->second].qualifiedName() +
+                           ": no engine runs it yet");
+      }
+      unitOfNode[it->second] = static_cast<int32_t>(units.size());
+      u.nodes.push_back(it->second);
+    }
+    if (u.nodes.empty()) continue;
+    std::sort(u.nodes.begin(), u.nodes.end());
+    u.partition = static_cast<int32_t>(specs.size());
+    specs.push_back(spec);
+    units.push_back(std::move(u));
+  }
+  for (size_t k = 0; k < numNodes; ++k) {
+    if (unitOfNode[k] >= 0) continue;
+    Unit u;
+    u.nodes = {k};
+    if (rules::isFusedOp(graph.nodes()[k])) {
+      PartitionSpec alone;
+      alone.id = static_cast<int32_t>(options.partitions.size() + specs.size());
+      alone.nodes = {graph.nodes()[k].id};
+      alone.engineClass = 1;
+      u.partition = static_cast<int32_t>(specs.size());
+      specs.push_back(alone);
+    }
+    unitOfNode[k] = static_cast<int32_t>(units.size());
+    units.push_back(std::move(u));
+  }
+  VF_ASSIGN_OR_RETURN(std::vector<size_t> unitOrder, scheduleUnits(graph, units, unitOfNode));
+  std::vector<size_t> order;  // node indices in execution order
+  for (size_t u : unitOrder) order.insert(order.end(), units[u].nodes.begin(), units[u].nodes.end());
+
+  // Which partitions will be timed: static shapes, an engine choice to make, small enough.
+  const bool tuning = options.autotune && options.tuningDb != nullptr && options.useOnednn;
+  std::vector<double> partitionMacs(specs.size(), 0);
+  std::vector<bool> partitionStatic(specs.size(), true);
+  for (const Unit& u : units) {
+    if (u.partition < 0) continue;
+    for (size_t k : u.nodes) {
+      const ir::Node& n = graph.nodes()[k];
+      partitionMacs[static_cast<size_t>(u.partition)] += estimateMacs(graph, n);
+      partitionStatic[static_cast<size_t>(u.partition)] =
+          partitionStatic[static_cast<size_t>(u.partition)] && graph.value(static_cast<ValueId>(n.args[0].i)).hasStaticShape();
+    }
+  }
+  auto willTime = [&](int32_t part) {
+    const size_t p = static_cast<size_t>(part);
+    return tuning && partitionStatic[p] && partitionMacs[p] <= options.tuneMaxMacs;
+  };
+
   // Folded constants (host buffers) read by exactly one fused op: the op takes the only reference,
   // so once its kernel holds the prepacked copy the folded one is freed (peak memory).
   std::vector<int> constantReaders(graph.constants().size(), 0);
@@ -496,13 +682,13 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     impl->frozen.push_back(std::move(check));
   }
 
-  // Last use of every value, so steps can drop intermediates as soon as they are dead.
+  // Last use of every value (in execution order), so steps can drop intermediates once dead.
   std::vector<int64_t> lastUse(graph.numValues(), -1);
   size_t releasedSinceTrim = 0;  // bytes of folded weights freed since the last heap trim
   std::vector<ValueId> used;
-  for (size_t s = 0; s < graph.nodes().size(); ++s) {
+  for (size_t s = 0; s < order.size(); ++s) {
     used.clear();
-    for (const Arg& a : graph.nodes()[s].args) a.collectValues(used);
+    for (const Arg& a : graph.nodes()[order[s]].args) a.collectValues(used);
     for (ValueId v : used) lastUse[static_cast<size_t>(v)] = static_cast<int64_t>(s);
   }
   std::vector<bool> isOutput(graph.numValues(), false);
@@ -510,8 +696,19 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   for (const Arg& a : graph.outputs()) a.collectValues(used);
   for (ValueId v : used) isOutput[static_cast<size_t>(v)] = true;
 
-  for (size_t s = 0; s < graph.nodes().size(); ++s) {
-    const ir::Node& n = graph.nodes()[s];
+  impl->nodeEngines.assign(numNodes, "");
+  impl->nodeTimings.assign(numNodes, {});
+  impl->nodePartition.assign(numNodes, -1);
+  std::vector<FusedOp*> fusedOf(numNodes, nullptr);  // planning-time handles (the steps own them)
+  std::vector<size_t> stepOf(numNodes, SIZE_MAX);
+  // A channels-last tag per value: the layout the plan will really hand to readers (for counting
+  // the conversions at partition edges).
+  std::vector<bool> channelsLast(graph.numValues(), false);
+
+  for (size_t s = 0; s < order.size(); ++s) {
+    const size_t k = order[s];
+    const ir::Node& n = graph.nodes()[k];
+    const int32_t part = units[static_cast<size_t>(unitOfNode[k])].partition;
     Step step;
     if (rules::isFusedOp(n)) {
       step.name = n.op;
@@ -526,21 +723,23 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       const ir::Value& x = graph.value(static_cast<ValueId>(n.args[0].i));
       const std::vector<int64_t>* shape = x.hasStaticShape() ? &x.shape : nullptr;
       std::vector<at::Tensor> taken;  // references handed to the op (and dropped here)
-      for (size_t k : {size_t{1}, size_t{2}}) {
-        const Arg& a = n.args[k];
-        if (!a.isConstant()) continue;
-        const size_t c = static_cast<size_t>(a.i);
+      for (size_t a : {size_t{1}, size_t{2}}) {
+        const Arg& arg = n.args[a];
+        if (!arg.isConstant()) continue;
+        const size_t c = static_cast<size_t>(arg.i);
         ir::ConstantTensor& ct = graph.mutableConstants()[c];
         if (!impl->constants[c].defined() && ct.materialize) {
           ct.materializeNow();
           impl->constants[c] = constantToTensor(ct);
         }
       }
+      // Weights handed over now are freed once the op's kernel holds its prepacked copy: right
+      // away for partitions the heuristic decides, after tuning for those that are timed.
       if (options.releaseWeights && shape) {
-        for (size_t k : {size_t{1}, size_t{2}}) {
-          const Arg& a = n.args[k];
-          if (!a.isConstant()) continue;
-          const size_t c = static_cast<size_t>(a.i);
+        for (size_t a : {size_t{1}, size_t{2}}) {
+          const Arg& arg = n.args[a];
+          if (!arg.isConstant()) continue;
+          const size_t c = static_cast<size_t>(arg.i);
           ir::ConstantTensor& ct = graph.mutableConstants()[c];
           if (ct.ownerKind == ir::ConstantOwner::HostBuffer && constantReaders[c] == 1 && readByFused[c]) {
             taken.push_back(impl->constants[c]);
@@ -549,13 +748,24 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
           }
         }
       }
-      auto fused = createFusedOp(n, impl->constants, shape, options, layoutAgnosticReaders(graph, n.outputs[0]));
+      const bool clOut = layoutAgnosticReaders(graph, n.outputs[0]);
+      auto fused = createFusedOp(n, impl->constants, shape, options, clOut);
       if (!taken.empty()) {
         for (const Arg& a : {n.args[1], n.args[2]}) {
           if (a.isConstant() && !graph.constants()[static_cast<size_t>(a.i)].data) {
             impl->constants[static_cast<size_t>(a.i)] = at::Tensor();
           }
         }
+      }
+      if (!fused.isOk()) return fused.status().withContext(n.op);
+      std::unique_ptr<FusedOp> op = std::move(fused).value();
+      if (part >= 0 && !willTime(part)) {
+        // The heuristic decides now: tiny partitions pay more for oneDNN's call and layout overhead
+        // than they gain; anything else runs on oneDNN when it can.
+        const bool tiny = partitionStatic[static_cast<size_t>(part)] &&
+                          partitionMacs[static_cast<size_t>(part)] < 4096.0 * static_cast<double>(units[static_cast<size_t>(unitOfNode[k])].nodes.size());
+        if (tiny || !op->canRun(Engine::kOnednn)) op->setEngine(Engine::kAten);
+        if (options.releaseWeights) op->releaseWeights();
         // Only the references dropped here really free memory: a kernel that reads its weights in
         // place (borrowed linear weights) keeps the op's reference alive.
         for (const at::Tensor& t : taken) {
@@ -564,12 +774,11 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         taken.clear();
         releaseFreedHeapPages(releasedSinceTrim);
       }
-      if (!fused.isOk()) return fused.status().withContext(n.op);
-      step.fused = std::shared_ptr<const FusedOp>(std::move(fused).value());
+      fusedOf[k] = op.get();
+      step.fused = std::shared_ptr<const FusedOp>(std::move(op));
       impl->stats.fusedSteps++;
-      if (step.fused->engine() == "onednn") impl->stats.onednnSteps++;
-      impl->nodeEngines.push_back(step.fused->engine());
-      impl->nodeTimings.push_back(step.fused->tunedMs());
+      channelsLast[static_cast<size_t>(n.outputs[0])] = n.op == rules::kConvOp && clOut &&
+          graph.value(n.outputs[0]).shape.size() >= 4;
     } else {
       VF_ASSIGN_OR_RETURN(step, planStep(n, impl->constants));
       bool feedsOutput = false;
@@ -583,14 +792,17 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         } catch (const std::exception& e) {
           return unsupported(step.name + " failed on constant inputs: " + e.what());
         }
-        for (size_t k = 0; k < step.outputs.size(); ++k) impl->folded.emplace_back(step.outputs[k], std::move(stack[k]));
+        for (size_t o = 0; o < step.outputs.size(); ++o) impl->folded.emplace_back(step.outputs[o], std::move(stack[o]));
         impl->stats.constantFoldedSteps++;
-        impl->nodeEngines.push_back("constant");
-        impl->nodeTimings.emplace_back(-1.0, -1.0);
+        impl->nodeEngines[k] = "constant";
         continue;
       }
-      impl->nodeEngines.push_back(step.op ? "dispatcher" : "builtin");
-      impl->nodeTimings.emplace_back(-1.0, -1.0);
+      impl->nodeEngines[k] = step.op ? "dispatcher" : "builtin";
+      // Element-wise ops and pooling keep their first input's memory format.
+      if (!n.args.empty() && n.args[0].isValue() && !n.outputs.empty()) {
+        channelsLast[static_cast<size_t>(n.outputs[0])] = channelsLast[static_cast<size_t>(n.args[0].i)] &&
+                                                         !isOutput[static_cast<size_t>(n.outputs[0])];
+      }
     }
     for (size_t v = 0; v < lastUse.size(); ++v) {
       if (lastUse[v] == static_cast<int64_t>(s) && !isOutput[v]) step.freeAfter.push_back(static_cast<ValueId>(v));
@@ -607,21 +819,194 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         step.donatedResidual = r;  // an intermediate nobody reads later: its buffer can take the sum
       }
     }
+    stepOf[k] = impl->steps.size();
     impl->steps.push_back(std::move(step));
   }
   impl->stats.constants = impl->constants.size();
   impl->inputArgIndex = std::move(inputArgIndex);
   impl->numArgs = numArgs;
+
+  // --- one decision per partition, in execution order ------------------------------------------
+  const int64_t timingsBefore = kernels::timingCallCount();
+  for (size_t u : unitOrder) {
+    const Unit& unit = units[u];
+    if (unit.partition < 0) continue;
+    const PartitionSpec& spec = specs[static_cast<size_t>(unit.partition)];
+    PartitionDecision d;
+    d.id = spec.id;
+    for (size_t k : unit.nodes) d.nodes.push_back(graph.nodes()[k].id);
+    std::vector<FusedOp*> members;
+    for (size_t k : unit.nodes) members.push_back(fusedOf[k]);
+    std::vector<Engine> candidates;
+    for (Engine e : allEngines()) {
+      bool all = true;
+      for (FusedOp* op : members) all = all && op->canRun(e);
+      if (all) candidates.push_back(e);
+    }
+    if (!willTime(unit.partition) || candidates.size() < 2) {
+      d.engine = engineName(members.front()->engine());
+      if (candidates.size() < 2) d.how = "heuristic: one candidate engine";
+      else if (!partitionStatic[static_cast<size_t>(unit.partition)]) d.how = "heuristic: dynamic shapes";
+      else if (!tuning) d.how = options.autotune ? "heuristic: no tuning database" : "heuristic: autotune off";
+      else d.how = "heuristic: too big to time (" + std::to_string(static_cast<int64_t>(partitionMacs[static_cast<size_t>(unit.partition)])) + " MACs)";
+      if (candidates.size() < 2 && options.releaseWeights) {
+        for (FusedOp* op : members) op->releaseWeights();
+      }
+    } else {
+      // Time the whole partition on each candidate with random inputs of its real shapes.
+      const size_t begin = stepOf[unit.nodes.front()];
+      size_t end = begin;
+      for (size_t k : unit.nodes) end = std::max(end, stepOf[k] + 1);
+      std::vector<c10::IValue> slots(graph.numValues());
+      for (const auto& [v, value] : impl->folded) slots[static_cast<size_t>(v)] = value;
+      std::vector<std::vector<int64_t>> inputShapes;
+      std::set<ValueId> produced;
+      for (size_t st = begin; st < end; ++st) {
+        for (const ArgSlot& a : impl->steps[st].args) {
+          if (a.kind != ArgSlot::Kind::Value || produced.count(a.value) || !slots[static_cast<size_t>(a.value)].isNone()) continue;
+          const ir::Value& v = graph.value(a.value);
+          at::Tensor t = at::randn(v.shape, at::TensorOptions().dtype(at::kFloat));
+          if (channelsLast[static_cast<size_t>(a.value)] && v.shape.size() == 4) t = t.contiguous(at::MemoryFormat::ChannelsLast);
+          if (channelsLast[static_cast<size_t>(a.value)] && v.shape.size() == 5) t = t.contiguous(at::MemoryFormat::ChannelsLast3d);
+          slots[static_cast<size_t>(a.value)] = std::move(t);
+          inputShapes.push_back(v.shape);
+        }
+        for (ValueId out : impl->steps[st].outputs) produced.insert(out);
+      }
+      const double penaltyMs = testOnednnTuningPenaltyMs();
+      auto runBlock = [&](Engine e) -> Status {
+        std::vector<c10::IValue> scratch = slots;
+        try {
+          VF_RETURN_IF_ERROR(runSteps(*impl, begin, end, scratch, false, e));
+        } catch (const std::exception& ex) {
+          return unimplemented(std::string("partition failed on ") + engineName(e) + ": " + ex.what());
+        }
+        if (e == Engine::kOnednn && penaltyMs > 0) {
+          std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(penaltyMs * static_cast<double>(members.size())));
+        }
+        return Status::ok();
+      };
+      auto key = kernels::TuningKey::forThisMachine(spec.signature.empty() ? std::string("partition") : spec.signature,
+                                                    inputShapes, options.bf16 ? "bf16" : "f32", at::get_num_threads());
+      auto decision = kernels::tuneOrLookup(*options.tuningDb, key, [&] { return runBlock(Engine::kOnednn); },
+                                            [&] { return runBlock(Engine::kAten); }, 1, options.tuneRepeats);
+      Engine chosen = Engine::kOnednn;
+      if (decision.isOk()) {
+        chosen = decision->engine == kernels::Engine::kOneDnn ? Engine::kOnednn : Engine::kAten;
+        if (decision->onednnMs >= 0) d.candidateMs["onednn"] = decision->onednnMs;
+        if (decision->atenMs >= 0) d.candidateMs["aten"] = decision->atenMs;
+        d.how = kernels::timingCallCount() > timingsBefore + impl->timingsRun ? "tuned" : "tuning-db";
+      } else {
+        d.how = "heuristic: tuning failed (" + decision.status().toString() + ")";
+      }
+      impl->timingsRun = kernels::timingCallCount() - timingsBefore;
+      for (FusedOp* op : members) op->setEngine(chosen);
+      d.engine = engineName(chosen);
+      if (options.releaseWeights) {
+        for (FusedOp* op : members) op->releaseWeights();
+      }
+    }
+    // Layout inside and conversions at the edges.
+    bool anyConv = false;
+    for (size_t k : unit.nodes) {
+      const ir::Node& n = graph.nodes()[k];
+      const ir::Value& x = graph.value(static_cast<ValueId>(n.args[0].i));
+      if (n.op == rules::kConvOp && x.shape.size() >= 4) {
+        anyConv = true;
+        if (!channelsLast[static_cast<size_t>(n.args[0].i)]) d.inputConversions++;
+        if (!channelsLast[static_cast<size_t>(n.outputs[0])]) d.outputConversions++;
+      }
+    }
+    d.layout = anyConv ? "channels_last" : "plain";
+    const int32_t index = static_cast<int32_t>(impl->partitions.size());
+    for (size_t k : unit.nodes) {
+      impl->nodePartition[k] = index;
+      impl->nodeEngines[k] = engineName(fusedOf[k]->engine());
+    }
+    impl->stats.conversions += static_cast<size_t>(d.inputConversions + d.outputConversions);
+    impl->partitions.push_back(std::move(d));
+  }
+  impl->timingsRun = kernels::timingCallCount() - timingsBefore;
+  impl->stats.partitions = impl->partitions.size();
+  for (size_t k = 0; k < numNodes; ++k) {
+    if (fusedOf[k] && fusedOf[k]->engine() == Engine::kOnednn) impl->stats.onednnSteps++;
+  }
   impl->graph = std::move(graph);
   return std::shared_ptr<const CompiledGraph>(std::make_shared<CompiledGraph>(std::move(impl)));
 }
+
+namespace {
+
+Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vector<c10::IValue>& slots, bool exact,
+                std::optional<Engine> engine) {
+  std::vector<at::Tensor> fusedInputs;
+  std::vector<c10::IValue> stack;
+  for (size_t s = begin; s < end; ++s) {
+    const Step& step = p.steps[s];
+    stack.clear();
+    for (const ArgSlot& a : step.args) {
+      switch (a.kind) {
+        case ArgSlot::Kind::Fixed: stack.push_back(a.fixed); break;
+        case ArgSlot::Kind::Value: {
+          const c10::IValue& v = slots[static_cast<size_t>(a.value)];
+          if (a.toDouble && (v.isInt() || v.isSymInt())) stack.emplace_back(ivalueToDouble(v));
+          else if (a.toTensor && isNumber(v)) stack.push_back(wrapNumber(v));
+          else stack.push_back(v);
+          break;
+        }
+        case ArgSlot::Kind::DynamicList: {
+          VF_ASSIGN_OR_RETURN(c10::IValue list, buildList(a.list, a.elemType, &slots, p.constants));
+          stack.push_back(std::move(list));
+          break;
+        }
+      }
+    }
+    if (step.fused) {
+      fusedInputs.clear();
+      for (const c10::IValue& v : stack) {
+        if (!v.isTensor()) return invalidArgument(step.name + ": expected a tensor argument");
+        fusedInputs.push_back(v.toTensor());
+      }
+      stack.clear();
+      if (step.donatedResidual != ir::kNoValue) slots[static_cast<size_t>(step.donatedResidual)] = c10::IValue();
+      const Engine ran = engine ? *engine : (exact ? Engine::kAten : step.fused->engine());
+      gEngineRuns[static_cast<size_t>(ran)].fetch_add(1, std::memory_order_relaxed);
+      slots[static_cast<size_t>(step.outputs[0])] = step.fused->runOn(ran, fusedInputs);
+      fusedInputs.clear();
+    } else if (step.builtin) {
+      VF_ASSIGN_OR_RETURN(c10::IValue out, step.builtin(stack));
+      slots[static_cast<size_t>(step.outputs[0])] = std::move(out);
+    } else {
+      step.op->callBoxed(stack);
+      if (step.unpackList) {
+        auto list = stack.at(0).toList();
+        if (list.size() != step.outputs.size()) {
+          return internalError(step.name + " returned " + std::to_string(list.size()) + " elements, graph expects " +
+                               std::to_string(step.outputs.size()));
+        }
+        for (size_t k = 0; k < step.outputs.size(); ++k) slots[static_cast<size_t>(step.outputs[k])] = list.get(k);
+      } else {
+        for (size_t k = 0; k < step.outputs.size(); ++k) {
+          slots[static_cast<size_t>(step.outputs[k])] = std::move(stack[k]);
+        }
+      }
+    }
+    for (ValueId v : step.freeAfter) slots[static_cast<size_t>(v)] = c10::IValue();
+  }
+  return Status::ok();
+}
+
+}  // namespace
 
 CompiledGraph::CompiledGraph(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CompiledGraph::~CompiledGraph() = default;
 const ir::Graph& CompiledGraph::graph() const { return impl_->graph; }
 ExecutorStats CompiledGraph::stats() const { return impl_->stats; }
 const std::vector<std::string>& CompiledGraph::nodeEngines() const { return impl_->nodeEngines; }
-const std::vector<std::pair<double, double>>& CompiledGraph::nodeTimings() const { return impl_->nodeTimings; }
+const std::vector<std::map<std::string, double>>& CompiledGraph::nodeTimings() const { return impl_->nodeTimings; }
+const std::vector<int32_t>& CompiledGraph::nodePartition() const { return impl_->nodePartition; }
+const std::vector<PartitionDecision>& CompiledGraph::partitions() const { return impl_->partitions; }
+int64_t CompiledGraph::timingsRun() const { return impl_->timingsRun; }
 
 Status CompiledGraph::checkFrozenInputs(const std::vector<c10::IValue>& args) const {
   for (const FrozenCheck& f : impl_->frozen) {
@@ -669,58 +1054,8 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
       exact = true;  // an input ATen cannot even sum: let the ops report it as eager would
     }
   }
-  std::vector<at::Tensor> fusedInputs;
-  std::vector<c10::IValue> stack;
   try {
-    for (const Step& step : p.steps) {
-      stack.clear();
-      for (const ArgSlot& a : step.args) {
-        switch (a.kind) {
-          case ArgSlot::Kind::Fixed: stack.push_back(a.fixed); break;
-          case ArgSlot::Kind::Value: {
-            const c10::IValue& v = slots[static_cast<size_t>(a.value)];
-            if (a.toDouble && (v.isInt() || v.isSymInt())) stack.emplace_back(ivalueToDouble(v));
-            else if (a.toTensor && isNumber(v)) stack.push_back(wrapNumber(v));
-            else stack.push_back(v);
-            break;
-          }
-          case ArgSlot::Kind::DynamicList: {
-            VF_ASSIGN_OR_RETURN(c10::IValue list, buildList(a.list, a.elemType, &slots, p.constants));
-            stack.push_back(std::move(list));
-            break;
-          }
-        }
-      }
-      if (step.fused) {
-        fusedInputs.clear();
-        for (const c10::IValue& v : stack) {
-          if (!v.isTensor()) return invalidArgument(step.name + ": expected a tensor argument");
-          fusedInputs.push_back(v.toTensor());
-        }
-        stack.clear();
-        if (step.donatedResidual != ir::kNoValue) slots[static_cast<size_t>(step.donatedResidual)] = c10::IValue();
-        slots[static_cast<size_t>(step.outputs[0])] = step.fused->run(fusedInputs, exact);
-        fusedInputs.clear();
-      } else if (step.builtin) {
-        VF_ASSIGN_OR_RETURN(c10::IValue out, step.builtin(stack));
-        slots[static_cast<size_t>(step.outputs[0])] = std::move(out);
-      } else {
-        step.op->callBoxed(stack);
-        if (step.unpackList) {
-          auto list = stack.at(0).toList();
-          if (list.size() != step.outputs.size()) {
-            return internalError(step.name + " returned " + std::to_string(list.size()) + " elements, graph expects " +
-                                 std::to_string(step.outputs.size()));
-          }
-          for (size_t k = 0; k < step.outputs.size(); ++k) slots[static_cast<size_t>(step.outputs[k])] = list.get(k);
-        } else {
-          for (size_t k = 0; k < step.outputs.size(); ++k) {
-            slots[static_cast<size_t>(step.outputs[k])] = std::move(stack[k]);
-          }
-        }
-      }
-      for (ValueId v : step.freeAfter) slots[static_cast<size_t>(v)] = c10::IValue();
-    }
+    VF_RETURN_IF_ERROR(runSteps(p, 0, p.steps.size(), slots, exact, std::nullopt));
   } catch (const c10::Error& e) {
     if (isNeedsExactPlanError(e.what_without_backtrace())) {
       return unimplemented(e.what_without_backtrace());

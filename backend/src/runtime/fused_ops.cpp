@@ -138,9 +138,11 @@ class KernelCache {
 
 class FusedBase : public FusedOp {
  public:
-  std::string engine() const override { return useOnednn_ ? "onednn" : "aten"; }
+  Engine engine() const override { return engine_; }
   std::string implInfo() const override { return cache_.implInfo(); }
-  std::pair<double, double> tunedMs() const override { return {tunedOnednnMs_, tunedAtenMs_}; }
+  bool canRun(Engine e) const override { return e == Engine::kAten || (e == Engine::kOnednn && onednnOk_); }
+  void setEngine(Engine e) override { engine_ = e; }
+  double macs() const override { return macs_; }
   void requireWeights() const {
     TORCH_CHECK(!released_, kNeedsExactPlan);
   }
@@ -151,9 +153,8 @@ class FusedBase : public FusedOp {
     std::lock_guard<std::mutex> lock(weightMu_);
     return {weight_, bias_};
   }
-  /// Static shapes: the kernel holds the prepacked weights, so the folded float32 copy is dropped
-  /// (it would double the model's weight memory). The ATen composition then needs the exact plan.
-  void releaseWeights() {
+  void releaseWeights() override {
+    if (engine_ != Engine::kOnednn || !staticShape_) return;
     std::lock_guard<std::mutex> lock(weightMu_);
     if (kernelsBorrowWeights_) return;  // the kernels read weight_ in place: it is the only copy
     weight_ = at::Tensor();
@@ -185,8 +186,10 @@ class FusedBase : public FusedOp {
   std::vector<PostOpSpec> postOps_;
   bool hasSum_ = false;  // postOps_ has a sum: input 1 is the residual
   kernels::ComputeType compute_ = kernels::ComputeType::kF32;
-  bool useOnednn_ = true;
-  double tunedOnednnMs_ = -1, tunedAtenMs_ = -1;
+  Engine engine_ = Engine::kAten;
+  bool onednnOk_ = false;     // oneDNN has a kernel (static shape), or may try per shape (dynamic)
+  bool staticShape_ = false;  // the input shape was known at plan time
+  double macs_ = 0;
   KernelCache cache_;
   mutable std::mutex weightMu_;
 };
@@ -241,9 +244,13 @@ class FusedConv final : public FusedBase {
   }
 
   at::Tensor run(const std::vector<at::Tensor>& in, bool exact) const override {
+    return runOn(exact ? Engine::kAten : engine_, in);
+  }
+
+  at::Tensor runOn(Engine engine, const std::vector<at::Tensor>& in) const override {
     const at::Tensor& x = in.at(0);
     const int64_t rank = static_cast<int64_t>(stride_.size()) + 2;
-    if (!useOnednn_ || exact || x.scalar_type() != at::kFloat || x.dim() != rank || !x.device().is_cpu() ||
+    if (engine != Engine::kOnednn || x.scalar_type() != at::kFloat || x.dim() != rank || !x.device().is_cpu() ||
         x.layout() != at::kStrided || x.numel() == 0) {
       return runAten(in);  // eager's errors and edge cases, exactly
     }
@@ -295,8 +302,12 @@ class FusedLinear final : public FusedBase {
   }
 
   at::Tensor run(const std::vector<at::Tensor>& in, bool exact) const override {
+    return runOn(exact ? Engine::kAten : engine_, in);
+  }
+
+  at::Tensor runOn(Engine engine, const std::vector<at::Tensor>& in) const override {
     const at::Tensor& x = in.at(0);
-    if (!useOnednn_ || exact || x.scalar_type() != at::kFloat || x.dim() < 1 || !x.device().is_cpu() ||
+    if (engine != Engine::kOnednn || x.scalar_type() != at::kFloat || x.dim() < 1 || !x.device().is_cpu() ||
         x.layout() != at::kStrided || x.numel() == 0 || x.size(-1) != outFeaturesIn_) {
       return runAten(in);
     }
@@ -316,82 +327,6 @@ class FusedLinear final : public FusedBase {
   int64_t outFeatures_ = 0, outFeaturesIn_ = 0;
 };
 
-/// A stable description of a fused node for the tuning database: op, weight shape, attributes
-/// and post-ops (not the weights' values: timing does not depend on them).
-std::string tuningSignature(const ir::Node& n, const at::Tensor& w) {
-  std::string sig = n.op + " w=" + c10::str(w.sizes()) + " args=";
-  for (size_t k = 3; k < n.args.size(); ++k) {
-    const ir::Arg& a = n.args[k];
-    if (a.kind == ir::Arg::Kind::String) sig += "'" + a.s + "'";
-    else if (a.kind == ir::Arg::Kind::Int) sig += std::to_string(a.i);
-    else if (a.kind == ir::Arg::Kind::List) {
-      auto v = a.asIntList();
-      if (v.isOk()) sig += c10::str(c10::IntArrayRef(*v));
-    } else if (a.kind == ir::Arg::Kind::Value) {
-      sig += "%";
-    }
-    sig += ";";
-  }
-  return sig;
-}
-
-/// Test hook (tests/python/test_autotune.py): a fixed delay added to every oneDNN run *while
-/// tuning*, so a test can make ATen the faster engine deterministically and check that the tuner
-/// keeps it, records it, and that the plan then runs ATen. Read once; 0 (unset) in production.
-double testOnednnTuningPenaltyMs() {
-  static const double penalty = [] {
-    const char* e = std::getenv("VERIFUSE_TEST_TUNE_ONEDNN_PENALTY_MS");
-    return e ? std::atof(e) : 0.0;
-  }();
-  return penalty;
-}
-
-/// Chooses the engine of a static-shape fused op: autotuned (timed on real shapes, decision kept
-/// in the tuning database) or, without autotuning, by size: tiny ops pay more for oneDNN's call
-/// and layout overhead than they gain.
-template <typename Op>
-void chooseEngine(Op& op, const ir::Node& n, const at::Tensor& w, at::Tensor x, const std::vector<int64_t>& outShape,
-                  bool hasResidual, const CompileOptions& options) {
-  const double macs = static_cast<double>(c10::multiply_integers(outShape)) * static_cast<double>(w.numel() / w.size(0));
-  if (!options.autotune || !options.tuningDb) {
-    op.useOnednn_ = macs >= 4096.0;
-    return;
-  }
-  // Big ops are not timed: both engines run the same oneDNN conv/GEMM kernels there, and the fused
-  // path saves the post-ops' memory passes, so oneDNN wins; timing them would make compile time
-  // grow with the batch (ResNet-50 at batch 32 spent 10 s tuning). Small ops, where call and layout
-  // overhead decide, are timed.
-  if (macs > options.tuneMaxMacs) {
-    op.useOnednn_ = true;
-    return;
-  }
-  std::vector<at::Tensor> in = {x};
-  if (hasResidual) in.push_back(at::randn(outShape, x.options()));
-  const double penaltyMs = testOnednnTuningPenaltyMs();
-  auto runOnednn = [&]() -> Status {
-    op.useOnednn_ = true;
-    (void)op.run(in, false);
-    if (penaltyMs > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(penaltyMs));
-    return Status::ok();
-  };
-  auto runAten = [&]() -> Status {
-    (void)op.runAten(in);
-    return Status::ok();
-  };
-  std::vector<std::vector<int64_t>> shapes;
-  for (const at::Tensor& t : in) shapes.push_back(t.sizes().vec());
-  auto key = kernels::TuningKey::forThisMachine(tuningSignature(n, w), shapes,
-                                                options.bf16 ? "bf16" : "f32", at::get_num_threads());
-  auto decision = kernels::tuneOrLookup(*options.tuningDb, key, runOnednn, runAten, 1, options.tuneRepeats);
-  if (!decision.isOk()) {
-    op.useOnednn_ = true;
-    return;
-  }
-  op.useOnednn_ = decision->engine == kernels::Engine::kOneDnn;
-  op.tunedOnednnMs_ = decision->onednnMs;
-  op.tunedAtenMs_ = decision->atenMs;
-}
-
 at::Tensor constantArg(const ir::Arg& a, const std::vector<at::Tensor>& constants) {
   if (!a.isConstant()) return at::Tensor();
   return constants.at(static_cast<size_t>(a.i));
@@ -406,7 +341,6 @@ void configureCommon(FusedBase& op, const at::Tensor& w, const at::Tensor& b, co
   op.postOps_ = postOps;
   op.hasSum_ = hasSum(postOps);
   op.compute_ = options.bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
-  op.useOnednn_ = options.useOnednn;
   op.atenWeight_ = w;
   op.atenBias_ = b;
   op.weight_ = w.contiguous();
@@ -424,7 +358,9 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
   at::Tensor w = constantArg(n.args.at(1), constants);
   at::Tensor b = constantArg(n.args.at(2), constants);
   if (!w.defined() || w.scalar_type() != at::kFloat) return unsupported(n.op + ": weight is not a float32 constant");
-  std::unique_ptr<FusedOp> result;
+  std::unique_ptr<FusedBase> result;
+  // A static shape creates the kernel (and prepacks the weights) now; whether oneDNN can run it
+  // decides its candidates. Without one, kernels come per shape at run time.
   if (n.op == rules::kConvOp) {
     auto op = std::make_unique<FusedConv>();
     VF_ASSIGN_OR_RETURN(op->stride_, n.args[3].asIntList());
@@ -434,16 +370,13 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     op->groups_ = n.args[6].i;
     op->channelsLastOutput_ = channelsLastOutput;
     configureCommon(*op, w, b, postOps, options);
-    if (op->useOnednn_ && inputShape) {
-      std::vector<int64_t> dims = *inputShape;
-      auto k = op->kernelFor(dims);
-      if (!k.isOk()) {
-        op->useOnednn_ = false;  // oneDNN has no implementation: ATen for this node
-      } else {
-        const int64_t rank = static_cast<int64_t>(dims.size());
-        at::Tensor x = at::randn(dims, at::TensorOptions().dtype(at::kFloat)).contiguous(op->activationFormat(rank));
-        chooseEngine(*op, n, w, x, (*k)->dstDims, hasSum(postOps), options);
-        if (op->useOnednn_ && options.releaseWeights) op->releaseWeights();
+    op->onednnOk_ = options.useOnednn;
+    if (options.useOnednn && inputShape) {
+      op->staticShape_ = true;
+      auto k = op->kernelFor(*inputShape);
+      op->onednnOk_ = k.isOk();
+      if (k.isOk()) {
+        op->macs_ = static_cast<double>(c10::multiply_integers((*k)->dstDims)) * static_cast<double>(w.numel() / w.size(0));
       }
     }
     result = std::move(op);
@@ -453,25 +386,20 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     op->borrowWeights_ = options.borrowLinearWeights;
     op->outFeatures_ = w.size(0);
     op->outFeaturesIn_ = w.size(1);
-    if (op->useOnednn_ && inputShape && !inputShape->empty()) {
+    op->onednnOk_ = options.useOnednn;
+    if (options.useOnednn && inputShape && !inputShape->empty()) {
+      op->staticShape_ = true;
       int64_t m = 1;
       for (size_t d = 0; d + 1 < inputShape->size(); ++d) m *= (*inputShape)[d];
-      auto k = op->kernelFor(m);
-      if (!k.isOk()) {
-        op->useOnednn_ = false;
-      } else {
-        std::vector<int64_t> outShape = *inputShape;
-        outShape.back() = op->outFeatures_;
-        at::Tensor x = at::randn(*inputShape, at::TensorOptions().dtype(at::kFloat));
-        chooseEngine(*op, n, w, x, outShape, hasSum(postOps), options);
-        if (op->useOnednn_ && options.releaseWeights) op->releaseWeights();
-      }
+      op->onednnOk_ = op->kernelFor(m).isOk();
+      op->macs_ = static_cast<double>(m) * static_cast<double>(w.numel());
     }
     result = std::move(op);
   } else {
     return unsupported("unknown fused op " + n.op);
   }
-  return result;
+  result->engine_ = result->onednnOk_ ? Engine::kOnednn : Engine::kAten;
+  return std::unique_ptr<FusedOp>(std::move(result));
 }
 
 }  // namespace verifuse::runtime

@@ -17,26 +17,40 @@ namespace verifuse::runtime {
 /// What a fused op throws when it must run its ATen composition but released its weights.
 bool isNeedsExactPlanError(const std::string& message);
 
+/// A fused node (verifuse::conv / verifuse::linear) and the engines it can run on. The engine is
+/// not the op's own choice: its partition's decision (the planner times whole partitions) is set
+/// with setEngine() before the plan is frozen; afterwards the op is only read.
 class FusedOp {
  public:
   virtual ~FusedOp() = default;
-  /// \p inputs: the node's tensor value arguments in order (x, then the residual of a sum post-op).
-  /// May throw c10::Error (the executor turns it into eager's message).
+  /// Runs on engine(). \p inputs: the node's tensor value arguments in order (x, then the
+  /// residual of a sum post-op). May throw c10::Error (the executor turns it into eager's message).
   /// \p exact: run the ATen composition (the executor asks for it when an input holds NaN or
   /// Inf: oneDNN's clip-based post-ops map NaN to a bound where torch propagates it).
   virtual at::Tensor run(const std::vector<at::Tensor>& inputs, bool exact) const = 0;
-  /// "onednn" or "aten" (when oneDNN cannot run this op, or the options say so).
-  virtual std::string engine() const = 0;
+  /// Runs on \p engine whatever engine() is: the partition tuner's candidates.
+  virtual at::Tensor runOn(Engine engine, const std::vector<at::Tensor>& inputs) const = 0;
+  virtual Engine engine() const = 0;
+  /// True if \p engine can run this op at its static shape (a kernel exists); always true for
+  /// ATen. Without a static shape, true for every engine this op has (kernels come per shape).
+  virtual bool canRun(Engine engine) const = 0;
+  /// Planning only: the engine its partition chose (must satisfy canRun).
+  virtual void setEngine(Engine engine) = 0;
+  /// Planning only, after setEngine: static shapes on oneDNN keep only the prepacked weights,
+  /// so the folded float32 copy is freed (it would double the model's weight memory). The ATen
+  /// composition then needs the exact plan.
+  virtual void releaseWeights() = 0;
+  /// Multiply-adds of one run at the static shape (0 when the shape is not static).
+  virtual double macs() const = 0;
   /// oneDNN's implementation name of the last kernel created ("brg:avx512_core", ...), or "".
   virtual std::string implInfo() const = 0;
-  /// Autotuning result in milliseconds {oneDNN, ATen}; -1 where not timed.
-  virtual std::pair<double, double> tunedMs() const = 0;
 };
 
 /// Builds the executor for a fused node. \p inputShape: the static shape of x when known (the
 /// kernel is then created and weights prepacked right away). \p channelsLastOutput: a 2-D/3-D
 /// convolution may leave its result channels-last (every reader is layout-agnostic); otherwise it
-/// writes the contiguous layout eager would (a view of the output needs it).
+/// writes the contiguous layout eager would (a view of the output needs it). The op starts on
+/// oneDNN when options.useOnednn and oneDNN can run it, else on ATen.
 StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& node, const std::vector<at::Tensor>& constants,
                                                  const std::vector<int64_t>* inputShape, const CompileOptions& options,
                                                  bool channelsLastOutput);

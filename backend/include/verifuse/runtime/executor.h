@@ -4,6 +4,7 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,12 +22,57 @@ struct FrozenInput {
   ir::ConstantId constant = -1;
 };
 
+/// What runs a partition (and so every fused node in it).
+enum class Engine : uint8_t {
+  kAten,    ///< the ATen composition of each op, through the dispatcher
+  kOnednn,  ///< oneDNN primitives with post-ops, weights prepacked
+};
+/// "aten", "onednn".
+const char* engineName(Engine engine);
+/// Every engine, in a fixed order (tuning candidates are tried in this order).
+const std::vector<Engine>& allEngines();
+/// Process-wide count of fused-op runs per engine name since start: what really ran, for tests
+/// that check a plan executes its partitions' decisions (not only reports them).
+std::map<std::string, int64_t> engineRunCounts();
+
+/// A partition formed by the driver (union-find over the fused graph, acyclic merges) that the
+/// planner turns into one unit of execution: its nodes run together, on one engine, with one
+/// layout inside and conversions only at its edges.
+struct PartitionSpec {
+  int32_t id = 0;
+  std::vector<ir::NodeId> nodes;  ///< in graph order; ids of the graph given to compileGraph
+  int engineClass = 0;            ///< partition::PartitionOptions::engineClass of its nodes
+  std::string signature;          ///< partition::partitionSignature (the tuning key's structure half)
+};
+
+/// What the planner decided for one partition, with the evidence (explain() shows it).
+struct PartitionDecision {
+  int32_t id = 0;
+  std::vector<ir::NodeId> nodes;
+  std::string engine;                       ///< engineName of the chosen engine
+  /// Median ms of one run of the whole partition on each candidate engine that was timed (now, or
+  /// earlier when read from the tuning database); empty when nothing was timed.
+  std::map<std::string, double> candidateMs;
+  /// How the engine was chosen: "tuned" (timed now), "tuning-db" (an earlier timing), or
+  /// "heuristic: <why>" (dynamic shapes, too big to time, no tuning database, one candidate).
+  std::string how;
+  /// Set when timing the members one by one showed that a mix of engines beats every whole-
+  /// partition engine: the members then keep their own best engine (reported per node).
+  bool split = false;
+  double splitMs = -1;                      ///< the mix's summed member time when split
+  std::string layout;                       ///< inside: "channels_last" or "plain"
+  int inputConversions = 0;                 ///< layout conversions of its inputs per run
+  int outputConversions = 0;                ///< of its outputs (to the plain layout eager has)
+};
+
 struct ExecutorStats {
   size_t dispatcherSteps = 0;
   size_t builtinSteps = 0;
   size_t constants = 0;
   size_t fusedSteps = 0;          ///< verifuse::conv / verifuse::linear steps
   size_t onednnSteps = 0;         ///< of those, running on oneDNN
+  size_t partitions = 0;          ///< units of execution formed from the driver's partitions
+  size_t conversions = 0;         ///< layout conversions per run at partition edges
   size_t constantFoldedSteps = 0; ///< steps with only constant inputs, evaluated once at compile time
 };
 
@@ -34,8 +80,11 @@ struct ExecutorStats {
 struct CompileOptions {
   bool useOnednn = true;  ///< false: the ATen composition of every fused op (autotuning baseline)
   bool bf16 = false;      ///< convolution and matmul in bfloat16 with float32 accumulation
-  /// Time each static-shape fused op on oneDNN and on ATen and keep the faster (decisions stored
-  /// in \p tuningDb when given); false: a size heuristic decides.
+  /// The partitions to plan (driver::compile forms them). Nodes outside every partition run alone
+  /// on ATen; a fused node outside every partition is planned as a partition of its own.
+  std::vector<PartitionSpec> partitions;
+  /// Time each static-shape partition on every engine that can run it and keep the fastest
+  /// (decisions stored in \p tuningDb when given); false: a size heuristic decides.
   bool autotune = false;
   kernels::TuningDb* tuningDb = nullptr;
   int tuneRepeats = 3;
@@ -43,8 +92,13 @@ struct CompileOptions {
   /// is freed). Inputs that need the ATen composition (NaN/Inf) then make run() return
   /// kUnimplemented "exact plan needed": the caller runs an unfused plan instead.
   bool releaseWeights = false;
-  /// Ops above this many multiply-adds run on oneDNN untimed (see chooseEngine).
-  double tuneMaxMacs = 2.0e7;
+  /// Partitions above this many multiply-adds per run are not timed: they run on oneDNN (the
+  /// same GEMM/conv kernels dominate either way and fusion saves the post-ops' memory passes),
+  /// and timing them would make compile time grow with the batch.
+  double tuneMaxMacs = 2.0e8;
+  /// Split a tuned partition when the best mix of per-member engines beats the best whole-
+  /// partition engine by more than this fraction.
+  double splitMargin = 0.05;
   /// float32 linears on oneDNN read their weights in place, in the plain [N, K] layout the graph
   /// holds (the user's parameter itself when nothing was folded into it), instead of a packed copy:
   /// a transformer's weights are then held once, and a new row count (dynamic shapes) creates a
@@ -84,11 +138,18 @@ class CompiledGraph {
 
   const ir::Graph& graph() const;
   ExecutorStats stats() const;
-  /// Per node of graph(): tuned milliseconds {oneDNN, ATen} of fused ops (-1: not timed).
-  const std::vector<std::pair<double, double>>& nodeTimings() const;
+  /// Per node of graph(): milliseconds of the fused op alone on each engine, when its partition's
+  /// tuning timed members one by one (empty otherwise).
+  const std::vector<std::map<std::string, double>>& nodeTimings() const;
   /// Per node of graph(): "onednn", "aten" (fused op on ATen), "dispatcher", "builtin" or
   /// "constant" (folded at compile time).
   const std::vector<std::string>& nodeEngines() const;
+  /// Per node of graph(): the index in partitions() of its partition, or -1.
+  const std::vector<int32_t>& nodePartition() const;
+  /// The planner's decision for every partition, in execution order.
+  const std::vector<PartitionDecision>& partitions() const;
+  /// Autotuner timings this plan ran (0 with a warm tuning database).
+  int64_t timingsRun() const;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -1,0 +1,87 @@
+// The compile driver: the whole C++ pipeline in order, for one graph.
+//
+//   canonicalize + fuse (rules under their proof gates, folds validated)   passes/, rules/
+//   partition (union-find by engine class, acyclic merges)                 partition/
+//   plan: per partition one engine, one layout, one (timed) decision       runtime/, kernels/
+//
+// Python lowers an FX graph to ir::Graph and calls compile() once; the bindings only translate
+// the request and the report.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "verifuse/ir/graph.h"
+#include "verifuse/passes/pipeline.h"
+#include "verifuse/rules/rules.h"
+#include "verifuse/runtime/executor.h"
+#include "verifuse/support/status.h"
+
+namespace verifuse::driver {
+
+/// Which engines the plan may use (VERIFUSE_ENGINE, a benchmarking knob, overrides "auto").
+enum class EnginePolicy {
+  kAuto,    ///< every engine; partitions tuned or chosen by the size heuristic
+  kAten,    ///< every fused op as its ATen composition (the unfused "exact" plan uses this too)
+  kOnednn,  ///< every partition oneDNN can run on oneDNN, untimed
+};
+
+struct CompileRequest {
+  std::vector<int32_t> inputArgIndex;        ///< graph input k is argument inputArgIndex[k] of a call
+  std::vector<runtime::FrozenInput> frozen;  ///< arguments that are frozen weights (checked per call)
+  int32_t numArgs = 0;
+  passes::VerifyLevel verify = passes::VerifyLevel::kInstances;
+  bool fuse = true;                          ///< false: no rules at all (the exact plan)
+  EnginePolicy engines = EnginePolicy::kAuto;
+  bool bf16 = false;                         ///< conv/linear compute in bf16
+  std::string cacheDir;                      ///< proofs and tuning decisions persist here ("" = none)
+  bool autotune = true;
+  int64_t layerCheckWeights = 4096;          ///< -1: no limit, 0: off
+  bool plantedBug = false;                   ///< test only: the deliberately wrong rule joins in
+};
+
+/// One live node of the planned graph, for the report's picture.
+struct NodeReport {
+  ir::NodeId id = -1;
+  std::string op;                  ///< qualified name
+  std::vector<std::string> inputs; ///< producer node ids as text, or "%name" for graph inputs
+  int32_t partition = -1;          ///< index into CompileReport::partitions, or -1 (ATen alone)
+  std::string engine;              ///< "onednn", "aten", "dispatcher", "builtin", "constant"
+  std::string fusion;              ///< post-op chain of a fused node, "" otherwise
+  std::map<std::string, double> timings;  ///< the node alone on each engine, when timed
+};
+
+/// Everything explain() shows about one compile. Field names match the Python GraphReport's.
+struct CompileReport {
+  std::vector<rules::FusionRecord> fusions;
+  std::vector<passes::ProofOutcome> proofs;
+  int rulesMatched = 0, rulesApplied = 0, rulesRefused = 0;
+  std::map<std::string, int> passChanges;
+  std::vector<runtime::PartitionDecision> partitions;  ///< execution order
+  std::vector<NodeReport> nodes;
+  int reorders = 0;         ///< layout conversions per run at partition edges
+  int reordersBefore = 0;   ///< the same count if every fused node were its own partition
+  int64_t timingsRun = 0;   ///< autotuner timings this compile ran
+  std::string tuningDb;     ///< the database's path, or why there is none
+  int64_t tuningDbHits = 0;
+  std::string tuningDbRebuilt;
+  runtime::ExecutorStats stats;
+  std::map<std::string, int> ops;  ///< op histogram of the planned graph
+  double pipelineSeconds = 0;      ///< rules, proofs and instance validation
+  double planSeconds = 0;          ///< partitioning, kernels, prepacking, tuning
+};
+
+struct CompiledModel {
+  std::shared_ptr<const runtime::CompiledGraph> plan;
+  CompileReport report;
+};
+
+/// Runs the pipeline on \p graph and builds its plan. Errors: kUnsupported / kUnimplemented for a
+/// graph the executor cannot run (the caller falls back to eager), kInvalidGraph / kInvalidArgument
+/// for malformed input.
+StatusOr<CompiledModel> compile(ir::Graph graph, const CompileRequest& request);
+
+}  // namespace verifuse::driver

@@ -1,0 +1,199 @@
+// The compile driver (see compile.h): rules under their proof gates, partitions, plan, report.
+#include "verifuse/driver/compile.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+
+#include "verifuse/kernels/tuning_db.h"
+#include "verifuse/partition/partitioner.h"
+#include "verifuse/verify/catalog.h"
+#include "verifuse/verify/proof_cache.h"
+#include "verifuse/verify/prover.h"
+
+namespace verifuse::driver {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// Rule proofs are schematic: proved once per process (and once per machine with a cache_dir).
+class ProofMemo {
+ public:
+  passes::ProofOutcome prove(const rules::Rule& rule, const std::string& cacheDir) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = outcomes_.find(rule.id());
+    if (it != outcomes_.end()) {
+      passes::ProofOutcome cached = it->second;
+      cached.fromCache = true;
+      cached.seconds = 0;
+      return cached;
+    }
+    verify::ProveAllOptions options;
+    options.maxK = 2;
+    options.checkAxioms = false;
+    options.prove.timeoutMs = 5000;
+    if (!cacheDir.empty()) {
+      auto& cache = caches_[cacheDir];
+      if (!cache) cache = std::make_unique<verify::ProofCache>(cacheDir + "/proofs");
+      options.prove.cache = cache.get();
+    }
+    const uint64_t queriesBefore = verify::solverQueryCount();
+    const auto start = Clock::now();
+    verify::RuleResult r = verify::proveRule(rule.proof(), options);
+    passes::ProofOutcome out;
+    out.rule = rule.id();
+    out.verdict = verify::verdictKindName(r.verdict.kind);
+    out.message = r.verdict.summary();
+    if (!r.verdict.counterexample.empty()) out.message += "; counterexample: " + r.verdict.counterexample.toString();
+    for (const auto& m : r.mutants) {
+      if (!m.killed()) out.message += "; mutant " + m.name + " NOT refuted (" + m.verdict.summary() + ")";
+    }
+    out.seconds = secondsSince(start);
+    out.fromCache = verify::solverQueryCount() == queriesBefore;
+    out.admitted = r.ok();  // Proved, every bounded instance Proved, every mutant Refuted
+    outcomes_[rule.id()] = out;
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, passes::ProofOutcome> outcomes_;
+  std::map<std::string, std::unique_ptr<verify::ProofCache>> caches_;
+};
+
+ProofMemo& proofMemo() {
+  static ProofMemo* memo = new ProofMemo();  // never destroyed: used from any thread until exit
+  return *memo;
+}
+
+/// Benchmarking knobs, read once per compile: VERIFUSE_ENGINE=aten|onednn|auto and
+/// VERIFUSE_LINEAR_WEIGHTS=packed (the default reads linear weights in place).
+EnginePolicy engineOverride(EnginePolicy requested) {
+  if (requested != EnginePolicy::kAuto) return requested;
+  const char* e = std::getenv("VERIFUSE_ENGINE");
+  if (e && std::string(e) == "aten") return EnginePolicy::kAten;
+  if (e && std::string(e) == "onednn") return EnginePolicy::kOnednn;
+  return EnginePolicy::kAuto;
+}
+
+/// The engine class a node's partition is formed in: 0 keeps it on ATen alone.
+int engineClass(const ir::Node& n) { return rules::isFusedOp(n) ? 1 : 0; }
+
+passes::PipelineOptions pipelineOptions(const CompileRequest& request, std::shared_ptr<passes::LayerCheckPolicy> layer) {
+  passes::PipelineOptions options;
+  options.fuse = request.fuse;
+  options.verify = request.verify;
+  const std::string cacheDir = request.cacheDir;
+  options.proveRule = [cacheDir](const rules::Rule& r) { return proofMemo().prove(r, cacheDir); };
+  options.validateInstance = [layer](const ir::Graph& g, const rules::FusionRecord& r) {
+    return passes::validateFoldInstanceWithPolicy(g, r, *layer);
+  };
+  return options;
+}
+
+void describeNodes(const runtime::CompiledGraph& plan, CompileReport& report) {
+  const ir::Graph& g = plan.graph();
+  const auto& engines = plan.nodeEngines();
+  const auto& partitionOf = plan.nodePartition();
+  const auto& timings = plan.nodeTimings();
+  for (size_t k = 0; k < g.nodes().size(); ++k) {
+    const ir::Node& node = g.nodes()[k];
+    NodeReport n;
+    n.id = node.id;
+    n.op = node.qualifiedName();
+    std::vector<ir::ValueId> used;
+    for (const ir::Arg& a : node.args) a.collectValues(used);
+    for (ir::ValueId v : used) {
+      const ir::NodeId producer = g.value(v).producer;
+      n.inputs.push_back(producer >= 0 ? std::to_string(producer) : "%" + g.value(v).name);
+    }
+    n.partition = partitionOf[k];
+    n.engine = engines[k];
+    if (rules::isFusedOp(node)) n.fusion = node.args[rules::postOpsArgIndex(node)].s;
+    n.timings = timings[k];
+    report.ops[n.op]++;
+    report.nodes.push_back(std::move(n));
+  }
+}
+
+}  // namespace
+
+StatusOr<CompiledModel> compile(ir::Graph graph, const CompileRequest& request) {
+  CompileReport report;
+  auto layerPolicy = std::make_shared<passes::LayerCheckPolicy>();
+  layerPolicy->weightBudget = request.layerCheckWeights < 0 ? INT64_MAX : request.layerCheckWeights;
+  passes::PipelineOptions options = pipelineOptions(request, layerPolicy);
+  if (request.plantedBug) {
+    VF_ASSIGN_OR_RETURN(rules::Rule planted, rules::plantedBugRule({rules::plantedBugProof()}));
+    options.extraRules.push_back(std::move(planted));
+  }
+
+  // 1. Canonicalize and fuse under the proof gates.
+  auto t0 = Clock::now();
+  VF_ASSIGN_OR_RETURN(passes::PipelineResult pipeline, passes::runPipeline(graph, options));
+  report.pipelineSeconds = secondsSince(t0);
+  report.fusions = std::move(pipeline.fusions);
+  report.proofs = std::move(pipeline.proofs);
+  report.rulesMatched = pipeline.rulesMatched;
+  report.rulesApplied = pipeline.rulesApplied;
+  report.rulesRefused = pipeline.rulesRefused;
+  report.passChanges = std::move(pipeline.passChanges);
+
+  // 2. Partition: union-find over nodes of one engine class, acyclic merges only.
+  t0 = Clock::now();
+  graph.compact();
+  const EnginePolicy engines = engineOverride(request.engines);
+  runtime::CompileOptions plan;
+  plan.useOnednn = engines != EnginePolicy::kAten;
+  plan.bf16 = request.bf16;
+  plan.autotune = request.autotune && engines == EnginePolicy::kAuto;
+  plan.releaseWeights = plan.useOnednn && request.fuse;
+  const char* linearWeights = std::getenv("VERIFUSE_LINEAR_WEIGHTS");
+  plan.borrowLinearWeights = linearWeights == nullptr || std::string(linearWeights) != "packed";
+  partition::PartitionOptions po;
+  po.engineClass = engineClass;
+  po.dropUnprofitable = false;  // whether a partition pays is measured by the planner, not guessed
+  VF_ASSIGN_OR_RETURN(partition::PartitionPlan parts, partition::partitionGraph(graph, po));
+  for (const partition::Partition& p : parts.partitions) {
+    runtime::PartitionSpec spec;
+    spec.id = p.id;
+    spec.nodes = p.nodes;
+    spec.engineClass = p.engineClass;
+    spec.signature = partition::partitionSignature(graph, p);
+    plan.partitions.push_back(std::move(spec));
+  }
+
+  // 3. Plan: one engine per partition (tuned when it can be), kernels, prepacked weights.
+  std::unique_ptr<kernels::TuningDb> tuningDb;
+  if (plan.autotune && !request.cacheDir.empty()) {
+    auto db = kernels::TuningDb::open(request.cacheDir);
+    if (db.isOk()) tuningDb = std::move(db).value();
+    else report.tuningDb = db.status().toString();  // unusable cache dir: the heuristic decides
+  }
+  plan.tuningDb = tuningDb.get();
+  VF_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledGraph> compiled,
+                      runtime::compileGraph(std::move(graph), request.inputArgIndex, request.frozen, request.numArgs, plan));
+  report.planSeconds = secondsSince(t0);
+  if (tuningDb) {
+    (void)tuningDb->flush();  // a failed write only costs a re-tune next time
+    auto ts = tuningDb->stats();
+    report.tuningDb = tuningDb->path();
+    report.tuningDbHits = ts.hits;
+    report.tuningDbRebuilt = ts.rebuilt ? ts.rebuildReason : std::string();
+  }
+
+  report.partitions = compiled->partitions();
+  report.timingsRun = compiled->timingsRun();
+  report.stats = compiled->stats();
+  report.reorders = static_cast<int>(report.stats.conversions);
+  for (const ir::Node& n : compiled->graph().nodes()) {
+    // Without partitions every convolution would convert its input and its output.
+    if (n.op == rules::kConvOp && compiled->graph().value(n.outputs[0]).shape.size() >= 4) report.reordersBefore += 2;
+  }
+  describeNodes(*compiled, report);
+  return CompiledModel{std::move(compiled), std::move(report)};
+}
+
+}  // namespace verifuse::driver
