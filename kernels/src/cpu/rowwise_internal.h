@@ -1,0 +1,60 @@
+// Internal interface of the row engine: the per-ISA kernel table the interpreter (rowwise.cpp)
+// calls once per instruction per tile. Two implementations: rowwise_scalar.cpp (baseline ISA,
+// also the tests' oracle) and rowwise_avx2.cpp (AVX2+FMA, vecmath_avx2.h).
+#pragma once
+
+#include <cstdint>
+
+#include "verifuse/kernels/rowwise.h"
+
+namespace verifuse::kernels::rowwise::detail {
+
+/// An operand over a (rows x w) block: !bcast: element (r, c) = p[r * ld + c];
+/// bcast: element (r, c) = p[r * ld] (ld 1: a per-row scalar slot, ld 0: a constant).
+struct Src {
+  const float* p = nullptr;
+  int64_t ld = 0;
+  bool bcast = false;
+};
+
+/// Kernels over blocks of `rows` rows x `w` columns. For the vectorised table, w is a multiple of
+/// 8 for unary/binary/where/copy (the interpreter pads rows and scalar slots to 8).
+struct IsaKernels {
+  const char* name;
+  /// d = op(a) for the unary ops (kPow ... kCastBf16), parameters f0, f1.
+  void (*unary)(RowOp op, float f0, float f1, float* d, int64_t ldd, const float* a, int64_t lda,
+                int64_t rows, int64_t w);
+  /// d = op(a, b) for kAdd ... kMin.
+  void (*binary)(RowOp op, float* d, int64_t ldd, Src a, Src b, int64_t rows, int64_t w);
+  /// d = m != 0 ? a : b.
+  void (*where)(float* d, int64_t ldd, Src m, Src a, Src b, int64_t rows, int64_t w);
+  /// d = a (materialises a broadcast operand).
+  void (*copy)(float* d, int64_t ldd, Src a, int64_t rows, int64_t w);
+  /// kSum / kMean / kRowMax / kRowMin over x[0, n) (order: see RowOp::kSum).
+  float (*reduce)(RowOp op, const float* x, int64_t n);
+  /// d[0, n) = rotate_half(x[0, n)), n even.
+  void (*rotateHalf)(float* d, const float* x, int64_t n);
+  /// d[0, n) = widen(src[0, n)) (dense), d[n, padTo) = 0.
+  void (*load)(ElemType t, float* d, const void* src, int64_t n, int64_t padTo);
+  /// dst[0, n) = narrow(s[0, n)), or narrow(*s) everywhere if bcast.
+  void (*store)(ElemType t, void* dst, const float* s, bool bcast, int64_t n);
+};
+
+const IsaKernels& scalarKernels();
+/// Only valid when cpu::hasAvx2Fma().
+const IsaKernels& avx2Kernels();
+
+/// The scalar semantics of one unary op (used for constant folding and by the scalar table).
+float scalarUnary(RowOp op, float f0, float f1, float x);
+float scalarBinary(RowOp op, float a, float b);
+
+/// torch's float -> bf16 (c10::round_to_nearest_even) and bf16 -> float. NOTE: static, so the
+/// copies compiled with -mavx2 never stand in for the baseline ones at link time.
+static inline uint16_t floatToBf16(float f) {
+  uint32_t u = __builtin_bit_cast(uint32_t, f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float bf16ToFloat(uint16_t b) { return __builtin_bit_cast(float, static_cast<uint32_t>(b) << 16); }
+
+}  // namespace verifuse::kernels::rowwise::detail
