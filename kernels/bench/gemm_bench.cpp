@@ -2,13 +2,18 @@
 // inner product (kernels::createLinear, packed and borrowed weights) on transformer shapes.
 //
 //   verifuse_gemm_bench [--threads 1,2] [--samples 40] [--only NAME_SUBSTRING] [--no-onednn]
-//                       [--epilogue bias|bias_relu|bias_sum]
+//                       [--epilogue bias|bias_relu|bias_gelu|bias_sum] [--cpu-time]
 //
-// Per (shape, threads, kernel): one warm-up call, then `samples` timed samples; a sample repeats
-// the call until it took >= 2 ms (so small shapes are not timer noise) and reports the time per
-// call. Prints the median (and min) of the samples as GFLOP/s (2·M·K·N / t) and GB/s (bytes of
-// weights + input + output touched once per call / t: the memory-bound view for small M).
-// Run it alone on an idle machine (`taskset -c 0` for one thread); the numbers are medians.
+// Per (shape, threads): one warm-up call of each kernel, then `samples` rounds; a round times one
+// sample of every kernel in turn (interleaved, so a change of machine load hits all of them
+// alike); a sample repeats the call until it took >= 2 ms and gives the time per call. Prints the
+// median (best sample in brackets) as GFLOP/s (2·M·K·N / t) and GB/s (bytes of weights + input +
+// output once per call / t: the memory-bound view for small M), and the bandwidth of a plain
+// read of the packed weights with the same threads (the streaming limit).
+// --cpu-time: time with the calling thread's CPU clock (1 thread only): preemption by other
+// processes is not counted, cache and memory-bandwidth interference still is.
+// Run it alone (`taskset -c 0` for one thread); quote medians together with `uptime`.
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -17,6 +22,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -81,26 +88,43 @@ struct Result {
   double median = 0, min = 0;  // seconds per call
 };
 
-template <typename F>
-Result timeIt(F&& call, int samples) {
-  call();  // warm-up (and first-touch of any scratch)
-  // Calls per sample so one sample takes >= 2 ms.
-  int reps = 1;
-  for (;;) {
-    const auto t0 = Clock::now();
-    for (int r = 0; r < reps; ++r) call();
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (dt >= 2e-3 || reps >= (1 << 20)) break;
-    reps *= 2;
+bool gCpuTime = false;
+
+double now() {
+  if (gCpuTime) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
   }
-  std::vector<double> t;
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+/// Times every call in \p calls, interleaved round by round (see the file comment).
+std::vector<Result> timeInterleaved(const std::vector<std::function<void()>>& calls, int samples) {
+  std::vector<int> reps(calls.size(), 1);
+  for (size_t c = 0; c < calls.size(); ++c) {
+    calls[c]();  // warm-up (and first touch of any scratch)
+    for (;;) {
+      const double t0 = now();
+      for (int r = 0; r < reps[c]; ++r) calls[c]();
+      if (now() - t0 >= 2e-3 || reps[c] >= (1 << 20)) break;
+      reps[c] *= 2;
+    }
+  }
+  std::vector<std::vector<double>> t(calls.size());
   for (int s = 0; s < samples; ++s) {
-    const auto t0 = Clock::now();
-    for (int r = 0; r < reps; ++r) call();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / reps);
+    for (size_t c = 0; c < calls.size(); ++c) {
+      const double t0 = now();
+      for (int r = 0; r < reps[c]; ++r) calls[c]();
+      t[c].push_back((now() - t0) / reps[c]);
+    }
   }
-  std::sort(t.begin(), t.end());
-  return {t[t.size() / 2], t.front()};
+  std::vector<Result> out;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    out.push_back({v[v.size() / 2], v.front()});
+  }
+  return out;
 }
 
 std::vector<int> parseInts(const char* s) {
@@ -111,6 +135,26 @@ std::vector<int> parseInts(const char* s) {
     if (*p == ',') ++p;
   }
   return out;
+}
+
+/// Reads \p bytes at \p p once (8 independent AVX2 sums): the memory-bandwidth reference for the
+/// memory-bound shapes (the same bytes the kernel streams: the packed weights).
+__attribute__((target("avx2"))) float readAll(const float* p, size_t bytes) {
+  __m256 acc[8];
+  for (auto& v : acc) v = _mm256_setzero_ps();
+  const size_t n = bytes / sizeof(float);
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_loadu_ps(p + i + 8 * j));
+  }
+  __m256 s = acc[0];
+  for (int j = 1; j < 8; ++j) s = _mm256_add_ps(s, acc[j]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  float r = 0;
+  for (float v : out) r += v;
+  for (; i < n; ++i) r += p[i];
+  return r;
 }
 
 void die(const Status& s, const char* what) {
@@ -133,9 +177,10 @@ int main(int argc, char** argv) {
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--no-onednn") onednn = false;
     else if (a == "--epilogue" && i + 1 < argc) epi = argv[++i];
+    else if (a == "--cpu-time") gCpuTime = true;
     else {
       std::fprintf(stderr, "usage: %s [--threads 1,2] [--samples N] [--only SUBSTR] [--no-onednn] "
-                   "[--epilogue bias|bias_relu|bias_sum]\n", argv[0]);
+                   "[--epilogue bias|bias_relu|bias_gelu|bias_sum] [--cpu-time]\n", argv[0]);
       return 2;
     }
   }
@@ -143,11 +188,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no AVX2+FMA on this CPU\n");
     return 1;
   }
-  std::printf("# verifuse_gemm_bench: epilogue=%s samples=%d; GFLOP/s and GB/s at the median "
-              "(min time in brackets)\n", epi.c_str(), samples);
-  std::printf("%-26s %3s | %-22s | %-22s | %-22s | %s\n", "shape M,K,N", "thr",
-              "verifuse GFLOP/s  GB/s", "oneDNN packed", "oneDNN borrowed", "max|diff|");
+  if (gCpuTime && (threads.size() != 1 || threads[0] != 1)) {
+    std::fprintf(stderr, "--cpu-time needs --threads 1\n");
+    return 2;
+  }
+  std::printf("# verifuse_gemm_bench: epilogue=%s samples=%d clock=%s; GFLOP/s and GB/s at the "
+              "median [GFLOP/s of the best sample]\n",
+              epi.c_str(), samples, gCpuTime ? "thread-cpu" : "wall");
+  std::printf("%-26s %3s | %-22s | %-22s | %-22s | %-9s | %s\n", "shape M,K,N", "thr",
+              "verifuse GFLOP/s  GB/s", "oneDNN packed", "oneDNN borrowed", "read GB/s",
+              "max|diff|");
 
+  volatile float sink = 0;
   std::mt19937 rng(42);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   for (const Shape& s : kShapes) {
@@ -168,6 +220,11 @@ int main(int argc, char** argv) {
       PostOp r;
       r.kind = PostOp::Kind::kEltwise;
       r.act = Activation::kRelu;
+      postOps.push_back(r);
+    } else if (epi == "bias_gelu") {
+      PostOp r;
+      r.kind = PostOp::Kind::kEltwise;
+      r.act = Activation::kGeluErf;
       postOps.push_back(r);
     } else if (epi == "bias_sum") {
       PostOp r;
@@ -196,37 +253,54 @@ int main(int argc, char** argv) {
 
     const double flops = 2.0 * s.m * s.k * s.n;
     const double bytes = 4.0 * (static_cast<double>(s.k) * s.n + s.m * s.k + s.m * s.n);
+    const gemm::PackedWeights& pw = *packed.value();
     for (int t : threads) {
       omp_set_num_threads(t);
-      auto ours = [&] {
+      std::vector<std::function<void()>> calls;
+      calls.push_back([&] {
         if (sum) std::memcpy(y.data(), residual.data(), y.size() * 4);
-        Status st = gemm::run(x.data(), s.m, s.k, *packed.value(), y.data(), s.n, ep,
-                              sum ? y.data() : nullptr, s.n);
+        Status st = gemm::run(x.data(), s.m, s.k, pw, y.data(), s.n, ep, sum ? y.data() : nullptr,
+                              s.n);
         if (!st.isOk()) die(st, "gemm::run");
-      };
-      const Result r = timeIt(ours, samples);
+      });
+      // Plain read of the packed weights with the same threads: what streaming them can reach.
+      calls.push_back([&] {
+        float part = 0;
+#pragma omp parallel for reduction(+ : part) num_threads(t)
+        for (int q = 0; q < t; ++q) {
+          const size_t chunk = pw.bytes() / t / 64 * 64;
+          part += readAll(pw.data() + q * chunk / 4, q == t - 1 ? pw.bytes() - q * chunk : chunk);
+        }
+        sink = sink + part;
+      });
+      for (const Kernel* kern : {dnnlPacked.get(), dnnlBorrowed.get()}) {
+        if (kern == nullptr) continue;
+        calls.push_back([&, kern] {
+          if (sum) std::memcpy(yRef.data(), residual.data(), yRef.size() * 4);
+          Status st = kern->execute({x.data()}, yRef.data());
+          if (!st.isOk()) die(st, "onednn execute");
+        });
+      }
+      const std::vector<Result> r = timeInterleaved(calls, samples);
       char cell[3][64] = {"-", "-", "-"};
-      std::snprintf(cell[0], sizeof cell[0], "%6.1f %6.1f [%5.1f]", flops / r.median / 1e9,
-                    bytes / r.median / 1e9, flops / r.min / 1e9);
+      const int cellOf[] = {0, -1, 1, 2};
+      for (size_t c = 0; c < r.size(); ++c) {
+        if (cellOf[c] < 0) continue;
+        std::snprintf(cell[cellOf[c]], sizeof cell[0], "%6.1f %6.1f [%5.1f]", flops / r[c].median / 1e9,
+                      bytes / r[c].median / 1e9, flops / r[c].min / 1e9);
+      }
+      char readCell[32];
+      std::snprintf(readCell, sizeof readCell, "%6.1f", pw.bytes() / r[1].median / 1e9);
       double maxDiff = 0;
       if (onednn) {
-        int col = 1;
-        for (const Kernel* kern : {dnnlPacked.get(), dnnlBorrowed.get()}) {
-          auto theirs = [&] {
-            if (sum) std::memcpy(yRef.data(), residual.data(), yRef.size() * 4);
-            Status st = kern->execute({x.data()}, yRef.data());
-            if (!st.isOk()) die(st, "onednn execute");
-          };
-          const Result q = timeIt(theirs, samples);
-          std::snprintf(cell[col], sizeof cell[col], "%6.1f %6.1f [%5.1f]", flops / q.median / 1e9,
-                        bytes / q.median / 1e9, flops / q.min / 1e9);
-          ++col;
+        calls[0]();
+        calls[2]();
+        for (size_t i = 0; i < y.size(); ++i) {
+          maxDiff = std::max<double>(maxDiff, std::fabs(y[i] - yRef[i]));
         }
-        ours();
-        for (size_t i = 0; i < y.size(); ++i) maxDiff = std::max<double>(maxDiff, std::fabs(y[i] - yRef[i]));
       }
-      std::printf("%-26s %3d | %-22s | %-22s | %-22s | %.2g\n", s.name, t, cell[0], cell[1], cell[2],
-                  maxDiff);
+      std::printf("%-26s %3d | %-22s | %-22s | %-22s | %-9s | %.2g\n", s.name, t, cell[0], cell[1],
+                  cell[2], readCell, maxDiff);
       std::fflush(stdout);
     }
   }
