@@ -359,6 +359,36 @@ def fresh_inductor_cache_dir(enabled: bool):
         shutil.rmtree(d, ignore_errors=True)
 
 
+_BACKEND_CACHE_DIRS: list[str] = []
+
+
+@contextlib.contextmanager
+def _backend_cache_dir(name: str):
+    """A fresh inductor cache directory (and empty in-memory code caches) for one backend's
+    compile. Kept until the process ends: compiled kernels stay loaded from it."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+    except Exception:  # pragma: no cover
+        yield
+        return
+    parent = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or None
+    d = tempfile.mkdtemp(prefix=f"{name}-", dir=parent)
+    if parent is None:
+        _BACKEND_CACHE_DIRS.append(d)
+    with temporary_cache_dir(d):
+        yield
+
+
+def _remove_backend_cache_dirs() -> None:
+    for d in _BACKEND_CACHE_DIRS:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+import atexit  # noqa: E402
+
+atexit.register(_remove_backend_cache_dirs)
+
+
 def inductor_warmup() -> float:
     """Compile a trivial function once, so that one-time costs (C++ prefix header, worker pool)
     are not charged to the first model's compile time. Returns its wall time. Runs before any
@@ -435,7 +465,13 @@ def prepare_backend(name: str, model: torch.nn.Module, inputs: Inputs, opts: Ben
     mem["peak_reset"] = reset_peak_rss()
     before = _dynamo_counters()
     info: dict[str, Any] = {}
+    stack = contextlib.ExitStack()
     try:
+        if opts.inductor_cache == "cold" and name != "eager":
+            # every backend compiles its C++ kernels afresh: without this, a later inductor-family
+            # backend would find the earlier one's kernels (same source hash) in the cache
+            # directory and its compile time would look shorter than it is
+            stack.enter_context(_backend_cache_dir(name))
         ctx = bdef.compile(m, opts, threads)
         info = ctx.info  # the backend fills it during and after its first call
         fn = _call_fn(ctx.compiled, inputs)
@@ -448,6 +484,7 @@ def prepare_backend(name: str, model: torch.nn.Module, inputs: Inputs, opts: Ben
                 else:
                     out = fn()
                 compile_s = time.perf_counter() - t0
+            stack.close()
             if ctx.after is not None:
                 ctx.after(info)
             if heartbeat:
@@ -455,6 +492,7 @@ def prepare_backend(name: str, model: torch.nn.Module, inputs: Inputs, opts: Ben
             for _ in range(opts.warmup):
                 fn()
     except Exception as e:
+        stack.close()
         tb = traceback.format_exc(limit=-16)
         info.pop("_codes", None)
         info["traceback_tail"] = tb[-3000:]

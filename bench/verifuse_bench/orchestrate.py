@@ -40,8 +40,13 @@ def fingerprint(opts: BenchOptions, model: str, batch: int, threads: int) -> str
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     pkg_parent = str(Path(__file__).resolve().parent.parent)
-    # the child must import this very verifuse_bench (a source checkout or the installed one)
-    if pkg_parent not in env.get("PYTHONPATH", "").split(os.pathsep):
+    # the child must import this very verifuse_bench (a source checkout, or the installed one,
+    # which it finds by itself)
+    import site
+
+    site_dirs = {os.path.realpath(p) for p in site.getsitepackages() + [site.getusersitepackages()]}
+    if os.path.realpath(pkg_parent) not in site_dirs and \
+            pkg_parent not in env.get("PYTHONPATH", "").split(os.pathsep):
         env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -54,6 +54,8 @@ def _draw(report: dict[str, Any], path: Path, plt) -> dict[str, Any]:
             ax.bar([x + (j - (len(backends) - 1) / 2) * bw for x in xs], vals, bw, label=b,
                    color=COLORS.get(b))
         ax.axhline(1.0, color="black", linewidth=0.8)
+        top = max([p.get_height() for p in ax.patches] + [1.0])
+        ax.set_ylim(0, top * 1.3)  # room for the legend
         ax.set_ylabel("speed-up over eager")
         ax.set_title(f"batch {batch}, {threads} thread{'s' if threads > 1 else ''} "
                      "(median latency; > 1 is faster; missing bar = unavailable/failed)", fontsize=9)
@@ -70,8 +72,10 @@ def _draw(report: dict[str, Any], path: Path, plt) -> dict[str, Any]:
                         and e["backends"][b].get("compile_s"))
             vals.append(cs[len(cs) // 2] if cs else 0.0)
         ax.bar([x + (j - (len(backends) - 1) / 2) * bw for x in xs], vals, bw, label=b, color=COLORS.get(b))
-    if any(p.get_height() > 0 for p in ax.patches):
+    heights = [p.get_height() for p in ax.patches if p.get_height() > 0]
+    if heights:
         ax.set_yscale("log", nonpositive="clip")
+        ax.set_ylim(min(heights) / 1.5, max(heights) * 4)  # room for the legend
     ax.set_ylabel("compile s (first call)")
     ax.set_title("compile time per model and backend (median over the model's configurations; log scale)",
                  fontsize=9)

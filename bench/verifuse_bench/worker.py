@@ -58,6 +58,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                               "errors": [], "backends": {}, "process": {"pid": os.getpid(), "isolated": True}}
     t0 = time.perf_counter()
     heartbeat("start", None)
+    result["environment"] = harness.environment_info()  # CPU flags etc. with every configuration
     from .suites import get_model
 
     bm = get_model(model)
