@@ -363,7 +363,7 @@ TEST_F(GemmTest, LargeK) {
 // ---- post-ops ------------------------------------------------------------------------------------
 
 struct PostOpCase {
-  const char* name;
+  std::string name;
   std::vector<PostOp> ops;
 };
 
@@ -400,10 +400,7 @@ std::vector<PostOpCase> postOpCases(int64_t m, int64_t n) {
       {{1, n}, "per_column"}, {{m, n}, "full"}, {{m, 1}, "per_row"}, {{1, 1}, "scalar"}};
   for (const auto& [alg, algName] : algs) {
     for (const auto& [d, dimName] : dims) {
-      cases.push_back({nullptr, {binOp(alg, d)}});
-      static std::vector<std::string> names;  // keeps the c_str alive
-      names.push_back(std::string("binary_") + algName + "_" + dimName);
-      cases.back().name = names.back().c_str();
+      cases.push_back({std::string("binary_") + algName + "_" + dimName, {binOp(alg, d)}});
     }
   }
   return cases;
@@ -414,7 +411,7 @@ TEST_F(GemmTest, EverySupportedPostOp) {
   // block; K = 600: three (the epilogue after partial sums stored in c).
   for (const int64_t k : {70, 600}) {
     for (const auto& pc : postOpCases(13, 37)) {
-      SCOPED_TRACE(std::string(pc.name) + " k=" + std::to_string(k));
+      SCOPED_TRACE(pc.name + " k=" + std::to_string(k));
       for (const PostOp& op : pc.ops) EXPECT_TRUE(supportsPostOp(op)) << pc.name;
       const float scale = k == 600 ? 0.35f : 1.f;
       Problem p = makeProblem(13, k, 37, WeightOrder::kNK, 3, 5, 2, pc.ops);
