@@ -421,7 +421,11 @@ def analyze_inductor_code(codes: list[str]) -> dict[str, Any]:
         for op in _ZENTORCH_OP_RE.findall(c):
             zops[op] = zops.get(op, 0) + 1
     out = {"frozen_params": len(frozen), "onednn_ops": ops, "onednn_op_calls": sum(ops.values()),
-           "code_captured": len(codes)}
+           "code_captured": len(codes),
+           # evidence that set_num_threads held at compile time: inductor emits no OpenMP parallel
+           # region at all when it compiles for 1 thread (with more, the regions use the OpenMP
+           # default, which torch.set_num_threads sets)
+           "omp_parallel_regions": sum(c.count("#pragma omp parallel") for c in codes)}
     if zops:
         out["zentorch_ops"] = zops
     return out

@@ -238,6 +238,7 @@ def test_inductor_does_not_run_a_leaked_joint_custom_post_pass(monkeypatch):
     assert calls == []
     assert p.info["joint_custom_post_pass_at_trace"] is None
     assert p.info["freezing_config_at_trace"] is True and p.info["freezing"]["verified"] is True
+    assert p.info["freezing"]["omp_parallel_regions"] == 0  # compiled for the 1 thread it was given
     assert isinstance(ic.joint_custom_post_pass, LeakedPass)  # restored, not cleared behind our back
 
 
