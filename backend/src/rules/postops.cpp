@@ -42,7 +42,10 @@ std::string formatPostOps(const std::vector<PostOpSpec>& ops) {
     out += ops[k].kind;
     if (!ops[k].params.empty()) {
       out += "(";
-      for (size_t p = 0; p < ops[k].params.size(); ++p) out += (p ? " " : "") + formatNumber(ops[k].params[p]);
+      for (size_t p = 0; p < ops[k].params.size(); ++p) {
+        if (p) out += ' ';
+        out += formatNumber(ops[k].params[p]);
+      }
       out += ")";
     }
   }
