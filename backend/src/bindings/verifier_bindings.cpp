@@ -1,8 +1,11 @@
-// verifuse._C.prove_all: proves every rule of the built-in catalogue and refutes every mutant.
+// verifuse._C.prove_all: proves every rule the pass pipeline uses (passes::pipelineRuleProofs(),
+// declared with their rules in backend/src/rules/) and refutes every mutant.
 // pybind11 only (no LibTorch, no Z3: the verifier's public headers are Z3-free).
 #include <optional>
+#include <stdexcept>
 
 #include "bindings/registry.h"
+#include "verifuse/passes/pipeline.h"
 #include "verifuse/verify/catalog.h"
 #include "verifuse/verify/proof_cache.h"
 #include "verifuse/verify/prover.h"
@@ -23,10 +26,12 @@ void registerVerifier(py::module_& m) {
           cache.emplace(cacheDir);
           options.prove.cache = &*cache;
         }
+        auto proofs = verifuse::passes::pipelineRuleProofs();
+        if (!proofs.isOk()) throw std::runtime_error(proofs.status().toString());
         verifuse::verify::ProveReport report;
         {
           py::gil_scoped_release release;
-          report = verifuse::verify::proveAll(verifuse::verify::builtinRuleProofs(), options);
+          report = verifuse::verify::proveAll(*proofs, options);
         }
         return py::make_tuple(report.ok(), asJson ? report.toJson() : report.toText());
       },

@@ -1,6 +1,8 @@
-// The pass pipeline: canonicalize (ATen conv/linear → verifuse fused ops), no-op removal, the
-// proof-carrying fusion rules to a fixpoint, dead-code elimination. Every pass reports whether it
-// changed the graph; the graph is re-verified after each one. Torch-free.
+// The pass pipeline: every pass is a set of proof-carrying rules (rules/rules.h, one phase each),
+// run in this order: canonicalize (ATen conv/linear → verifuse fused ops, then the N-d linear's
+// view pair), remove-no-ops, dead-code, then fusion-rules, remove-no-ops and dead-code to a
+// fixpoint. A rule applies only when its proof admits it (VerifyLevel). Every pass reports whether
+// it changed the graph; the graph is re-verified after each one. Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +13,9 @@
 
 #include "verifuse/ir/graph.h"
 #include "verifuse/rules/rules.h"
-#include "verifuse/verify/layer_check.h"
 #include "verifuse/support/status.h"
+#include "verifuse/verify/catalog.h"
+#include "verifuse/verify/layer_check.h"
 #include "verifuse/verify/verdict.h"
 
 namespace verifuse::passes {
@@ -41,22 +44,44 @@ struct PipelineOptions {
   std::function<ProofOutcome(const rules::Rule&)> proveRule;
   /// Validates an applied fold on the real constants (kInstances). Optional.
   std::function<rules::InstanceCheck(const ir::Graph&, const rules::FusionRecord&)> validateInstance;
-  /// Extra rules tried before the built-in ones (tests: the planted bug).
+  /// Extra rules tried before the built-in ones of their phase (tests: the planted bug).
   std::vector<rules::Rule> extraRules;
   int maxIterations = 20;
 };
 
+/// A rule whose pattern's anchor op matched a node where a guard then failed, and why. Kept only if
+/// it still describes the final graph: the node is live, has the same op, and the rule did not
+/// apply there later.
+struct NearMiss {
+  std::string rule;
+  ir::NodeId node = -1;  ///< before compaction (like FusionRecord::result)
+  std::string op;        ///< qualified op, "aten::clamp"
+  std::string name;      ///< the node's first output: "%name", or "%<value id>" when unnamed
+  std::string reason;
+};
+inline constexpr size_t kMaxNearMisses = 200;
+
 struct PipelineResult {
-  std::vector<rules::FusionRecord> fusions;
+  std::vector<rules::FusionRecord> fusions;  ///< fusion-phase rewrites (and refused instances)
   std::vector<ProofOutcome> proofs;      ///< one per rule that matched, in first-match order
   std::map<std::string, int> passChanges;  ///< pass name → number of runs that changed the graph
-  int rulesMatched = 0, rulesApplied = 0, rulesRefused = 0;
+  std::map<std::string, int> rewrites;   ///< rule id → rewrites applied, every phase
+  int rulesMatched = 0, rulesApplied = 0, rulesRefused = 0;  ///< fusion phase
+  /// Deterministic: graph order, then rule order; the first kMaxNearMisses, the rest counted.
+  std::vector<NearMiss> nearMisses;
+  int nearMissesOmitted = 0;
 };
 
 /// Runs the whole pipeline on \p graph in place.
 StatusOr<PipelineResult> runPipeline(ir::Graph& graph, const PipelineOptions& options);
 
-// Individual passes (each returns whether it changed the graph).
+/// Every built-in rule runPipeline runs, in its order (PipelineOptions::extraRules not included).
+StatusOr<std::vector<rules::Rule>> pipelineRules();
+/// Their proofs, same order: exactly what `python -m verifuse prove` proves.
+StatusOr<std::vector<verify::RuleProof>> pipelineRuleProofs();
+
+// Individual passes, their rules applied without proof gates (tests and tools; each returns
+// whether it changed the graph).
 StatusOr<bool> canonicalizeFusedOps(ir::Graph& graph);  ///< aten conv/linear → verifuse ops
 StatusOr<bool> removeNoOps(ir::Graph& graph);           ///< clone/detach/alias/eval dropout/views
 StatusOr<bool> eliminateDeadCode(ir::Graph& graph);

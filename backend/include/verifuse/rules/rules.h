@@ -1,6 +1,7 @@
-// Rewrite rules as data: each rule is a pattern (match), side conditions (checked in match, with a
-// reason when they fail), a replacement (rewrite) and the proof obligation that justifies it
-// (verify::RuleProof from the verifier's catalogue). Torch-free and Z3-free.
+// Rewrite rules as data: each rule is one declaration (RuleDeclaration) of its pattern (match),
+// side conditions (checked in match, with a reason when they fail), replacement (rewrite), and
+// the proof obligation with its mutants that justify it. The declarations live in
+// backend/src/rules/, one file per rule family (README.md there). Torch-free and Z3-free.
 //
 // The fused-op vocabulary the rules produce (the executor runs these on oneDNN, or on ATen when
 // oneDNN has no implementation):
@@ -15,6 +16,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "verifuse/ir/graph.h"
@@ -69,7 +72,7 @@ struct FoldRecord {
 
 /// One applied rewrite, for the report and the instance validator.
 struct FusionRecord {
-  std::string rule;                 ///< rule id (= its obligation's id)
+  std::string rule;                 ///< rule id
   std::vector<std::string> nodes;   ///< the ops it replaced, in graph order
   ir::NodeId result = -1;           ///< the node holding the result (before compaction)
   std::string resultName;           ///< the result value's name when known
@@ -81,20 +84,85 @@ struct FusionRecord {
 
 struct Match {
   ir::NodeId anchor = -1;   ///< the node the rewrite keeps (the producer)
-  ir::NodeId consumer = -1; ///< the node it absorbs
+  ir::NodeId consumer = -1; ///< the node it absorbs (== anchor for one-node rules)
   int operand = 0;          ///< which operand of the consumer is the anchor's output
 };
 
-/// A proof-carrying rewrite rule. Rules are created only through makeRule(), which looks up the
-/// rule's obligation in the verifier's catalogue and fails if there is none: a rule cannot exist
-/// without a proof obligation.
+/// Pattern + guard: a Match, or nullopt. After the node's op matched one of the rule's anchors, a
+/// guard that fails writes why into *whyNot (a near miss, shown by explain(verbose=True)); a node
+/// that is simply not the rule's pattern (another rule's case) leaves *whyNot empty.
+using MatchFn = std::function<std::optional<Match>(const ir::Graph&, ir::NodeId, std::string* whyNot)>;
+/// The rewrite of a Match (fusion rules fill the record for the report and instance validation).
+using RewriteFn = std::function<Status(ir::Graph&, const Match&, FusionRecord&)>;
+
+/// Where a rule runs. The pass manager runs the phases in this order: canonicalize (two sweeps),
+/// remove-no-ops, dead-code, then fusion-rules, remove-no-ops and dead-code to a fixpoint.
+enum class Phase {
+  kCanonicalize,       ///< pass "canonicalize", first sweep: aten conv/addmm/mm/linear -> verifuse ops
+  kCanonicalizeViews,  ///< pass "canonicalize", second sweep: the N-d linear's view pair
+  kNoOps,              ///< pass "remove-no-ops"
+  kDeadCode,           ///< pass "dead-code" (sweeps the nodes backwards)
+  kFusion,             ///< pass "fusion-rules"
+};
+const char* passName(Phase phase);
+
+/// A declaration field that must be given: it has no default, so a RuleDeclaration that leaves it
+/// out does not compile (a rule cannot be written without its obligation).
+template <typename T>
+class Required {
+ public:
+  Required() = delete;
+  template <typename U>
+    requires std::is_constructible_v<T, U&&>
+  Required(U&& value) : value_(std::forward<U>(value)) {}  // NOLINT(google-explicit-constructor)
+  const T& get() const { return value_; }
+
+ private:
+  T value_;
+};
+
+/// Everything a rule is, in one place (one declaration per rule, in its family's file under
+/// backend/src/rules/): written with designated initializers, in this order.
+struct RuleDeclaration {
+  Required<std::string> id;       ///< kebab-case, stable: report, stats and proof names
+  Required<std::string> summary;  ///< one line for the report
+  Required<std::string> math;     ///< the identity the obligation states, for review
+  Required<Phase> phase;
+  /// The ops the pattern is rooted at ("aten::relu"); the rule is tried only at such nodes, and a
+  /// failed guard there is a near miss. Empty: every op (dead code).
+  std::vector<std::string> anchors = {};
+  Required<MatchFn> match;        ///< pattern and guard, with why-not reasons
+  Required<RewriteFn> rewrite;
+  /// Source and target semantics over the reals under the guard's facts (verify::RuleProof::build).
+  Required<verify::ObligationFactory> obligation;
+  /// Deliberately wrong variants (a dropped guard, a wrong constant, a wrong axis); at least one,
+  /// each must come out Refuted with a counterexample (checked when the rule is declared and by
+  /// tests/cpp/passes/rules_test.cpp).
+  std::vector<verify::Mutant> mutants = {};
+  bool usesDot = false;         ///< the obligation uses sem::DotModel (proved symbolically and K = 1..4)
+  bool foldsConstants = false;  ///< the rewrite creates folded constants (instance validation checks them)
+};
+
+/// A proof-carrying rewrite rule. The only way to make one is Rule::declare(), which takes the
+/// whole declaration (pattern, guard, rewrite, obligation, mutants) and refuses an incomplete one:
+/// a rule cannot exist without its obligation.
 class Rule {
  public:
-  using MatchFn = std::function<std::optional<Match>(const ir::Graph&, ir::NodeId, std::string* whyNot)>;
-  using RewriteFn = std::function<Status(ir::Graph&, const Match&, FusionRecord&)>;
+  using MatchFn = rules::MatchFn;
+  using RewriteFn = rules::RewriteFn;
+
+  /// kInvalidArgument if the declaration is incomplete: id not kebab-case, no summary or math, no
+  /// match/rewrite/obligation function, no mutant, a mutant without name, description or factory.
+  static StatusOr<Rule> declare(RuleDeclaration declaration);
 
   const std::string& id() const { return proof_.ruleId; }
   const std::string& summary() const { return summary_; }
+  const std::string& math() const { return proof_.math; }
+  Phase phase() const { return phase_; }
+  const std::vector<std::string>& anchors() const { return anchors_; }
+  /// The node's op is one of the anchors (or the rule has none).
+  bool anchoredAt(const ir::Node& n) const;
+  /// The rule's obligation and mutants (what the prover proves before the rule may apply).
   const verify::RuleProof& proof() const { return proof_; }
   /// The rewrite creates folded constants (the instance validator checks them).
   bool foldsConstants() const { return foldsConstants_; }
@@ -104,30 +172,30 @@ class Rule {
   Status rewrite(ir::Graph& g, const Match& m, FusionRecord& record) const { return rewrite_(g, m, record); }
 
  private:
-  friend StatusOr<Rule> makeRule(const std::vector<verify::RuleProof>& catalogue, const std::string& id,
-                                 std::string summary, MatchFn match, RewriteFn rewrite, bool foldsConstants);
-  Rule(verify::RuleProof proof, std::string summary, MatchFn match, RewriteFn rewrite, bool foldsConstants)
-      : proof_(std::move(proof)), summary_(std::move(summary)), match_(std::move(match)),
-        rewrite_(std::move(rewrite)), foldsConstants_(foldsConstants) {}
+  Rule() = default;
   verify::RuleProof proof_;
   std::string summary_;
+  Phase phase_ = Phase::kFusion;
+  std::vector<std::string> anchors_;
   MatchFn match_;
   RewriteFn rewrite_;
   bool foldsConstants_ = false;
 };
 
-/// kNotFound when \p id has no obligation in \p catalogue.
-StatusOr<Rule> makeRule(const std::vector<verify::RuleProof>& catalogue, const std::string& id,
-                        std::string summary, Rule::MatchFn match, Rule::RewriteFn rewrite,
-                        bool foldsConstants = false);
+/// Every built-in rule, in the order the pipeline runs them: phase by phase, and within a phase in
+/// the order they are tried at each node. Fails only on a malformed declaration (a duplicate id,
+/// a rule without a mutant); a test checks that it never does.
+StatusOr<std::vector<Rule>> builtinRules();
 
-/// The fusion rules, in the order the pass manager tries them. \p catalogue: the obligations
-/// (normally verify::builtinRuleProofs(), plus test-only planted bugs).
-StatusOr<std::vector<Rule>> fusionRules(const std::vector<verify::RuleProof>& catalogue);
+/// The proofs of \p rules, same order (what `python -m verifuse prove` proves).
+std::vector<verify::RuleProof> proofsOf(const std::vector<Rule>& rules);
 
 /// Test-only: a rule that folds batch norm into a convolution WITHOUT eps, carrying the
 /// obligation of that (wrong) math. Its proof comes out Refuted, so it must never apply.
+StatusOr<Rule> plantedBugRule();
 verify::RuleProof plantedBugProof();
-StatusOr<Rule> plantedBugRule(const std::vector<verify::RuleProof>& catalogue);
+/// Compatibility with callers written for the catalogue: the argument is ignored (the planted
+/// rule declares its own obligation); prefer plantedBugRule().
+StatusOr<Rule> plantedBugRule(const std::vector<verify::RuleProof>& ignored);
 
 }  // namespace verifuse::rules

@@ -1,10 +1,14 @@
-// Rule obligations with their mutants, and proving a whole catalogue (`python -m verifuse prove`).
+// Rule proofs (an obligation factory with its mutants) and proving a list of them
+// (`python -m verifuse prove`). The verifier owns no rule: every RuleProof is declared by its rule,
+// next to the pattern and the rewrite it justifies (backend/src/rules/, one file per family), and
+// the backend hands the pipeline's list to proveAll().
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "verifuse/support/status.h"
 #include "verifuse/verify/obligation.h"
 #include "verifuse/verify/prover.h"
 #include "verifuse/verify/semantics.h"
@@ -23,8 +27,8 @@ struct Mutant {
   ObligationFactory build;
 };
 
-/// A rule's proof: its id (the rule's kebab-case id in backend/), the math as a human proof
-/// sketch, the obligation factory, and its mutants. A rule file can own one of these.
+/// A rule's proof: its id (the rule's kebab-case id), the math as a human proof sketch, the
+/// obligation factory, and its mutants. Built by rules::Rule from the rule's declaration.
 struct RuleProof {
   std::string ruleId;
   std::string math;
@@ -35,9 +39,11 @@ struct RuleProof {
   std::vector<Mutant> mutants;
 };
 
-/// The built-in catalogue (conv/linear+BN folding, post-op mappings, residual add, per-channel
-/// folds, dropout). Deterministic order.
-std::vector<RuleProof> builtinRuleProofs();
+/// Checks a list of rule proofs without proving anything: every id unique and kebab-case, math
+/// written, an obligation factory, and at least one mutant (kebab-case name unique within the
+/// rule, a description, a factory). kInvalidArgument naming the first offender otherwise.
+Status checkRuleProofs(const std::vector<RuleProof>& proofs);
+bool isKebabCase(const std::string& name);
 
 struct ProveAllOptions {
   ProveOptions prove;

@@ -1,0 +1,29 @@
+// The rule families (internal header): each function returns the declarations of one file, in
+// the order they are tried. registry.cpp puts the families in pipeline order.
+#pragma once
+
+#include <vector>
+
+#include "verifuse/rules/rules.h"
+
+namespace verifuse::rules::families {
+
+// canonicalize.cpp
+std::vector<RuleDeclaration> canonicalizeOps();    ///< aten conv/addmm/mm/linear -> verifuse ops
+std::vector<RuleDeclaration> canonicalizeViews();  ///< the N-d linear's flatten/unflatten views
+// no_ops.cpp
+std::vector<RuleDeclaration> noOps();              ///< detach/alias, clone, eval dropout, views
+// dead_code.cpp
+std::vector<RuleDeclaration> deadCode();
+// batch_norm_fold.cpp
+std::vector<RuleDeclaration> batchNormFolds();     ///< conv-bn-fold, linear-bn-fold
+std::vector<RuleDeclaration> batchNormScaleShift();  ///< bn-to-scale-shift (tried after every other fusion)
+RuleDeclaration plantedBatchNormFoldWithoutEps();  ///< test only, deliberately wrong
+// per_channel_fold.cpp
+std::vector<RuleDeclaration> perChannelFolds();
+// residual_add.cpp
+std::vector<RuleDeclaration> residualAdd();
+// activation_postops.cpp
+std::vector<RuleDeclaration> activationPostOps();
+
+}  // namespace verifuse::rules::families

@@ -1,0 +1,261 @@
+// No-op removal: ops that do not change the values their readers see are replaced by their input.
+//
+//   remove-alias           detach(x) = alias(x) = lift_fresh_copy(x) = x      (autograd/aliasing only)
+//   remove-clone           clone(x) = x  for readers that choose their own layout (conv/linear)
+//   dropout-eval-identity  dropout(x, p, train=false) = x
+//   remove-identity-view   view(x, x.shape) = x
+//   collapse-view-pair     view(view(y, s), y.shape) = y
+//
+// Every rule keeps an op whose output is a graph output (a graph output must stay a fresh tensor,
+// as eager returns one). The obligations are index-level on small shapes
+// (verify/tensor_semantics.h); clone's also models layout, which is what its guard is about.
+#include "rules/families.h"
+#include "rules/rule_util.h"
+#include "verifuse/verify/tensor_semantics.h"
+
+namespace verifuse::rules::families {
+
+namespace {
+
+using ir::Arg;
+using ir::Graph;
+using ir::Node;
+using ir::NodeId;
+using ir::ValueId;
+using verify::Expr;
+using verify::Obligation;
+using verify::ObligationBuilder;
+using verify::Sort;
+using verify::sem::ElementTensor;
+namespace sem = verify::sem;
+namespace u = util;
+
+const std::vector<std::string> kViewOps = {"aten::view", "aten::reshape", "aten::_unsafe_view"};
+
+/// The common shape of a no-op: one output and a value first argument.
+bool unary(const Node& n) { return n.outputs.size() == 1 && !n.args.empty() && n.args[0].isValue(); }
+
+/// The guard every no-op rule shares: a graph output must stay a fresh tensor.
+bool notGraphOutput(const Graph& g, const Node& n, std::string* whyNot) {
+  if (g.isGraphOutput(n.outputs[0])) return u::why(whyNot, "its output is a graph output (kept fresh, as eager returns it)");
+  return true;
+}
+
+bool isView(const Node* n) {
+  return n && (n->op == "aten::view" || n->op == "aten::reshape" || n->op == "aten::_unsafe_view") &&
+         n->args.size() == 2 && n->args[0].isValue();
+}
+
+/// Replaces the one-output node's uses by \p replacement and erases it.
+Status replaceBy(Graph& g, NodeId id, ValueId replacement) {
+  g.replaceAllUses(g.node(id).outputs[0], replacement);
+  g.eraseNode(id);
+  return Status::ok();
+}
+
+Status replaceByInput(Graph& g, const Match& m, FusionRecord&) {
+  return replaceBy(g, m.anchor, u::valueOf(g.node(m.anchor).args[0]));
+}
+
+// ---- remove-alias ------------------------------------------------------------------------------------
+
+std::optional<Match> matchAlias(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (!unary(n) || !notGraphOutput(g, n, whyNot)) return std::nullopt;
+  return Match{id, id, 0};
+}
+
+// detach/alias/lift_fresh_copy only change autograd tracking or aliasing: out[i] = x[i].
+Obligation aliasIdentity(bool permuteTaken) {
+  ObligationBuilder ob("remove-alias");
+  ElementTensor x = ElementTensor::variables("x", {2, 2});
+  ElementTensor source = permuteTaken ? sem::permute(x, {1, 0}) : sem::clone(x);
+  sem::proveElementwise(ob, "out", source, x);
+  return ob.build();
+}
+
+// ---- remove-clone ------------------------------------------------------------------------------------
+
+std::optional<Match> matchClone(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (!unary(n) || !notGraphOutput(g, n, whyNot)) return std::nullopt;
+  // clone fixes strides (x.contiguous() is a clone with memory_format=contiguous) and a later
+  // view may rely on them: drop it only when every reader chooses its own output layout.
+  // Element-wise ops keep their input's strides, so only conv/linear qualify.
+  for (NodeId user : g.users(n.outputs[0])) {
+    if (!isFusedOp(g.node(user))) {
+      return u::why(whyNot, "a reader (" + g.node(user).qualifiedName() + ") may depend on the clone's layout"),
+             std::nullopt;
+    }
+  }
+  return Match{id, id, 0};
+}
+
+// x is a non-contiguous [2, 3] (the transpose of a contiguous [3, 2]). A reader that chooses its
+// own layout reads elements by index: reader(clone(x)) = reader(x). The mutant lets a view read it:
+// view(clone(x), [6]) is defined, view(x, [6]) is not (eager raises).
+Obligation cloneIdentity(bool viewReader) {
+  ObligationBuilder ob("remove-clone");
+  ElementTensor x = sem::permute(ElementTensor::variables("x.storage", {3, 2}), {1, 0});
+  if (viewReader) {
+    sem::proveElementwise(ob, "out", sem::view(sem::clone(x), {6}, "view(clone(x)).undefined"),
+                          sem::view(x, {6}, "view(x).undefined"));
+  } else {
+    sem::proveElementwise(ob, "out", sem::clone(x), x);
+  }
+  return ob.build();
+}
+
+// ---- dropout-eval-identity ---------------------------------------------------------------------------
+
+std::optional<Match> matchDropout(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (!unary(n) || !notGraphOutput(g, n, whyNot)) return std::nullopt;
+  if (n.args.size() != 3 || n.args[2].kind != Arg::Kind::Bool || n.args[2].i != 0) {
+    return u::why(whyNot, "dropout in training mode (or train flag not a constant)"), std::nullopt;
+  }
+  return Match{id, id, 0};
+}
+
+// Eval-mode dropout is the identity. The mutant uses training semantics: keep ? x/(1-p) : 0.
+Obligation dropout(bool training) {
+  ObligationBuilder ob("dropout-eval-identity");
+  Expr x = ob.var("x"), p = ob.var("dropout.p"), keep = ob.var("dropout.mask", Sort::Bool);
+  ob.assume(p >= 0).assume(p < 1);
+  Expr source = training ? sem::dropoutTrain(x, p, keep) : sem::dropoutEval(x);
+  ob.prove("out", source, x);
+  return ob.build();
+}
+
+// ---- remove-identity-view / collapse-view-pair ---------------------------------------------------------
+
+std::optional<Match> matchIdentityView(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (!isView(&n) || !unary(n)) return std::nullopt;
+  auto size = n.args[1].asIntList();
+  if (!size.isOk()) return std::nullopt;
+  const auto* inShape = u::staticShape(g, u::valueOf(n.args[0]));
+  if (!inShape || *inShape != *size) return std::nullopt;  // a reshaping view: not this rule's pattern
+  if (!notGraphOutput(g, n, whyNot)) return std::nullopt;
+  return Match{id, id, 0};
+}
+
+// view(x, x.shape)[i] = x[unravel(ravel(i))] = x[i]. The mutant compares the sizes by numel only.
+Obligation identityView(bool numelOnly) {
+  ObligationBuilder ob("remove-identity-view");
+  ElementTensor x = ElementTensor::variables("x", {2, 3});
+  sem::proveElementwise(ob, "out", sem::view(x, numelOnly ? sem::Sizes{3, 2} : sem::Sizes{2, 3}, "undefined"), x);
+  return ob.build();
+}
+
+std::optional<Match> matchViewPair(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (!isView(&n) || !unary(n)) return std::nullopt;
+  auto size = n.args[1].asIntList();
+  if (!size.isOk()) return std::nullopt;
+  const Node* p = u::producerOf(g, n.args[0]);
+  if (!isView(p)) return std::nullopt;
+  const auto* srcShape = u::staticShape(g, u::valueOf(p->args[0]));
+  if (!srcShape || *srcShape != *size) return std::nullopt;  // not back to the original shape
+  if (!notGraphOutput(g, n, whyNot)) return std::nullopt;
+  return Match{id, id, 0};
+}
+
+Status rewriteViewPair(Graph& g, const Match& m, FusionRecord&) {
+  const Node* inner = u::producerOf(g, g.node(m.anchor).args[0]);
+  if (!inner) return internalError("view pair no longer matches");
+  return replaceBy(g, m.anchor, u::valueOf(inner->args[0]));
+}
+
+// view/reshape/_unsafe_view have reshape's values wherever they are defined:
+// reshape(reshape(y, s), y.shape) = y for y of any layout. The mutant's inner op is a permute.
+Obligation viewPair(bool innerPermute) {
+  ObligationBuilder ob("collapse-view-pair");
+  if (innerPermute) {
+    ElementTensor y = ElementTensor::variables("y", {2, 3});
+    sem::proveElementwise(ob, "out", sem::reshape(sem::permute(y, {1, 0}), {2, 3}), y);
+    return ob.build();
+  }
+  ElementTensor y = ElementTensor::variables("y", {2, 3});
+  ElementTensor strided = sem::permute(ElementTensor::variables("z", {3, 2}), {1, 0});
+  sem::proveElementwise(ob, "flat", sem::reshape(sem::reshape(y, {6}), {2, 3}), y);
+  sem::proveElementwise(ob, "transposed-shape", sem::reshape(sem::reshape(y, {3, 2}), {2, 3}), y);
+  sem::proveElementwise(ob, "non-contiguous", sem::reshape(sem::reshape(strided, {3, 2}), {2, 3}), strided);
+  return ob.build();
+}
+
+}  // namespace
+
+std::vector<RuleDeclaration> noOps() {
+  std::vector<RuleDeclaration> rules;
+  rules.push_back({
+      .id = "remove-alias",
+      .summary = "detach / alias / lift_fresh_copy -> their input",
+      .math = "detach(x) = alias(x) = lift_fresh_copy(x) = x  (values; bounded: x [2,2])",
+      .phase = Phase::kNoOps,
+      .anchors = {"aten::detach", "aten::alias", "aten::lift_fresh_copy"},
+      // <op>(%x) whose output is not a graph output.
+      .match = matchAlias,
+      .rewrite = replaceByInput,
+      .obligation = u::bindNoModel(aliasIdentity, false),
+      .mutants = {{"permute-taken-as-alias", "a view that reorders elements (permute) removed as an alias",
+                   u::bindNoModel(aliasIdentity, true)}},
+  });
+  rules.push_back({
+      .id = "remove-clone",
+      .summary = "clone read only by conv/linear -> its input",
+      .math = "reader(clone(x)) = reader(x) for readers that read elements by index (conv/linear)  "
+              "(bounded: x a non-contiguous [2,3])",
+      .phase = Phase::kNoOps,
+      .anchors = {"aten::clone"},
+      // clone(%x, ...) whose every reader is a verifuse::conv/linear, not a graph output.
+      .match = matchClone,
+      .rewrite = replaceByInput,
+      .obligation = u::bindNoModel(cloneIdentity, false),
+      .mutants = {{"clone-dropped-before-view", "a clone removed although a view reads it (view(x) of a "
+                                                "non-contiguous x is undefined)",
+                   u::bindNoModel(cloneIdentity, true)}},
+  });
+  rules.push_back({
+      .id = "dropout-eval-identity",
+      .summary = "eval-mode dropout -> its input",
+      .math = "dropout(x, p, train=False) = x",
+      .phase = Phase::kNoOps,
+      .anchors = {"aten::dropout"},
+      // dropout(%x, p, false), not a graph output.
+      .match = matchDropout,
+      .rewrite = replaceByInput,
+      .obligation = u::bindNoModel(dropout, false),
+      .mutants = {{"dropout-training-mode", "training dropout: mask ? x/(1-p) : 0 is not the identity",
+                   u::bindNoModel(dropout, true)}},
+  });
+  rules.push_back({
+      .id = "remove-identity-view",
+      .summary = "view(x, x.shape) -> x",
+      .math = "view(x, x.shape) = x  (row-major; bounded: x [2,3])",
+      .phase = Phase::kNoOps,
+      .anchors = kViewOps,
+      // view|reshape|_unsafe_view(%x, s) with s equal to x's static shape.
+      .match = matchIdentityView,
+      .rewrite = replaceByInput,
+      .obligation = u::bindNoModel(identityView, false),
+      .mutants = {{"shape-compared-by-numel", "view(x, [3,2]) of an x [2,3] taken as x (same numel)",
+                   u::bindNoModel(identityView, true)}},
+  });
+  rules.push_back({
+      .id = "collapse-view-pair",
+      .summary = "view(view(y, s), y.shape) -> y",
+      .math = "reshape(reshape(y, s), y.shape) = y  (row-major, any layout of y; bounded: y [2,3], s [6] and [3,2])",
+      .phase = Phase::kNoOps,
+      .anchors = kViewOps,
+      // view(view(%y, s), t) with t equal to y's static shape (either op view, reshape or _unsafe_view).
+      .match = matchViewPair,
+      .rewrite = rewriteViewPair,
+      .obligation = u::bindNoModel(viewPair, false),
+      .mutants = {{"permute-collapsed-as-view", "view(permute(y), y.shape) collapsed to y as if permute were a view",
+                   u::bindNoModel(viewPair, true)}},
+  });
+  return rules;
+}
+
+}  // namespace verifuse::rules::families

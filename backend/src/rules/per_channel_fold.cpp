@@ -1,0 +1,243 @@
+// Per-channel constant folds: a conv/linear output multiplied, divided or shifted by a constant
+// that varies only along the output-channel axis folds into the weight and bias.
+//
+//   per-channel-mul-fold   (dot(W,X) + b) * c[o] = dot(c[o]*W, X) + b*c[o]
+//   per-channel-div-fold   (dot(W,X) + b) / d[o] = dot(W/d[o], X) + b/d[o]
+//   per-channel-add-fold   dot(W,X) + b + alpha*a[o] = dot(W,X) + (b + alpha*a[o])
+#include "rules/families.h"
+#include "rules/rule_util.h"
+
+namespace verifuse::rules::families {
+
+namespace {
+
+using ir::Arg;
+using ir::Graph;
+using ir::Node;
+using ir::NodeId;
+using verify::Expr;
+using verify::Obligation;
+using verify::ObligationBuilder;
+using verify::sem::DotModel;
+using verify::sem::TensorTerm;
+namespace sem = verify::sem;
+namespace u = util;
+
+enum class ChannelOp { kMul, kAdd, kDiv };
+
+/// Per-output-channel factors of a constant operand: nullopt if it broadcasts along any other axis
+/// (a scale on the wrong axis cannot be folded into the weights).
+std::optional<std::vector<double>> channelFactors(const Graph& g, const Node& fused, const Arg& operand,
+                                                  std::string* whyNot) {
+  const int64_t channels = u::outChannels(g, fused);
+  if (auto v = u::numberArg(operand)) return std::vector<double>(static_cast<size_t>(channels), *v);
+  const ir::ConstantTensor* c = u::f32Constant(g, operand);
+  if (!c) {
+    if (operand.isConstant()) u::why(whyNot, "the constant is not a contiguous float32 tensor");
+    return std::nullopt;
+  }
+  int rank = 0;
+  int axis = u::channelAxis(g, fused, &rank);
+  if (axis < 0) {
+    u::why(whyNot, "the producer's output-channel axis is unknown (unbatched conv or unknown rank)");
+    return std::nullopt;
+  }
+  if (static_cast<int>(c->sizes.size()) > rank) {
+    u::why(whyNot, "constant has more dims than the output");
+    return std::nullopt;
+  }
+  // Right-align the constant's dims against the output's.
+  const int offset = rank - static_cast<int>(c->sizes.size());
+  for (int d = 0; d < static_cast<int>(c->sizes.size()); ++d) {
+    int outDim = d + offset;
+    int64_t size = c->sizes[static_cast<size_t>(d)];
+    if (size == 1) continue;
+    if (outDim != axis || size != channels) {
+      u::why(whyNot, "constant varies along an axis other than the output channels");
+      return std::nullopt;
+    }
+  }
+  if (!c->data) return std::vector<double>(static_cast<size_t>(channels), 1.0);  // parsed graph: shapes only
+  std::vector<double> vals = u::toDoubles(c);
+  if (vals.size() == 1) return std::vector<double>(static_cast<size_t>(channels), vals[0]);
+  return vals;
+}
+
+MatchFn matchChannelFold(ChannelOp op) {
+  return [op](const Graph& g, NodeId id, std::string* whyNot) -> std::optional<Match> {
+    const Node& n = g.node(id);
+    const bool isMul = op == ChannelOp::kMul && n.op == "aten::mul" && n.overload == "Tensor";
+    const bool isAdd = op == ChannelOp::kAdd && n.op == "aten::add" && n.overload == "Tensor";
+    const bool isDiv = op == ChannelOp::kDiv && n.op == "aten::div" && n.overload == "Tensor";
+    if (!isMul && !isAdd && !isDiv) return std::nullopt;
+    for (int k = 0; k < 2; ++k) {
+      if (isDiv && k == 1) break;  // c / y is not a per-channel scale of y
+      const Node* p = u::singleUseFusedProducer(g, n.args[static_cast<size_t>(k)]);
+      if (!p) continue;
+      // The other operand must be a number or a constant (a tensor is the residual add's case).
+      const Arg& other = n.args[static_cast<size_t>(1 - k)];
+      if (!u::numberArg(other) && !other.isConstant()) continue;
+      if (!u::hasNoPostOps(*p)) return u::why(whyNot, "producer has post-ops"), std::nullopt;
+      if (!u::f32Constant(g, p->args[1])) {
+        return u::why(whyNot, "the producer's weight is not a frozen float32 constant"), std::nullopt;
+      }
+      if (isAdd) {
+        auto alpha = u::numberArg(n.args[2]);
+        if (!alpha) return u::why(whyNot, "add's alpha is not a number"), std::nullopt;
+        if (k == 1 && *alpha != 1.0) {
+          return u::why(whyNot, "c + alpha*y with alpha != 1 scales the output, not a shift"), std::nullopt;
+        }
+      }
+      if (!channelFactors(g, *p, other, whyNot)) return std::nullopt;
+      return Match{p->id, id, k};
+    }
+    return std::nullopt;
+  };
+}
+
+RewriteFn rewriteChannelFold(ChannelOp op) {
+  return [op](Graph& g, const Match& m, FusionRecord& rec) -> Status {
+    const Node& n = g.node(m.consumer);
+    const Arg operand = n.args[static_cast<size_t>(1 - m.operand)];
+    auto factors = channelFactors(g, g.node(m.anchor), operand, nullptr);
+    if (!factors) return internalError("channel fold no longer matches");
+    const size_t channels = factors->size();
+    std::vector<double> ones(channels, 1.0), zeros(channels, 0.0), scale, shift, biasScale;
+    double alpha = 1.0;
+    switch (op) {
+      case ChannelOp::kMul: scale = *factors; shift = zeros; biasScale = *factors; break;
+      case ChannelOp::kDiv:
+        scale.resize(channels);
+        for (size_t o = 0; o < channels; ++o) scale[o] = 1.0 / (*factors)[o];
+        shift = zeros;
+        biasScale = scale;
+        break;
+      case ChannelOp::kAdd:
+        alpha = *u::numberArg(n.args[2]);
+        scale = ones;
+        biasScale = ones;
+        shift.resize(channels);
+        for (size_t o = 0; o < channels; ++o) shift[o] = alpha * (*factors)[o];
+        break;
+    }
+    const Node& p = g.node(m.anchor);
+    const bool makeBias = op == ChannelOp::kAdd;
+    u::FoldedConstants folded = u::foldPerChannel(g, p, scale, shift, biasScale, makeBias);
+    Node& pm = g.mutableNode(m.anchor);
+    rec.fold.kind = op == ChannelOp::kMul ? FoldRecord::Kind::kChannelMul
+                    : op == ChannelOp::kAdd ? FoldRecord::Kind::kChannelAdd
+                                            : FoldRecord::Kind::kChannelDiv;
+    rec.fold.weight = u::argConstant(pm.args[1]);
+    rec.fold.bias = u::argConstant(pm.args[2]);
+    rec.fold.operand = u::argConstant(operand);
+    rec.fold.scalar = operand.isConstant() ? alpha : *u::numberArg(operand);
+    if (op == ChannelOp::kAdd && !operand.isConstant()) rec.fold.scalar = alpha * *u::numberArg(operand);
+    rec.fold.foldedWeight = folded.weight;
+    rec.fold.foldedBias = folded.bias;
+    pm.args[1] = Arg::constant(folded.weight);
+    if (folded.bias >= 0) pm.args[2] = Arg::constant(folded.bias);
+    return u::replaceWithProducer(g, m);
+  };
+}
+
+// ---- obligations -------------------------------------------------------------------------------------
+
+enum class FoldBug { None, BiasNotScaled, WrongChannelAxis, Dropped, AlphaIgnored, SwappedAlphaIgnored };
+
+// (dot(W,X) + b) * c[o] = dot(c[o]*W, X) + b*c[o]   (mul commutes: c * y is the same)
+Obligation mulFold(const DotModel& m, FoldBug bug) {
+  ObligationBuilder ob("per-channel-mul-fold");
+  TensorTerm w = m.tensor("conv.weight[o]"), x = m.tensor("x[window]");
+  Expr b = ob.var("conv.bias[o]"), c = ob.var("mul.other[o]"), ci = ob.var("mul.other[i]");
+  Expr source = m.linear(ob, w, x, b) * c;
+  Expr wscale = bug == FoldBug::WrongChannelAxis ? ci : c;
+  Expr bias = bug == FoldBug::BiasNotScaled ? b : b * c;
+  ob.prove("out[o]", source, m.linear(ob, m.scale(wscale, w), x, bias));
+  return ob.build();
+}
+
+// add(y, a, alpha) = y + alpha*a[o]:  dot(W,X) + b + alpha*a[o] = dot(W,X) + (b + alpha*a[o]).
+// add(a, y, alpha) = a[o] + alpha*y is folded only when alpha == 1 (the guard).
+Obligation addFold(const DotModel& m, FoldBug bug) {
+  ObligationBuilder ob("per-channel-add-fold");
+  TensorTerm w = m.tensor("conv.weight[o]"), x = m.tensor("x[window]");
+  Expr b = ob.var("conv.bias[o]"), a = ob.var("add.other[o]"), ai = ob.var("add.other[i]");
+  Expr alpha = ob.var("add.alpha"), swappedAlpha = ob.var("add.alpha[constant-first]");
+  if (bug != FoldBug::SwappedAlphaIgnored) ob.assume(swappedAlpha == 1);
+  Expr y = m.linear(ob, w, x, b);
+  Expr shifted = bug == FoldBug::WrongChannelAxis ? b + alpha * ai
+                 : bug == FoldBug::Dropped        ? b
+                 : bug == FoldBug::AlphaIgnored   ? b + a
+                                                  : b + alpha * a;
+  ob.prove("out[o]", sem::add(y, a, alpha), m.linear(ob, w, x, shifted));
+  ob.prove("out[o] (constant first)", sem::add(a, y, swappedAlpha), m.linear(ob, w, x, b + a));
+  return ob.build();
+}
+
+// (dot(W,X) + b) / d[o] = dot((1/d[o])*W, X) + b/d[o]; the source's division makes d[o] != 0 a
+// definedness condition, which the target inherits.
+Obligation divFold(const DotModel& m, FoldBug bug) {
+  ObligationBuilder ob("per-channel-div-fold");
+  TensorTerm w = m.tensor("conv.weight[o]"), x = m.tensor("x[window]");
+  Expr b = ob.var("conv.bias[o]"), d = ob.var("div.other[o]");
+  Expr source = m.linear(ob, w, x, b) / d;
+  Expr bias = bug == FoldBug::BiasNotScaled ? b : b / d;
+  ob.prove("out[o]", source, m.linear(ob, m.scale(1 / d, w), x, bias));
+  return ob.build();
+}
+
+}  // namespace
+
+std::vector<RuleDeclaration> perChannelFolds() {
+  std::vector<RuleDeclaration> rules;
+  // Pattern of all three: <op>.Tensor(%y, c) (mul and add also c first) where %y is a single-use
+  // conv/linear without post-ops with a constant float32 weight, and c is a number or a float32
+  // constant whose only non-1 dim is the output-channel axis (right-aligned against the output).
+  rules.push_back({
+      .id = "per-channel-mul-fold",
+      .summary = "conv/linear * per-channel constant -> scaled weight and bias",
+      .math = "(conv(x,W,b)) * c[o] = conv(x, c[o]*W, c[o]*b)",
+      .phase = Phase::kFusion,
+      .anchors = {"aten::mul"},
+      .match = matchChannelFold(ChannelOp::kMul),
+      .rewrite = rewriteChannelFold(ChannelOp::kMul),
+      .obligation = u::bind(mulFold, FoldBug::None),
+      .mutants = {{"bias-not-scaled", "b' = b", u::bind(mulFold, FoldBug::BiasNotScaled)},
+                  {"wrong-channel-axis", "W scaled by c[i] (input channel)", u::bind(mulFold, FoldBug::WrongChannelAxis)}},
+      .usesDot = true,
+      .foldsConstants = true,
+  });
+  rules.push_back({
+      .id = "per-channel-div-fold",
+      .summary = "conv/linear / per-channel constant -> scaled weight and bias",
+      .math = "conv(x,W,b) / d[o] = conv(x, W/d[o], b/d[o])   (d[o] != 0 from the source)",
+      .phase = Phase::kFusion,
+      .anchors = {"aten::div"},
+      .match = matchChannelFold(ChannelOp::kDiv),
+      .rewrite = rewriteChannelFold(ChannelOp::kDiv),
+      .obligation = u::bind(divFold, FoldBug::None),
+      .mutants = {{"bias-not-divided", "b' = b", u::bind(divFold, FoldBug::BiasNotScaled)}},
+      .usesDot = true,
+      .foldsConstants = true,
+  });
+  rules.push_back({
+      .id = "per-channel-add-fold",
+      .summary = "conv/linear + per-channel constant -> shifted bias",
+      .math = "conv(x,W,b) + alpha*a[o] = conv(x, W, b + alpha*a[o]);  a[o] + conv(x,W,b) likewise (alpha = 1)",
+      .phase = Phase::kFusion,
+      .anchors = {"aten::add"},
+      .match = matchChannelFold(ChannelOp::kAdd),
+      .rewrite = rewriteChannelFold(ChannelOp::kAdd),
+      .obligation = u::bind(addFold, FoldBug::None),
+      .mutants = {{"wrong-channel-axis", "b' = b + alpha*a[i]", u::bind(addFold, FoldBug::WrongChannelAxis)},
+                  {"add-dropped", "b' = b", u::bind(addFold, FoldBug::Dropped)},
+                  {"alpha-ignored", "b' = b + a (add's alpha dropped)", u::bind(addFold, FoldBug::AlphaIgnored)},
+                  {"constant-first-alpha-unchecked", "a + alpha*y folded as a shift for any alpha",
+                   u::bind(addFold, FoldBug::SwappedAlphaIgnored)}},
+      .usesDot = true,
+      .foldsConstants = true,
+  });
+  return rules;
+}
+
+}  // namespace verifuse::rules::families

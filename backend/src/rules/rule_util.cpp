@@ -1,0 +1,122 @@
+// Helpers shared by the rule families (see rule_util.h).
+#include "rules/rule_util.h"
+
+#include "verifuse/passes/pipeline.h"
+
+namespace verifuse::rules::util {
+
+using ir::Arg;
+using ir::ConstantId;
+using ir::Graph;
+using ir::Node;
+
+const Node* singleUseFusedProducer(const Graph& g, const Arg& a) {
+  const Node* p = producerOf(g, a);
+  if (!p || !isFusedOp(*p)) return nullptr;
+  if (!hasSingleUse(g, valueOf(a))) return nullptr;
+  return p;
+}
+
+int64_t outChannels(const Graph& g, const Node& fused) {
+  const Arg& w = fused.args[1];
+  if (!w.isConstant()) return -1;
+  return g.constants()[static_cast<size_t>(w.i)].sizes.at(0);
+}
+
+std::vector<PostOpSpec> postOpsOf(const Node& n) {
+  auto parsed = parsePostOps(n.args[postOpsArgIndex(n)].s);
+  return parsed.isOk() ? *parsed : std::vector<PostOpSpec>{};
+}
+
+bool hasNoPostOps(const Node& n) { return n.args[postOpsArgIndex(n)].s.empty(); }
+
+int channelAxis(const Graph& g, const Node& fused, int* rank) {
+  const auto* shape = knownShape(g, fused.outputs[0]);
+  if (fused.op == kConvOp) {
+    int r = static_cast<int>(g.constants()[static_cast<size_t>(fused.args[1].i)].sizes.size());
+    if (shape && static_cast<int>(shape->size()) != r) return -1;  // unbatched conv: not folded
+    *rank = r;
+    return 1;
+  }
+  if (!shape) return -1;
+  *rank = static_cast<int>(shape->size());
+  return *rank - 1;
+}
+
+std::vector<double> toDoubles(const ir::ConstantTensor* c) {
+  std::vector<double> out;
+  if (!c || !c->data) return out;
+  const float* p = static_cast<const float*>(c->data);
+  out.assign(p, p + c->numel());
+  return out;
+}
+
+ConstantId argConstant(const Arg& a) { return a.isConstant() ? static_cast<ConstantId>(a.i) : -1; }
+
+Status replaceWithProducer(Graph& g, const Match& m) {
+  g.replaceAllUses(g.node(m.consumer).outputs[0], g.node(m.anchor).outputs[0]);
+  g.eraseNode(m.consumer);
+  return Status::ok();
+}
+
+FoldedConstants foldPerChannel(Graph& g, const Node& fused, const std::vector<double>& scale,
+                               const std::vector<double>& shiftFromBias, const std::vector<double>& biasScale,
+                               bool makeBias) {
+  // b'[o] = b[o] * biasScale[o] + shiftFromBias[o]
+  const ir::ConstantTensor& w = g.constants()[static_cast<size_t>(fused.args[1].i)];
+  const ir::ConstantTensor* b = fused.args[2].isConstant() ? &g.constants()[static_cast<size_t>(fused.args[2].i)] : nullptr;
+  const int64_t channels = w.sizes[0];
+  const int64_t perChannel = channels ? w.numel() / channels : 0;
+  const bool computable = w.hasData() && (b == nullptr || b->data) && !scale.empty();
+  FoldedConstants out;
+  std::vector<float> bv;
+  std::vector<double> bias = toDoubles(b);
+  std::function<std::shared_ptr<std::vector<float>>()> lazyWeight;
+  if (computable) {
+    // The weight is folded on demand (W'[o, i] = W[o, i] * scale[o], in double, stored as float):
+    // the source is kept alive by reference, never copied here.
+    std::shared_ptr<void> sourceOwner = w.owner;
+    const float* sourceData = static_cast<const float*>(w.data);
+    auto sourceLazy = w.materialize;
+    const int64_t numel = w.numel();
+    lazyWeight = [sourceOwner, sourceData, sourceLazy, scale, channels, perChannel, numel]() {
+      std::shared_ptr<std::vector<float>> tmp;
+      const float* src = sourceData;
+      if (!src && sourceLazy) {
+        tmp = sourceLazy();
+        src = tmp->data();
+      }
+      auto folded = std::make_shared<std::vector<float>>(static_cast<size_t>(numel));
+      for (int64_t o = 0; o < channels; ++o) {
+        for (int64_t i = 0; i < perChannel; ++i) {
+          size_t k = static_cast<size_t>(o * perChannel + i);
+          (*folded)[k] = static_cast<float>(static_cast<double>(src[k]) * scale[static_cast<size_t>(o)]);
+        }
+      }
+      return folded;
+    };
+    if (b || makeBias) {
+      bv.resize(static_cast<size_t>(channels));
+      for (int64_t o = 0; o < channels; ++o) {
+        double bo = bias.empty() ? 0.0 : bias[static_cast<size_t>(o)];
+        bv[static_cast<size_t>(o)] =
+            static_cast<float>(bo * biasScale[static_cast<size_t>(o)] + shiftFromBias[static_cast<size_t>(o)]);
+      }
+    }
+  }
+  // Copies: adding constants below invalidates references into the constant table.
+  auto foldedName = [](const std::string& name) {
+    return name.size() > 7 && name.compare(name.size() - 7, 7, "_folded") == 0 ? name : name + "_folded";
+  };
+  std::string wName = w.name;
+  std::vector<int64_t> wSizes = w.sizes;
+  std::string bName = b ? foldedName(b->name) : wName + "_bias_folded";
+  out.weight = passes::addHostConstant(g, foldedName(wName), wSizes, {});
+  g.mutableConstants()[static_cast<size_t>(out.weight)].materialize = std::move(lazyWeight);
+  if (b || makeBias) {
+    out.bias = passes::addHostConstant(g, bName, {channels}, std::move(bv));
+  }
+  return out;
+}
+
+}  // namespace verifuse::rules::util

@@ -1,0 +1,59 @@
+// Helpers shared by the rule families (internal header): queries on fused ops, the per-channel
+// weight fold, and small helpers for writing obligations.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "rules/graph_util.h"
+#include "verifuse/rules/rules.h"
+#include "verifuse/verify/catalog.h"
+
+namespace verifuse::rules::util {
+
+/// Records a why-not reason (if asked for) and returns false, for `return why(w, "..."), nullopt;`.
+inline bool why(std::string* whyNot, const std::string& reason) {
+  if (whyNot) *whyNot = reason;
+  return false;
+}
+
+/// The fused op producing \p a, if it is the only reader of that value.
+const ir::Node* singleUseFusedProducer(const ir::Graph& g, const ir::Arg& a);
+/// Output channels of a fused op (its weight's dim 0), or -1 when the weight is not a constant.
+int64_t outChannels(const ir::Graph& g, const ir::Node& fused);
+std::vector<PostOpSpec> postOpsOf(const ir::Node& n);
+bool hasNoPostOps(const ir::Node& n);
+/// Output rank and channel axis of a fused op (conv: axis 1; linear: the last axis), or -1.
+int channelAxis(const ir::Graph& g, const ir::Node& fused, int* rank);
+
+std::vector<double> toDoubles(const ir::ConstantTensor* c);
+ir::ConstantId argConstant(const ir::Arg& a);
+/// The consumer's uses now read the anchor's output; the consumer is erased.
+Status replaceWithProducer(ir::Graph& g, const Match& m);
+
+/// W'[o, ...] = W[o, ...] * scale[o] (folded on demand, in double, stored as float) and
+/// b'[o] = b[o] * biasScale[o] + shiftFromBias[o] (a bias is created when makeBias).
+struct FoldedConstants {
+  ir::ConstantId weight = -1, bias = -1;
+};
+FoldedConstants foldPerChannel(ir::Graph& g, const ir::Node& fused, const std::vector<double>& scale,
+                               const std::vector<double>& shiftFromBias, const std::vector<double>& biasScale,
+                               bool makeBias);
+
+// ---- writing obligations ---------------------------------------------------------------------------
+
+/// A factory that calls f(model, args...).
+template <typename F, typename... A>
+verify::ObligationFactory bind(F f, A... args) {
+  return [f, args...](const verify::sem::DotModel& m) { return f(m, args...); };
+}
+
+/// A factory for an obligation that does not use the dot model: f(args...).
+template <typename F, typename... A>
+verify::ObligationFactory bindNoModel(F f, A... args) {
+  return [f, args...](const verify::sem::DotModel&) { return f(args...); };
+}
+
+inline verify::Expr q(long long n, long long d) { return verify::Expr::rational(n, d); }
+
+}  // namespace verifuse::rules::util
