@@ -40,10 +40,13 @@ from . import dynamic_tracing as _dynamic_tracing  # noqa: E402  (dynamic=True: 
 _dynamic_tracing.install()
 
 
-def explain(model: Any, *example_inputs: Any, dynamic: "bool | None" = None, **options: Any) -> Report:
+def explain(model: Any, *example_inputs: Any, dynamic: "bool | None" = None, verbose: bool = False,
+            **options: Any) -> Report:
     """Compiles ``model`` with verifuse, runs it once on ``example_inputs`` under no_grad, and
     returns what happened: graphs, fusions, partitions, proofs, fallbacks, compile time, and with
-    ``dynamic=True`` the shape guards (Dynamo's, the plan's assumptions, the ones verifuse added)."""
+    ``dynamic=True`` the shape guards (Dynamo's, the plan's assumptions, the ones verifuse added).
+    ``verbose=True``: ``str(report)`` also lists the near misses (a rule's op matched, one of its
+    guards refused, and why)."""
     import torch
 
     from . import report as _report
@@ -55,4 +58,4 @@ def explain(model: Any, *example_inputs: Any, dynamic: "bool | None" = None, **o
         compiled(*example_inputs)
     elapsed = time.perf_counter() - start
     compile_seconds = sum(g.compile_seconds for g in graphs) if graphs else elapsed
-    return Report(list(graphs), compile_seconds)
+    return Report(list(graphs), compile_seconds, verbose=verbose)

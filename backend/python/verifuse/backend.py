@@ -45,6 +45,8 @@ def decomposition_table() -> dict:
         aten.hardsigmoid, aten.hardtanh, aten.elu, aten.clamp, aten.clamp_min, aten.clamp_max,
         aten.addmm, aten.mm, aten.bmm, aten.convolution, aten._softmax, aten.native_layer_norm,
         aten.mish, aten.avg_pool2d, aten.max_pool2d_with_indices, aten._adaptive_avg_pool2d,
+        # Attention stays one op: ATen's fused CPU kernel instead of bmm/softmax/mask passes.
+        aten.scaled_dot_product_attention, aten._scaled_dot_product_flash_attention_for_cpu,
     }
     return {op: fn for op, fn in core_aten_decompositions().items() if op.overloadpacket not in keep}
 

@@ -49,6 +49,12 @@ class GraphReport:
     reorders_before: int = 0       # conversions if every oneDNN node were its own partition
     timings_run: int = 0           # autotuner timings this compile ran (0 with a warm tuning DB)
     tuning_db: str = ""
+    # Rule id -> rewrites applied (every phase: canonicalization, no-ops, dead code, fusions).
+    rewrites: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Near misses: a rule's op matched but a guard refused, with the rule's reason ({rule, op,
+    # name, reason}); explain(..., verbose=True) prints them.
+    near_misses: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    near_misses_omitted: int = 0
     pipeline_seconds: float = 0.0  # rules, proofs and instance validation
     plan_seconds: float = 0.0      # executor plan: kernels created, weights prepacked
 
@@ -116,9 +122,10 @@ def reset_stats() -> None:
 class Report:
     """The explain() result for one model: one entry per graph Dynamo produced."""
 
-    def __init__(self, graphs: list[GraphReport], compile_seconds: float):
+    def __init__(self, graphs: list[GraphReport], compile_seconds: float, verbose: bool = False):
         self.graphs = graphs
         self.compile_seconds = compile_seconds
+        self.verbose = verbose  # str() also lists every rule's near misses
 
     @property
     def fallbacks(self) -> list[dict[str, str]]:
@@ -131,6 +138,7 @@ class Report:
             "reorders": sum(g.reorders for g in self.graphs),
             "fallbacks": self.fallbacks,
             "proofs": [dict(p, graph=g.graph_id) for g in self.graphs for p in g.proofs],
+            "near_misses": [dict(m, graph=g.graph_id) for g in self.graphs for m in g.near_misses],
             "compile_seconds": self.compile_seconds,
             "graphs": [
                 {"graph": g.graph_id, "engine": g.engine, "nodes": g.num_nodes, "constants": g.num_constants,
@@ -181,6 +189,13 @@ class Report:
             [[p["graph"], p["id"], _nodes_cell(p["nodes"]), p["engine"], p.get("layout", "-"),
               f"{p.get('input_conversions', 0)}/{p.get('output_conversions', 0)}", _candidates_cell(p),
               p.get("how", "-")] for p in data["partitions"]]))
+        if self.verbose:
+            misses = data["near_misses"]
+            omitted = sum(g.near_misses_omitted for g in self.graphs)
+            lines.append(f"  near misses (a rule's op matched, a guard refused): {len(misses)}"
+                         + (f" (+{omitted} not listed)" if omitted else ""))
+            for m in misses:
+                lines.append(f"    graph {m['graph']}: {m['rule']} at {m['op']} {m['name']}: {m['reason']}")
         lines.append(f"  fallbacks: {len(self.fallbacks)}")
         for f in self.fallbacks:
             lines.append(f"    graph {f['graph']}: {f['node']}: {f['reason']}")

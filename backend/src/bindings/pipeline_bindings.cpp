@@ -114,6 +114,18 @@ py::dict toDict(const driver::CompileReport& r, const runtime::CompiledGraph& pl
   d["rules_applied"] = r.rulesApplied;
   d["rules_refused"] = r.rulesRefused;
   d["pass_changes"] = r.passChanges;
+  d["rewrites"] = r.rewrites;
+  py::list misses;
+  for (const passes::NearMiss& n : r.nearMisses) {
+    py::dict x;
+    x["rule"] = n.rule;
+    x["op"] = n.op;
+    x["name"] = n.name;
+    x["reason"] = n.reason;
+    misses.append(x);
+  }
+  d["near_misses"] = misses;
+  d["near_misses_omitted"] = r.nearMissesOmitted;
   d["ops"] = r.ops;
   d["onednn_steps"] = r.stats.onednnSteps;
   d["graph_text"] = ir::printGraph(g);

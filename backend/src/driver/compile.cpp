@@ -34,11 +34,7 @@ class ProofMemo {
     options.maxK = 2;
     options.checkAxioms = false;
     options.prove.timeoutMs = 5000;
-    if (!cacheDir.empty()) {
-      auto& cache = caches_[cacheDir];
-      if (!cache) cache = std::make_unique<verify::ProofCache>(cacheDir + "/proofs");
-      options.prove.cache = cache.get();
-    }
+    options.prove.cache = cacheLocked(cacheDir);
     const uint64_t queriesBefore = verify::solverQueryCount();
     const auto start = Clock::now();
     verify::RuleResult r = verify::proveRule(rule.proof(), options);
@@ -57,7 +53,20 @@ class ProofMemo {
     return out;
   }
 
+  /// The proof cache of \p cacheDir (null without one), for a compile-wide write batch.
+  verify::ProofCache* cache(const std::string& cacheDir) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cacheLocked(cacheDir);
+  }
+
  private:
+  verify::ProofCache* cacheLocked(const std::string& cacheDir) {
+    if (cacheDir.empty()) return nullptr;
+    auto& cache = caches_[cacheDir];
+    if (!cache) cache = std::make_unique<verify::ProofCache>(cacheDir + "/proofs");
+    return cache.get();
+  }
+
   std::mutex mu_;
   std::map<std::string, passes::ProofOutcome> outcomes_;
   std::map<std::string, std::unique_ptr<verify::ProofCache>> caches_;
@@ -126,13 +135,17 @@ StatusOr<CompiledModel> compile(ir::Graph graph, const CompileRequest& request) 
   layerPolicy->weightBudget = request.layerCheckWeights < 0 ? INT64_MAX : request.layerCheckWeights;
   passes::PipelineOptions options = pipelineOptions(request, layerPolicy);
   if (request.plantedBug) {
-    VF_ASSIGN_OR_RETURN(rules::Rule planted, rules::plantedBugRule({rules::plantedBugProof()}));
+    VF_ASSIGN_OR_RETURN(rules::Rule planted, rules::plantedBugRule());
     options.extraRules.push_back(std::move(planted));
   }
 
-  // 1. Canonicalize and fuse under the proof gates.
+  // 1. Canonicalize and fuse under the proof gates (new verdicts written once, together).
   auto t0 = Clock::now();
-  VF_ASSIGN_OR_RETURN(passes::PipelineResult pipeline, passes::runPipeline(graph, options));
+  StatusOr<passes::PipelineResult> ran = [&] {
+    verify::ProofCache::Batch batch(proofMemo().cache(request.cacheDir));
+    return passes::runPipeline(graph, options);
+  }();
+  VF_ASSIGN_OR_RETURN(passes::PipelineResult pipeline, std::move(ran));
   report.pipelineSeconds = secondsSince(t0);
   report.fusions = std::move(pipeline.fusions);
   report.proofs = std::move(pipeline.proofs);
@@ -140,6 +153,9 @@ StatusOr<CompiledModel> compile(ir::Graph graph, const CompileRequest& request) 
   report.rulesApplied = pipeline.rulesApplied;
   report.rulesRefused = pipeline.rulesRefused;
   report.passChanges = std::move(pipeline.passChanges);
+  report.rewrites = std::move(pipeline.rewrites);
+  report.nearMisses = std::move(pipeline.nearMisses);
+  report.nearMissesOmitted = pipeline.nearMissesOmitted;
 
   // 2. Partition: union-find over nodes of one engine class, acyclic merges only.
   t0 = Clock::now();
@@ -162,6 +178,9 @@ StatusOr<CompiledModel> compile(ir::Graph graph, const CompileRequest& request) 
     spec.nodes = p.nodes;
     spec.engineClass = p.engineClass;
     spec.signature = partition::partitionSignature(graph, p);
+    if (p.nodes.size() > 1) {
+      for (ir::NodeId n : p.nodes) spec.memberSignatures.push_back(partition::nodeSignature(graph, n));
+    }
     plan.partitions.push_back(std::move(spec));
   }
 

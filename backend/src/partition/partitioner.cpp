@@ -411,6 +411,18 @@ std::string partitionSignature(const Graph& graph, const Partition& partition) {
   return out;
 }
 
+std::string nodeSignature(const Graph& graph, NodeId node) {
+  Partition p;
+  p.nodes = {node};
+  std::vector<ValueId> read;
+  for (const Arg& a : graph.node(node).args) a.collectValues(read);
+  for (ValueId v : read) {
+    if (std::find(p.inputs.begin(), p.inputs.end(), v) == p.inputs.end()) p.inputs.push_back(v);
+  }
+  p.outputs = graph.node(node).outputs;
+  return partitionSignature(graph, p);
+}
+
 StatusOr<std::vector<std::vector<int64_t>>> partitionInputShapes(const Graph& graph,
                                                                  const Partition& partition) {
   std::vector<std::vector<int64_t>> shapes;

@@ -4,6 +4,7 @@
 #include "verifuse/runtime/executor.h"
 
 #include "runtime/fused_ops.h"
+#include "verifuse/kernels/cpu_features.h"
 #include "verifuse/kernels/tuning_db.h"
 #include "verifuse/rules/rules.h"
 
@@ -339,12 +340,13 @@ const char* engineName(Engine engine) {
   switch (engine) {
     case Engine::kAten: return "aten";
     case Engine::kOnednn: return "onednn";
+    case Engine::kGemm: return "gemm";
   }
   return "?";
 }
 
 namespace {
-std::atomic<int64_t> gEngineRuns[2];  // indexed by Engine
+std::atomic<int64_t> gEngineRuns[3];  // indexed by Engine
 }  // namespace
 
 std::map<std::string, int64_t> engineRunCounts() {
@@ -354,7 +356,7 @@ std::map<std::string, int64_t> engineRunCounts() {
 }
 
 const std::vector<Engine>& allEngines() {
-  static const std::vector<Engine> engines = {Engine::kOnednn, Engine::kAten};
+  static const std::vector<Engine> engines = {Engine::kOnednn, Engine::kGemm, Engine::kAten};
   return engines;
 }
 
@@ -554,7 +556,7 @@ namespace {
 /// tuner's candidates); nullopt: each fused op's planned engine (or ATen when \p exact). ATen
 /// errors propagate as exceptions (c10::Error), the executor's own as a Status.
 Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vector<c10::IValue>& slots, bool exact,
-                std::optional<Engine> engine);
+                std::optional<Engine> engine, bool keepValues = false);
 
 }  // namespace
 
@@ -638,6 +640,22 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     const size_t p = static_cast<size_t>(part);
     return tuning && partitionStatic[p] && partitionMacs[p] <= options.tuneMaxMacs;
   };
+  // The engine a partition gets when it is not timed: tiny ones pay more for a kernel call and
+  // layout overhead than they gain (ATen); linears take the own GEMM where it runs and oneDNN has
+  // no AVX-512 kernels to beat it (measured: kernels/README.md); everything else oneDNN. A member
+  // that cannot run the partition's engine falls back to oneDNN, then ATen.
+  std::vector<Engine> heuristicEngine(specs.size(), Engine::kOnednn);
+  for (const Unit& u : units) {
+    if (u.partition < 0) continue;
+    const size_t p = static_cast<size_t>(u.partition);
+    bool allLinear = true;
+    for (size_t k : u.nodes) allLinear = allLinear && graph.nodes()[k].op == rules::kLinearOp;
+    if (partitionStatic[p] && partitionMacs[p] < 4096.0 * static_cast<double>(u.nodes.size())) {
+      heuristicEngine[p] = Engine::kAten;
+    } else if (allLinear && options.ownGemm && !options.bf16 && !kernels::cpu::hasAvx512()) {
+      heuristicEngine[p] = Engine::kGemm;
+    }
+  }
 
   // Folded constants (host buffers) read by exactly one fused op: the op takes the only reference,
   // so once its kernel holds the prepacked copy the folded one is freed (peak memory).
@@ -760,11 +778,10 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       if (!fused.isOk()) return fused.status().withContext(n.op);
       std::unique_ptr<FusedOp> op = std::move(fused).value();
       if (part >= 0 && !willTime(part)) {
-        // The heuristic decides now: tiny partitions pay more for oneDNN's call and layout overhead
-        // than they gain; anything else runs on oneDNN when it can.
-        const bool tiny = partitionStatic[static_cast<size_t>(part)] &&
-                          partitionMacs[static_cast<size_t>(part)] < 4096.0 * static_cast<double>(units[static_cast<size_t>(unitOfNode[k])].nodes.size());
-        if (tiny || !op->canRun(Engine::kOnednn)) op->setEngine(Engine::kAten);
+        // The heuristic decides now (see heuristicEngine).
+        Engine e = heuristicEngine[static_cast<size_t>(part)];
+        if (!op->canRun(e)) e = op->canRun(Engine::kOnednn) ? Engine::kOnednn : Engine::kAten;
+        op->setEngine(e);
         if (options.releaseWeights) op->releaseWeights();
         // Only the references dropped here really free memory: a kernel that reads its weights in
         // place (borrowed linear weights) keeps the op's reference alive.
@@ -874,34 +891,98 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         for (ValueId out : impl->steps[st].outputs) produced.insert(out);
       }
       const double penaltyMs = testOnednnTuningPenaltyMs();
-      auto runBlock = [&](Engine e) -> Status {
-        std::vector<c10::IValue> scratch = slots;
+      // Runs steps [from, to) on engine e from the random inputs (or, for one member, from the
+      // values a whole-partition run left in `values`).
+      std::vector<c10::IValue> values;
+      auto runRange = [&](size_t from, size_t to, Engine e, const std::vector<c10::IValue>& start,
+                          std::vector<c10::IValue>* keep) -> Status {
+        std::vector<c10::IValue> scratch = start;
         try {
-          VF_RETURN_IF_ERROR(runSteps(*impl, begin, end, scratch, false, e));
+          VF_RETURN_IF_ERROR(runSteps(*impl, from, to, scratch, false, e, /*keepValues=*/keep != nullptr));
         } catch (const std::exception& ex) {
           return unimplemented(std::string("partition failed on ") + engineName(e) + ": " + ex.what());
         }
         if (e == Engine::kOnednn && penaltyMs > 0) {
-          std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(penaltyMs * static_cast<double>(members.size())));
+          size_t fusedRuns = 0;
+          for (size_t st = from; st < to; ++st) fusedRuns += impl->steps[st].fused ? 1 : 0;
+          std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(penaltyMs * static_cast<double>(fusedRuns)));
         }
+        if (keep) *keep = std::move(scratch);
         return Status::ok();
       };
-      auto key = kernels::TuningKey::forThisMachine(spec.signature.empty() ? std::string("partition") : spec.signature,
-                                                    inputShapes, options.bf16 ? "bf16" : "f32", at::get_num_threads());
-      auto decision = kernels::tuneOrLookup(*options.tuningDb, key, [&] { return runBlock(Engine::kOnednn); },
-                                            [&] { return runBlock(Engine::kAten); }, 1, options.tuneRepeats);
-      Engine chosen = Engine::kOnednn;
-      if (decision.isOk()) {
-        chosen = decision->engine == kernels::Engine::kOneDnn ? Engine::kOnednn : Engine::kAten;
-        if (decision->onednnMs >= 0) d.candidateMs["onednn"] = decision->onednnMs;
-        if (decision->atenMs >= 0) d.candidateMs["aten"] = decision->atenMs;
-        d.how = kernels::timingCallCount() > timingsBefore + impl->timingsRun ? "tuned" : "tuning-db";
-      } else {
+      auto tune = [&](const std::string& signature, const std::vector<std::vector<int64_t>>& shapes,
+                      const std::vector<Engine>& engines, size_t from, size_t to,
+                      const std::vector<c10::IValue>& start) -> StatusOr<kernels::TuningDecision> {
+        std::vector<kernels::Candidate> cands;
+        for (Engine e : engines) {
+          cands.push_back({engineName(e), [&, e, from, to] { return runRange(from, to, e, start, nullptr); }});
+        }
+        auto key = kernels::TuningKey::forThisMachine(signature, shapes, options.bf16 ? "bf16" : "f32",
+                                                      at::get_num_threads());
+        return kernels::tuneOrLookup(*options.tuningDb, key, cands, 1, options.tuneRepeats);
+      };
+      auto parseEngine = [](const std::string& name) {
+        for (Engine e : allEngines()) {
+          if (name == engineName(e)) return e;
+        }
+        return Engine::kAten;
+      };
+      const int64_t timingsAtStart = kernels::timingCallCount();
+      auto decision = tune(spec.signature.empty() ? std::string("partition") : spec.signature, inputShapes, candidates,
+                           begin, end, slots);
+      Engine chosen = heuristicEngine[static_cast<size_t>(unit.partition)];
+      if (!decision.isOk()) {
         d.how = "heuristic: tuning failed (" + decision.status().toString() + ")";
+        if (std::find(candidates.begin(), candidates.end(), chosen) == candidates.end()) chosen = candidates.front();
+      } else {
+        chosen = parseEngine(decision->chosen);
+        for (const auto& [name, ms] : decision->medianMs) {
+          if (ms >= 0) d.candidateMs[name] = ms;
+        }
+        d.how = kernels::timingCallCount() > timingsAtStart ? "tuned" : "tuning-db";
+        // Split when a mix pays: each member alone on each engine it can run (from the values a
+        // whole-partition run produced), its best summed over the members.
+        if (members.size() > 1 && spec.memberSignatures.size() == members.size()) {
+          (void)runRange(begin, end, chosen, slots, &values);
+          double mixMs = 0;
+          std::vector<Engine> best(members.size(), chosen);
+          bool complete = !values.empty();
+          for (size_t j = 0; j < members.size() && complete; ++j) {
+            const size_t st = stepOf[unit.nodes[j]];
+            std::vector<std::vector<int64_t>> shapes;
+            std::vector<Engine> engines;
+            for (const ArgSlot& a : impl->steps[st].args) {
+              if (a.kind == ArgSlot::Kind::Value) shapes.push_back(graph.value(a.value).shape);
+            }
+            for (Engine e : allEngines()) {
+              if (members[j]->canRun(e)) engines.push_back(e);
+            }
+            auto mine = tune(spec.memberSignatures[j], shapes, engines, st, st + 1, values);
+            if (!mine.isOk()) {
+              complete = false;
+              break;
+            }
+            best[j] = parseEngine(mine->chosen);
+            mixMs += mine->msOf(mine->chosen);
+            for (const auto& [name, ms] : mine->medianMs) {
+              if (ms >= 0) impl->nodeTimings[unit.nodes[j]][name] = ms;
+            }
+          }
+          const double wholeMs = decision->msOf(decision->chosen);
+          bool mixed = false;
+          for (Engine e : best) mixed = mixed || e != best.front();
+          if (complete && mixed && wholeMs > 0 && mixMs < wholeMs * (1.0 - options.splitMargin)) {
+            d.split = true;
+            d.splitMs = mixMs;
+            for (size_t j = 0; j < members.size(); ++j) members[j]->setEngine(best[j]);
+          }
+        }
       }
       impl->timingsRun = kernels::timingCallCount() - timingsBefore;
-      for (FusedOp* op : members) op->setEngine(chosen);
-      d.engine = engineName(chosen);
+      if (!d.split) {
+        for (FusedOp* op : members) op->setEngine(chosen);
+      }
+      d.engine = d.split ? "split" : engineName(chosen);
       if (options.releaseWeights) {
         for (FusedOp* op : members) op->releaseWeights();
       }
@@ -938,7 +1019,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
 namespace {
 
 Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vector<c10::IValue>& slots, bool exact,
-                std::optional<Engine> engine) {
+                std::optional<Engine> engine, bool keepValues) {
   std::vector<at::Tensor> fusedInputs;
   std::vector<c10::IValue> stack;
   for (size_t s = begin; s < end; ++s) {
@@ -968,7 +1049,7 @@ Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vec
         fusedInputs.push_back(v.toTensor());
       }
       stack.clear();
-      if (step.donatedResidual != ir::kNoValue) slots[static_cast<size_t>(step.donatedResidual)] = c10::IValue();
+      if (step.donatedResidual != ir::kNoValue && !keepValues) slots[static_cast<size_t>(step.donatedResidual)] = c10::IValue();
       const Engine ran = engine ? *engine : (exact ? Engine::kAten : step.fused->engine());
       gEngineRuns[static_cast<size_t>(ran)].fetch_add(1, std::memory_order_relaxed);
       slots[static_cast<size_t>(step.outputs[0])] = step.fused->runOn(ran, fusedInputs);
@@ -991,7 +1072,9 @@ Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vec
         }
       }
     }
-    for (ValueId v : step.freeAfter) slots[static_cast<size_t>(v)] = c10::IValue();
+    if (!keepValues) {
+      for (ValueId v : step.freeAfter) slots[static_cast<size_t>(v)] = c10::IValue();
+    }
   }
   return Status::ok();
 }

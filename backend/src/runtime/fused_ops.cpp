@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "verifuse/kernels/gemm.h"
 #include "verifuse/kernels/kernel.h"
 #include "verifuse/kernels/ops.h"
 #include "verifuse/rules/rules.h"
@@ -128,6 +129,11 @@ class KernelCache {
   std::string implInfo() const {
     std::lock_guard<std::mutex> lock(mu_);
     return implInfo_;
+  }
+  /// Drops every kernel (and the prepacked weights they hold): another engine won.
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.clear();
   }
 
  private:
@@ -295,6 +301,49 @@ class FusedLinear final : public FusedBase {
     });
   }
 
+  bool canRun(Engine e) const override {
+    if (e == Engine::kGemm) return gemmOk_;
+    return FusedBase::canRun(e);
+  }
+
+  void setEngine(Engine e) override {
+    FusedBase::setEngine(e);
+    if (e == Engine::kGemm) (void)packed();
+  }
+
+  void releaseWeights() override {
+    if (!staticShape_) return;
+    if (engine_ == Engine::kGemm) {
+      // The packed copy is all the GEMM reads (and the bias, kept by gemmBias_): the folded
+      // float32 weights and oneDNN's kernels (prepacked copies unless borrowed) can go.
+      std::lock_guard<std::mutex> lock(weightMu_);
+      weight_ = at::Tensor();
+      bias_ = at::Tensor();
+      atenWeight_ = at::Tensor();
+      atenBias_ = at::Tensor();
+      released_ = true;
+      cache_.clear();
+      return;
+    }
+    packed_.reset();  // packed only while the tuner timed it
+    FusedBase::releaseWeights();
+  }
+
+  /// The weights packed for the own GEMM, made on first use (the tuner's first timing, or the
+  /// engine choice): a partition that never picks the GEMM never holds the copy.
+  const kernels::gemm::PackedWeights* packed() const {
+    std::lock_guard<std::mutex> lock(gemmMu_);
+    if (!packed_) {
+      auto [w, b] = weights();
+      if (!w.defined()) return nullptr;
+      auto p = kernels::gemm::packWeights(w.data_ptr<float>(), w.size(1), w.size(0), kernels::gemm::WeightOrder::kNK);
+      if (!p.isOk()) return nullptr;
+      packed_ = std::move(p).value();
+      gemmBias_ = b;
+    }
+    return packed_.get();
+  }
+
   at::Tensor runAten(const std::vector<at::Tensor>& in) const {
     requireWeights();
     at::Tensor y = at::linear(in[0], atenWeight_, atenBias_.defined() ? std::optional<at::Tensor>(atenBias_) : std::nullopt);
@@ -307,24 +356,39 @@ class FusedLinear final : public FusedBase {
 
   at::Tensor runOn(Engine engine, const std::vector<at::Tensor>& in) const override {
     const at::Tensor& x = in.at(0);
-    if (engine != Engine::kOnednn || x.scalar_type() != at::kFloat || x.dim() < 1 || !x.device().is_cpu() ||
+    if (engine == Engine::kAten || x.scalar_type() != at::kFloat || x.dim() < 1 || !x.device().is_cpu() ||
         x.layout() != at::kStrided || x.numel() == 0 || x.size(-1) != outFeaturesIn_) {
       return runAten(in);
     }
     at::Tensor xc = x.contiguous();
     const int64_t m = xc.numel() / outFeaturesIn_;
-    auto kernel = kernelFor(m);
-    if (!kernel.isOk()) return runAten(in);
     at::DimVector outSizes(x.sizes());  // on the stack: no per-call heap allocation
     outSizes.back() = outFeatures_;
     at::Tensor out = outputBuffer(in, outSizes, c10::contiguous_strides(outSizes), x.options());
     if (!out.defined()) return runAten(in);
+    if (engine == Engine::kGemm) {
+      const kernels::gemm::PackedWeights* b = packed();
+      if (b == nullptr) return runAten(in);
+      // outputBuffer already holds the residual for a sum post-op: accumulate in place.
+      const float* residual = hasSum_ ? out.data_ptr<float>() : nullptr;
+      Status s = kernels::gemm::run(xc.data_ptr<float>(), m, outFeaturesIn_, *b, out.data_ptr<float>(), outFeatures_,
+                                    gemmEpilogue_, residual, hasSum_ ? outFeatures_ : 0);
+      TORCH_CHECK(s.isOk(), "verifuse: GEMM failed: ", s.toString());
+      return out;
+    }
+    auto kernel = kernelFor(m);
+    if (!kernel.isOk()) return runAten(in);
     Status s = (*kernel)->kernel->execute({static_cast<const void*>(xc.data_ptr())}, out.data_ptr());
     TORCH_CHECK(s.isOk(), "verifuse: oneDNN inner product failed: ", s.toString());
     return out;
   }
 
   int64_t outFeatures_ = 0, outFeaturesIn_ = 0;
+  bool gemmOk_ = false;                  // the own GEMM can run this op (AVX2, f32, post-ops)
+  kernels::gemm::Epilogue gemmEpilogue_;  // bias pointer set once packed() kept the bias alive
+  mutable std::mutex gemmMu_;
+  mutable std::shared_ptr<const kernels::gemm::PackedWeights> packed_;
+  mutable at::Tensor gemmBias_;
 };
 
 at::Tensor constantArg(const ir::Arg& a, const std::vector<at::Tensor>& constants) {
@@ -387,12 +451,26 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     op->outFeatures_ = w.size(0);
     op->outFeaturesIn_ = w.size(1);
     op->onednnOk_ = options.useOnednn;
-    if (options.useOnednn && inputShape && !inputShape->empty()) {
-      op->staticShape_ = true;
+    // The own GEMM (AVX2, float32 compute) with the post-ops as its epilogue.
+    op->gemmOk_ = options.useOnednn && options.ownGemm && kernels::gemm::available() &&
+                  op->compute_ == kernels::ComputeType::kF32;
+    for (const PostOpSpec& spec : postOps) {
+      auto kop = toKernelPostOp(spec);
+      if (!kop.isOk() || !kernels::gemm::supportsPostOp(*kop)) {
+        op->gemmOk_ = false;
+        break;
+      }
+      op->gemmEpilogue_.postOps.push_back(*kop);
+    }
+    if (op->bias_.defined()) op->gemmEpilogue_.bias = op->bias_.data_ptr<float>();
+    if (inputShape && !inputShape->empty()) {
       int64_t m = 1;
       for (size_t d = 0; d + 1 < inputShape->size(); ++d) m *= (*inputShape)[d];
-      op->onednnOk_ = op->kernelFor(m).isOk();
       op->macs_ = static_cast<double>(m) * static_cast<double>(w.numel());
+      if (options.useOnednn) {
+        op->staticShape_ = true;
+        op->onednnOk_ = op->kernelFor(m).isOk();
+      }
     }
     result = std::move(op);
   } else {

@@ -60,6 +60,9 @@ struct CompileReport {
   std::vector<passes::ProofOutcome> proofs;
   int rulesMatched = 0, rulesApplied = 0, rulesRefused = 0;
   std::map<std::string, int> passChanges;
+  std::map<std::string, int> rewrites;                 ///< rule id -> applications, every phase
+  std::vector<passes::NearMiss> nearMisses;           ///< a rule's op matched, a guard refused
+  int nearMissesOmitted = 0;
   std::vector<runtime::PartitionDecision> partitions;  ///< execution order
   std::vector<NodeReport> nodes;
   int reorders = 0;         ///< layout conversions per run at partition edges

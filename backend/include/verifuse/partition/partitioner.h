@@ -100,6 +100,10 @@ StatusOr<int32_t> conversionsWithoutPartitioning(const ir::Graph& graph,
 /// in any graph and after renumbering. A tuning-database key component.
 std::string partitionSignature(const ir::Graph& graph, const Partition& partition);
 
+/// partitionSignature of the one-node partition holding only \p node: the tuning key of a member
+/// timed on its own (the planner's split decision).
+std::string nodeSignature(const ir::Graph& graph, ir::NodeId node);
+
 /// Static shapes of \p partition's Tensor inputs, in input order: the shape half of a tuning-DB
 /// key. Errors: kUnsupported when an input's shape is unknown or symbolic (-1), since a
 /// decision timed on one size must not be reused for another; callers then use their heuristic.

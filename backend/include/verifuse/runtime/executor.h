@@ -26,8 +26,9 @@ struct FrozenInput {
 enum class Engine : uint8_t {
   kAten,    ///< the ATen composition of each op, through the dispatcher
   kOnednn,  ///< oneDNN primitives with post-ops, weights prepacked
+  kGemm,    ///< verifuse's own GEMM (linears; AVX2), weights packed once, post-ops as its epilogue
 };
-/// "aten", "onednn".
+/// "aten", "onednn", "gemm".
 const char* engineName(Engine engine);
 /// Every engine, in a fixed order (tuning candidates are tried in this order).
 const std::vector<Engine>& allEngines();
@@ -43,13 +44,16 @@ struct PartitionSpec {
   std::vector<ir::NodeId> nodes;  ///< in graph order; ids of the graph given to compileGraph
   int engineClass = 0;            ///< partition::PartitionOptions::engineClass of its nodes
   std::string signature;          ///< partition::partitionSignature (the tuning key's structure half)
+  /// The signature of each member alone (a one-node partition), in nodes' order: the tuning keys
+  /// of the per-member timings that decide a split. Empty: never split.
+  std::vector<std::string> memberSignatures;
 };
 
 /// What the planner decided for one partition, with the evidence (explain() shows it).
 struct PartitionDecision {
   int32_t id = 0;
   std::vector<ir::NodeId> nodes;
-  std::string engine;                       ///< engineName of the chosen engine
+  std::string engine;                       ///< engineName of the chosen engine, or "split"
   /// Median ms of one run of the whole partition on each candidate engine that was timed (now, or
   /// earlier when read from the tuning database); empty when nothing was timed.
   std::map<std::string, double> candidateMs;
@@ -80,6 +84,8 @@ struct ExecutorStats {
 struct CompileOptions {
   bool useOnednn = true;  ///< false: the ATen composition of every fused op (autotuning baseline)
   bool bf16 = false;      ///< convolution and matmul in bfloat16 with float32 accumulation
+  /// Linears may run on verifuse's own GEMM (kernels/gemm.h) where this CPU can run it.
+  bool ownGemm = true;
   /// The partitions to plan (driver::compile forms them). Nodes outside every partition run alone
   /// on ATen; a fused node outside every partition is planned as a partition of its own.
   std::vector<PartitionSpec> partitions;
