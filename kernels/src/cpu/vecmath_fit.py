@@ -54,7 +54,7 @@ def fit_erf_small(deg=7, t=0.921875):
     return c
 
 
-def fit_erfcx(deg=11, lo=0.5, hi=10.1):
+def fit_erfcx(deg=12, lo=0.0, hi=10.1):
     # (1 + 2a) erfcx(a) = (1 + 2a) exp(a^2) erfc(a) as a polynomial in q = (a - 2) / (a + 2): it
     # stays within [1.128, 1.28] on the whole range, so the float Horner sum does not cancel (a fit
     # of erfcx itself does, by ~5x near a = 10).
