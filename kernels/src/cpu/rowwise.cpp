@@ -347,7 +347,7 @@ int64_t roundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 size_t elemSize(ElemType t) { return t == ElemType::kF32 ? 4 : (t == ElemType::kBF16 ? 2 : 1); }
 
 enum class Kind : uint8_t { kUniform, kRow, kVec };
-enum class NodeType : uint8_t { kLoad, kConst, kUnary, kBinary, kWhere, kReduce, kRotate, kStore, kBroadcast };
+enum class NodeType : uint8_t { kLoad, kConst, kUnary, kBinary, kWhere, kReduce, kRotate, kStore, kBroadcast, kDead };
 
 struct Node {
   NodeType type = NodeType::kConst;
@@ -360,6 +360,7 @@ struct Node {
   // plan
   int step = -1, pos = -1, lastUse = -1;
   bool rowResident = false;
+  bool view = false;  // kLoad read in place from the input (f32 dense rows): no slot, no copy
   int slot = -1;
 };
 
@@ -372,6 +373,8 @@ struct Step {
 struct Binding {
   ElemType type = ElemType::kF32;
   bool rowScalar = false;       // inputs: one value per row (last dim broadcast)
+  bool linearRows = false;      // row r starts at r * rowStride bytes (every tile's rows equally spaced)
+  int64_t rowStride = 0;        // bytes, when linearRows
   std::vector<int64_t> outer;   // bytes, per collapsed outer dim
   std::vector<int64_t> effStrides;  // elements, per output dim (0 = broadcast), for layout equality
   int64_t lo = 0, hi = 0;       // byte extent relative to the data pointer, [lo, hi)
@@ -533,6 +536,10 @@ Status RowKernelImpl::bind(const std::vector<TensorDesc>& inputs, const std::vec
     Binding& b = t < out_.size() ? out_[t] : in_[t - out_.size()];
     const int64_t es = static_cast<int64_t>(elemSize(b.type));
     for (int64_t s : strides[t]) b.outer.push_back(s * es);
+    b.linearRows = true;
+    for (size_t d = 0; d + 1 < b.outer.size(); ++d)
+      b.linearRows = b.linearRows && b.outer[d] == b.outer[d + 1] * sizes[d + 1];
+    b.rowStride = b.outer.empty() ? 0 : b.outer.back();
   }
   return Status::ok();
 }
@@ -601,10 +608,41 @@ Status RowKernelImpl::buildNodes(const RowProgram& program) {
     nodes_.push_back(n);
     map[i] = static_cast<int>(nodes_.size()) - 1;
   }
+  // Fuse sum/mean(mul(a, b)) into one pass when the product has no other use (bit-identical: the
+  // product is still rounded before it is added).
+  std::vector<int> uses(nodes_.size(), 0);
+  for (const Node& n : nodes_)
+    for (int o : {n.a, n.b, n.c})
+      if (o >= 0) ++uses[static_cast<size_t>(o)];
+  for (Node& n : nodes_) {
+    if (n.type != NodeType::kReduce || (n.op != RowOp::kSum && n.op != RowOp::kMean)) continue;
+    Node& m = nodes_[static_cast<size_t>(n.a)];
+    if (m.type == NodeType::kBinary && m.op == RowOp::kMul && uses[static_cast<size_t>(n.a)] == 1 &&
+        kindOf(m.a) == Kind::kVec && kindOf(m.b) == Kind::kVec) {
+      n.a = m.a;
+      n.b = m.b;
+      m.type = NodeType::kDead;
+    }
+  }
   return Status::ok();
 }
 
 void RowKernelImpl::plan() {
+  // Tile geometry: one row chunked along C, or several short rows.
+  if (colsPad_ > kChunk / 2) {
+    tileRows_ = 1;
+    chunk_ = std::min(kChunk, colsPad_);
+  } else {
+    tileRows_ = std::max<int64_t>(1, std::min(rows_, kChunk / colsPad_));
+    chunk_ = colsPad_;
+  }
+  // f32 dense rows are read in place when a tile's rows are equally spaced in that input.
+  for (Node& n : nodes_)
+    if (n.type == NodeType::kLoad && n.kind == Kind::kVec) {
+      const Binding& b = in_[static_cast<size_t>(n.index)];
+      n.view = b.type == ElemType::kF32 && (tileRows_ == 1 || b.linearRows) && b.rowStride % 4 == 0;
+    }
+
   // Steps, in program order, per-row scalar work hoisted in front of the open chunked group.
   int open = -1;  // index of the open chunked step; its tile "pre" step is open - 1
   auto tileStep = [&]() -> Step& {
@@ -614,7 +652,7 @@ void RowKernelImpl::plan() {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
     const int id = static_cast<int>(i);
-    if (n.type == NodeType::kConst) continue;  // uniform: no code
+    if (n.type == NodeType::kConst || n.type == NodeType::kDead || n.view) continue;  // no code
     const bool chunked = n.type == NodeType::kStore ||
                          (n.kind == Kind::kVec && n.type != NodeType::kRotate);
     if (chunked) {
@@ -654,9 +692,11 @@ void RowKernelImpl::plan() {
       for (int opnd : {u.a, u.b, u.c}) {
         if (opnd < 0) continue;
         Node& v = nodes_[static_cast<size_t>(opnd)];
-        if (v.kind == Kind::kUniform) continue;
+        if (v.kind == Kind::kUniform || v.view) continue;
         const bool sameStep = v.step == u.step;
-        // Read in every chunk of a group it was not defined in: live to the group's end.
+        // Read in every chunk of a group it was not defined in: kept live to the group's end.
+        // NOTE: conservative. A slot reused inside the group is written chunk by chunk behind
+        // the reads at the same columns, so u.pos would do; the group end costs at most a slot.
         const int usePos = (st.chunked && !sameStep) ? stepEnd[static_cast<size_t>(u.step)] : u.pos;
         v.lastUse = std::max(v.lastUse, usePos);
         if (v.kind == Kind::kVec && (!sameStep || u.type == NodeType::kReduce || u.type == NodeType::kRotate))
@@ -693,14 +733,6 @@ void RowKernelImpl::plan() {
   numChunkLoc_ = count[1];
   numScalar_ = count[2];
 
-  // Tile geometry and scratch layout.
-  if (colsPad_ > kChunk / 2) {
-    tileRows_ = 1;
-    chunk_ = std::min(kChunk, colsPad_);
-  } else {
-    tileRows_ = std::max<int64_t>(1, std::min(rows_, kChunk / colsPad_));
-    chunk_ = colsPad_;
-  }
   numChunks_ = (colsPad_ + chunk_ - 1) / chunk_;
   tiles_ = rows_ == 0 ? 0 : (rows_ + tileRows_ - 1) / tileRows_;
   auto align = [](size_t v) { return (v + 63) / 64 * 64; };
@@ -729,13 +761,21 @@ Status RowKernelImpl::init(const RowProgram& program, const std::vector<TensorDe
   VF_RETURN_IF_ERROR(buildNodes(program));
   plan();
 
-  // In-place outputs: allowed for an input of the same type and layout whose every load comes
-  // before the output's store in the executed order.
+  // In-place outputs: allowed for an input of the same type and layout whose every read comes
+  // before the output's store in the executed order (a copied load reads at its position, an
+  // in-place view wherever its users run).
   aliasOk_.assign(out_.size(), std::vector<bool>(in_.size(), false));
   std::vector<int> lastLoad(in_.size(), -1), store(out_.size(), -1);
   for (const Node& n : nodes_) {
-    if (n.type == NodeType::kLoad) lastLoad[static_cast<size_t>(n.index)] = std::max(lastLoad[static_cast<size_t>(n.index)], n.pos);
+    if (n.type == NodeType::kLoad && !n.view)
+      lastLoad[static_cast<size_t>(n.index)] = std::max(lastLoad[static_cast<size_t>(n.index)], n.pos);
     if (n.type == NodeType::kStore) store[static_cast<size_t>(n.index)] = n.pos;
+    if (n.pos < 0) continue;
+    for (int o : {n.a, n.b, n.c}) {
+      if (o < 0) continue;
+      const Node& v = nodes_[static_cast<size_t>(o)];
+      if (v.view) lastLoad[static_cast<size_t>(v.index)] = std::max(lastLoad[static_cast<size_t>(v.index)], n.pos);
+    }
   }
   for (size_t k = 0; k < out_.size(); ++k)
     for (size_t j = 0; j < in_.size(); ++j)
@@ -804,6 +844,10 @@ void RowKernelImpl::runTile(int64_t tile, char* s, const void* const* in, void* 
       offs[t * static_cast<size_t>(tileRows_) + static_cast<size_t>(i)] = o;
     }
   }
+  auto inRowF = [&](int j, int64_t i) {
+    return reinterpret_cast<const float*>(static_cast<const char*>(in[j]) +
+                                          offs[(out_.size() + static_cast<size_t>(j)) * static_cast<size_t>(tileRows_) + static_cast<size_t>(i)]);
+  };
   auto inRow = [&](int j, int64_t i) {
     return static_cast<const char*>(in[j]) + offs[(out_.size() + static_cast<size_t>(j)) * static_cast<size_t>(tileRows_) + static_cast<size_t>(i)];
   };
@@ -824,8 +868,14 @@ void RowKernelImpl::runTile(int64_t tile, char* s, const void* const* in, void* 
     const Node& v = nodes_[static_cast<size_t>(id)];
     if (v.kind == Kind::kUniform) return {&v.uniform, 0, true};
     if (v.kind == Kind::kRow) return {rowSlot(s, v), 1, true};
+    if (v.view) return {inRowF(v.index, 0) + c0, in_[static_cast<size_t>(v.index)].rowStride / 4, false, cols_ - c0};
     if (v.rowResident) return {vecBase(s, v) + c0, colsPad_, false};
     return {vecBase(s, v), chunk_, false};
+  };
+  // Row i of a whole-row vector operand (row-resident slot or in-place view).
+  auto rowOf = [&](int id, int64_t i) -> const float* {
+    const Node& v = nodes_[static_cast<size_t>(id)];
+    return v.view ? inRowF(v.index, i) : vecBase(s, v) + i * colsPad_;
   };
   auto vecDst = [&](const Node& n, int64_t c0, int64_t& ld) {
     ld = n.rowResident ? colsPad_ : chunk_;
@@ -843,27 +893,25 @@ void RowKernelImpl::runTile(int64_t tile, char* s, const void* const* in, void* 
             for (int64_t i = nb; i < nbPad; ++i) d[i] = 0.0f;
             break;
           }
-          case NodeType::kUnary: {
-            Src a = scalarSrc(n.a);
-            K.unary(n.op, n.f0, n.f1, rowSlot(s, n), 0, a.p, 0, 1, nbPad);
-            break;
-          }
+          case NodeType::kUnary: K.unary(n.op, n.f0, n.f1, rowSlot(s, n), 0, scalarSrc(n.a), 1, nbPad); break;
           case NodeType::kBinary: K.binary(n.op, rowSlot(s, n), 0, scalarSrc(n.a), scalarSrc(n.b), 1, nbPad); break;
           case NodeType::kWhere:
             K.where(rowSlot(s, n), 0, scalarSrc(n.a), scalarSrc(n.b), scalarSrc(n.c), 1, nbPad);
             break;
           case NodeType::kReduce: {
             float* d = rowSlot(s, n);
-            const float* a = vecBase(s, nodes_[static_cast<size_t>(n.a)]);
-            for (int64_t i = 0; i < nb; ++i) d[i] = K.reduce(n.op, a + i * colsPad_, cols_);
+            if (n.b >= 0) {
+              for (int64_t i = 0; i < nb; ++i) d[i] = K.reduceProduct(n.op, rowOf(n.a, i), rowOf(n.b, i), cols_);
+            } else {
+              for (int64_t i = 0; i < nb; ++i) d[i] = K.reduce(n.op, rowOf(n.a, i), cols_);
+            }
             for (int64_t i = nb; i < nbPad; ++i) d[i] = 0.0f;
             break;
           }
           case NodeType::kRotate: {
             float* d = vecBase(s, n);
-            const float* a = vecBase(s, nodes_[static_cast<size_t>(n.a)]);
             for (int64_t i = 0; i < nb; ++i) {
-              K.rotateHalf(d + i * colsPad_, a + i * colsPad_, cols_);
+              K.rotateHalf(d + i * colsPad_, rowOf(n.a, i), cols_);
               for (int64_t c = cols_; c < colsPad_; ++c) d[i * colsPad_ + c] = 0.0f;
             }
             break;
@@ -898,8 +946,7 @@ void RowKernelImpl::runTile(int64_t tile, char* s, const void* const* in, void* 
           }
           case NodeType::kUnary: {
             float* d = vecDst(n, c0, ld);
-            Src a = vecSrc(n.a, c0);
-            K.unary(n.op, n.f0, n.f1, d, ld, a.p, a.ld, nb, w);
+            K.unary(n.op, n.f0, n.f1, d, ld, vecSrc(n.a, c0), nb, w);
             break;
           }
           case NodeType::kBinary: {

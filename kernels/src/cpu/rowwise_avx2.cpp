@@ -2,6 +2,7 @@
 // (the op is chosen once per call, never per element). Math from vecmath_avx2.h.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -14,18 +15,35 @@ namespace {
 
 namespace v = cpu::avx2;
 
+/// Lanes [0, n) of a vector are valid (n in 1..8).
+inline __m256i tailMask(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/// 8 floats at p[c..c+8) of which [0, valid) may be read; zeros beyond.
+inline __m256 loadPart(const float* p, int64_t c, int64_t valid) {
+  if (c + 8 <= valid) return _mm256_loadu_ps(p + c);
+  if (c >= valid) return _mm256_setzero_ps();
+  return _mm256_maskload_ps(p + c, tailMask(valid - c));
+}
+
+/// Columns [0, full) need no tail handling (full is a multiple of 8).
+inline int64_t fullCols(int64_t w, int64_t valid) { return std::min(w, valid) & ~int64_t{7}; }
+
 template <class F>
-inline void unaryLoop(float* d, int64_t ldd, const float* a, int64_t lda, int64_t rows, int64_t w, F f) {
+inline void unaryLoop(float* d, int64_t ldd, Src a, int64_t rows, int64_t w, F f) {
+  const int64_t full = fullCols(w, a.valid);
   for (int64_t r = 0; r < rows; ++r) {
     float* dr = d + r * ldd;
-    const float* ar = a + r * lda;
-    for (int64_t c = 0; c < w; c += 8) _mm256_storeu_ps(dr + c, f(_mm256_loadu_ps(ar + c)));
+    const float* ar = a.p + r * a.ld;
+    int64_t c = 0;
+    for (; c < full; c += 8) _mm256_storeu_ps(dr + c, f(_mm256_loadu_ps(ar + c)));
+    for (; c < w; c += 8) _mm256_storeu_ps(dr + c, f(loadPart(ar, c, a.valid)));
   }
 }
 
-void unaryA(RowOp op, float f0, float f1, float* d, int64_t ldd, const float* a, int64_t lda, int64_t rows,
-            int64_t w) {
-#define VF_UNARY(expr) unaryLoop(d, ldd, a, lda, rows, w, [&](__m256 x) { return expr; })
+void unaryA(RowOp op, float f0, float f1, float* d, int64_t ldd, Src a, int64_t rows, int64_t w) {
+#define VF_UNARY(expr) unaryLoop(d, ldd, a, rows, w, [&]([[maybe_unused]] __m256 x) { return expr; })
   switch (op) {
     case RowOp::kPow:
       if (f0 == 2.0f) return VF_UNARY(_mm256_mul_ps(x, x));
@@ -37,7 +55,7 @@ void unaryA(RowOp op, float f0, float f1, float* d, int64_t ldd, const float* a,
       if (f0 == 1.0f) return VF_UNARY(x);
       if (f0 == 0.0f) return VF_UNARY(_mm256_set1_ps(1.0f));
       for (int64_t r = 0; r < rows; ++r)  // general exponent: powf per element (as exact as libm)
-        for (int64_t c = 0; c < w; ++c) d[r * ldd + c] = std::pow(a[r * lda + c], f0);
+        for (int64_t c = 0; c < w; ++c) d[r * ldd + c] = c < a.valid ? std::pow(a.p[r * a.ld + c], f0) : 1.0f;
       return;
     case RowOp::kNeg: return VF_UNARY(_mm256_xor_ps(x, _mm256_set1_ps(-0.0f)));
     case RowOp::kAbs: return VF_UNARY(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x));
@@ -73,15 +91,24 @@ inline void binaryLoop(float* d, int64_t ldd, Src a, Src b, int64_t rows, int64_
     if (!a.bcast && !b.bcast) {
       const float* ar = a.p + r * a.ld;
       const float* br = b.p + r * b.ld;
-      for (int64_t c = 0; c < w; c += 8) _mm256_storeu_ps(dr + c, f(_mm256_loadu_ps(ar + c), _mm256_loadu_ps(br + c)));
+      const int64_t full = fullCols(w, std::min(a.valid, b.valid));
+      int64_t c = 0;
+      for (; c < full; c += 8) _mm256_storeu_ps(dr + c, f(_mm256_loadu_ps(ar + c), _mm256_loadu_ps(br + c)));
+      for (; c < w; c += 8) _mm256_storeu_ps(dr + c, f(loadPart(ar, c, a.valid), loadPart(br, c, b.valid)));
     } else if (a.bcast && !b.bcast) {
       const __m256 va = _mm256_set1_ps(a.p[r * a.ld]);
       const float* br = b.p + r * b.ld;
-      for (int64_t c = 0; c < w; c += 8) _mm256_storeu_ps(dr + c, f(va, _mm256_loadu_ps(br + c)));
+      const int64_t full = fullCols(w, b.valid);
+      int64_t c = 0;
+      for (; c < full; c += 8) _mm256_storeu_ps(dr + c, f(va, _mm256_loadu_ps(br + c)));
+      for (; c < w; c += 8) _mm256_storeu_ps(dr + c, f(va, loadPart(br, c, b.valid)));
     } else if (!a.bcast) {
       const float* ar = a.p + r * a.ld;
       const __m256 vb = _mm256_set1_ps(b.p[r * b.ld]);
-      for (int64_t c = 0; c < w; c += 8) _mm256_storeu_ps(dr + c, f(_mm256_loadu_ps(ar + c), vb));
+      const int64_t full = fullCols(w, a.valid);
+      int64_t c = 0;
+      for (; c < full; c += 8) _mm256_storeu_ps(dr + c, f(_mm256_loadu_ps(ar + c), vb));
+      for (; c < w; c += 8) _mm256_storeu_ps(dr + c, f(loadPart(ar, c, a.valid), vb));
     } else {
       const __m256 val = f(_mm256_set1_ps(a.p[r * a.ld]), _mm256_set1_ps(b.p[r * b.ld]));
       for (int64_t c = 0; c < w; c += 8) _mm256_storeu_ps(dr + c, val);
@@ -104,7 +131,7 @@ void binaryA(RowOp op, float* d, int64_t ldd, Src a, Src b, int64_t rows, int64_
 }
 
 inline __m256 loadSrc(const Src& s, int64_t r, int64_t c) {
-  return s.bcast ? _mm256_set1_ps(s.p[r * s.ld]) : _mm256_loadu_ps(s.p + r * s.ld + c);
+  return s.bcast ? _mm256_set1_ps(s.p[r * s.ld]) : loadPart(s.p + r * s.ld, c, s.valid);
 }
 
 void whereA(float* d, int64_t ldd, Src m, Src a, Src b, int64_t rows, int64_t w) {
@@ -122,9 +149,25 @@ void copyA(float* d, int64_t ldd, Src a, int64_t rows, int64_t w) {
     for (int64_t c = 0; c < w; c += 8) _mm256_storeu_ps(d + r * ldd + c, loadSrc(a, r, c));
 }
 
-/// Lanes [0, n) of a vector are valid (n in 1..8).
-inline __m256i tailMask(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+/// The kSum combination of the 4 x 8 partial sums.
+inline float combine(const __m256 (&p)[4]) {
+  __m256 s = _mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3]));
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));  // v0+v4 ...
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));                                         // (v0+v4)+(v2+v6), ...
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+float reduceProductA(RowOp op, const float* a, const float* b, int64_t n) {
+  // NOTE: this file is built with -ffp-contract=off: mul then add, never an FMA, as reduce(mul).
+  __m256 p[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k)
+      p[k] = _mm256_add_ps(p[k], _mm256_mul_ps(_mm256_loadu_ps(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k)));
+  for (int k = 0; i < n; i += 8, ++k)
+    p[k] = _mm256_add_ps(p[k], _mm256_mul_ps(loadPart(a, i, n), loadPart(b, i, n)));
+  const float sum = combine(p);
+  return op == RowOp::kMean ? sum / static_cast<float>(n) : sum;
 }
 
 float reduceA(RowOp op, const float* x, int64_t n) {
@@ -142,10 +185,7 @@ float reduceA(RowOp op, const float* x, int64_t n) {
       __m256 t = n - i >= 8 ? _mm256_loadu_ps(x + i) : _mm256_maskload_ps(x + i, tailMask(n - i));
       p[k] = _mm256_add_ps(p[k], t);
     }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3]));
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));  // v0+v4 ...
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));                                         // (v0+v4)+(v2+v6), ...
-    float sum = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    const float sum = combine(p);
     return op == RowOp::kMean ? sum / static_cast<float>(n) : sum;
   }
   const bool isMax = op == RowOp::kRowMax;
@@ -230,7 +270,7 @@ void storeA(ElemType t, void* dst, const float* s, bool bcast, int64_t n) {
 }  // namespace
 
 const IsaKernels& avx2Kernels() {
-  static const IsaKernels k{"avx2", unaryA, binaryA, whereA, copyA, reduceA, rotateHalfA, loadA, storeA};
+  static const IsaKernels k{"avx2", unaryA, binaryA, whereA, copyA, reduceA, reduceProductA, rotateHalfA, loadA, storeA};
   return k;
 }
 

@@ -4,26 +4,28 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 
 #include "verifuse/kernels/rowwise.h"
 
 namespace verifuse::kernels::rowwise::detail {
 
-/// An operand over a (rows x w) block: !bcast: element (r, c) = p[r * ld + c];
+/// An operand over a (rows x w) block: !bcast: element (r, c) = p[r * ld + c] for c < valid and
+/// 0 beyond (an input row read in place ends at the row's end; scratch slots are padded, valid >= w);
 /// bcast: element (r, c) = p[r * ld] (ld 1: a per-row scalar slot, ld 0: a constant).
 struct Src {
   const float* p = nullptr;
   int64_t ld = 0;
   bool bcast = false;
+  int64_t valid = INT64_MAX;
 };
 
 /// Kernels over blocks of `rows` rows x `w` columns. For the vectorised table, w is a multiple of
 /// 8 for unary/binary/where/copy (the interpreter pads rows and scalar slots to 8).
 struct IsaKernels {
   const char* name;
-  /// d = op(a) for the unary ops (kPow ... kCastBf16), parameters f0, f1.
-  void (*unary)(RowOp op, float f0, float f1, float* d, int64_t ldd, const float* a, int64_t lda,
-                int64_t rows, int64_t w);
+  /// d = op(a) for the unary ops (kPow ... kCastBf16), parameters f0, f1 (a never bcast).
+  void (*unary)(RowOp op, float f0, float f1, float* d, int64_t ldd, Src a, int64_t rows, int64_t w);
   /// d = op(a, b) for kAdd ... kMin.
   void (*binary)(RowOp op, float* d, int64_t ldd, Src a, Src b, int64_t rows, int64_t w);
   /// d = m != 0 ? a : b.
@@ -32,6 +34,9 @@ struct IsaKernels {
   void (*copy)(float* d, int64_t ldd, Src a, int64_t rows, int64_t w);
   /// kSum / kMean / kRowMax / kRowMin over x[0, n) (order: see RowOp::kSum).
   float (*reduce)(RowOp op, const float* x, int64_t n);
+  /// kSum / kMean of the products a[i] * b[i] (each rounded, then summed in the kSum order): the
+  /// fused form of reduce(mul(a, b)), bit-identical to it.
+  float (*reduceProduct)(RowOp op, const float* a, const float* b, int64_t n);
   /// d[0, n) = rotate_half(x[0, n)), n even.
   void (*rotateHalf)(float* d, const float* x, int64_t n);
   /// d[0, n) = widen(src[0, n)) (dense), d[n, padTo) = 0.

@@ -97,12 +97,14 @@ float scalarBinary(RowOp op, float a, float b) {
 
 namespace {
 
-inline float at(const Src& s, int64_t r, int64_t c) { return s.bcast ? s.p[r * s.ld] : s.p[r * s.ld + c]; }
+inline float at(const Src& s, int64_t r, int64_t c) {
+  if (s.bcast) return s.p[r * s.ld];
+  return c < s.valid ? s.p[r * s.ld + c] : 0.0f;
+}
 
-void unaryS(RowOp op, float f0, float f1, float* d, int64_t ldd, const float* a, int64_t lda, int64_t rows,
-            int64_t w) {
+void unaryS(RowOp op, float f0, float f1, float* d, int64_t ldd, Src a, int64_t rows, int64_t w) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < w; ++c) d[r * ldd + c] = scalarUnary(op, f0, f1, a[r * lda + c]);
+    for (int64_t c = 0; c < w; ++c) d[r * ldd + c] = scalarUnary(op, f0, f1, at(a, r, c));
 }
 
 void binaryS(RowOp op, float* d, int64_t ldd, Src a, Src b, int64_t rows, int64_t w) {
@@ -133,6 +135,15 @@ float reduceS(RowOp op, const float* x, int64_t n) {
   float m = isMax ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; ++i) m = scalarBinary(isMax ? RowOp::kMax : RowOp::kMin, m, x[i]);
   return m;
+}
+
+float reduceProductS(RowOp op, const float* a, const float* b, int64_t n) {
+  float p[4][8] = {};
+  for (int64_t i = 0; i < n; ++i) p[(i / 8) % 4][i % 8] += a[i] * b[i];
+  float v[8];
+  for (int l = 0; l < 8; ++l) v[l] = (p[0][l] + p[1][l]) + (p[2][l] + p[3][l]);
+  float s = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+  return op == RowOp::kMean ? s / static_cast<float>(n) : s;
 }
 
 void rotateHalfS(float* d, const float* x, int64_t n) {
@@ -169,7 +180,7 @@ void storeS(ElemType t, void* dst, const float* s, bool bcast, int64_t n) {
 }  // namespace
 
 const IsaKernels& scalarKernels() {
-  static const IsaKernels k{"scalar", unaryS, binaryS, whereS, copyS, reduceS, rotateHalfS, loadS, storeS};
+  static const IsaKernels k{"scalar", unaryS, binaryS, whereS, copyS, reduceS, reduceProductS, rotateHalfS, loadS, storeS};
   return k;
 }
 

@@ -678,6 +678,29 @@ TEST(RowEngine, RotateHalfAndCasts) {
   checkProgram(q, {&s}, {3, 10}, {ElemType::kF32}, true);
 }
 
+TEST(RowEngine, ConstantsScalarsAndStoresOfEveryKind) {
+  // Ops of constants only are folded at creation; per-row scalars broadcast into stores.
+  std::mt19937 rng(22);
+  Tensor x = randomTensor(ElemType::kF32, {4, 40}, rng);
+  Tensor s = randomTensor(ElemType::kF32, {4, 1}, rng);
+  RowProgram p;
+  RowValue a = p.load(0);
+  RowValue k1 = p.constant(1.0f), k3 = p.constant(3.0f), k2 = p.constant(2.0f);
+  RowValue diff = p.sub(k1, k3);                                   // -2, not 2
+  RowValue e = p.unary(RowOp::kExp, p.div(k1, k2));                 // exp(0.5)
+  RowValue w = p.where(p.constant(0.0f), k3, p.maximum(k1, k2));    // 2
+  p.store(0, p.mul(p.add(a, diff), p.sub(e, w)));
+  p.store(1, p.sub(k2, p.unary(RowOp::kSqrt, k2)));                 // a constant output
+  RowValue rs = p.load(1);
+  p.store(2, p.sub(p.reduce(RowOp::kRowMax, a), p.unary(RowOp::kTanh, rs)));  // a per-row scalar output
+  checkProgram(p, {&x, &s}, {4, 40}, {ElemType::kF32, ElemType::kF32, ElemType::kBF16}, false, 2);
+  KernelRun r = run(p, {&x, &s}, {4, 40}, {ElemType::kF32, ElemType::kF32, ElemType::kF32}, false);
+  ASSERT_TRUE(r.status.isOk());
+  const float c = static_cast<float>(std::exp(0.5)) - 2.0f;
+  EXPECT_EQ(r.outs[0].f[7], (x.f[7] - 2.0f) * c);
+  EXPECT_EQ(r.outs[1].f[33], 2.0f - std::sqrt(2.0f));
+}
+
 // ---- Builders ------------------------------------------------------------------------------------
 
 /// Tolerance for a normalisation over C elements (relative to 1 + |y|): the reductions' error
