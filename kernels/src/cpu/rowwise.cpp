@@ -347,11 +347,13 @@ int64_t roundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 size_t elemSize(ElemType t) { return t == ElemType::kF32 ? 4 : (t == ElemType::kBF16 ? 2 : 1); }
 
 enum class Kind : uint8_t { kUniform, kRow, kVec };
-enum class NodeType : uint8_t { kLoad, kConst, kUnary, kBinary, kWhere, kReduce, kRotate, kStore, kBroadcast, kDead };
+enum class NodeType : uint8_t { kLoad, kConst, kUnary, kBinary, kBinary2, kWhere, kReduce, kRotate, kStore, kBroadcast, kDead };
 
 struct Node {
   NodeType type = NodeType::kConst;
   RowOp op = RowOp::kConst;
+  RowOp op2 = RowOp::kConst;  // kBinary2: op2(op(a, b), c), or op2(c, op(a, b)) if swap2
+  bool swap2 = false;
   int a = -1, b = -1, c = -1;
   int index = -1;
   float f0 = 0.f, f1 = 0.f;
@@ -622,6 +624,25 @@ Status RowKernelImpl::buildNodes(const RowProgram& program) {
       n.a = m.a;
       n.b = m.b;
       m.type = NodeType::kDead;
+    }
+  }
+  // Fuse a vector binary op into the binary op that is its only user: op2(op1(a, b), c) in one
+  // pass (e.g. layer norm's (d * rstd) * gamma). Chains pair up greedily in program order.
+  for (Node& n : nodes_) {
+    if (n.type != NodeType::kBinary || n.kind != Kind::kVec) continue;
+    for (int side = 0; side < 2; ++side) {
+      const int id = side == 0 ? n.a : n.b;
+      Node& m = nodes_[static_cast<size_t>(id)];
+      if (m.type != NodeType::kBinary || m.kind != Kind::kVec || uses[static_cast<size_t>(id)] != 1) continue;
+      n.type = NodeType::kBinary2;
+      n.op2 = n.op;
+      n.op = m.op;
+      n.swap2 = side == 1;
+      n.c = side == 0 ? n.b : n.a;
+      n.a = m.a;
+      n.b = m.b;
+      m.type = NodeType::kDead;
+      break;
     }
   }
   return Status::ok();
@@ -952,6 +973,11 @@ void RowKernelImpl::runTile(int64_t tile, char* s, const void* const* in, void* 
           case NodeType::kBinary: {
             float* d = vecDst(n, c0, ld);
             K.binary(n.op, d, ld, vecSrc(n.a, c0), vecSrc(n.b, c0), nb, w);
+            break;
+          }
+          case NodeType::kBinary2: {
+            float* d = vecDst(n, c0, ld);
+            K.binary2(n.op, n.op2, n.swap2, d, ld, vecSrc(n.a, c0), vecSrc(n.b, c0), vecSrc(n.c, c0), nb, w);
             break;
           }
           case NodeType::kWhere: {

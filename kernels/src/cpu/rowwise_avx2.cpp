@@ -134,6 +134,68 @@ inline __m256 loadSrc(const Src& s, int64_t r, int64_t c) {
   return s.bcast ? _mm256_set1_ps(s.p[r * s.ld]) : loadPart(s.p + r * s.ld, c, s.valid);
 }
 
+template <RowOp OP>
+inline __m256 bin(__m256 x, __m256 y) {
+  if constexpr (OP == RowOp::kAdd) return _mm256_add_ps(x, y);
+  else if constexpr (OP == RowOp::kSub) return _mm256_sub_ps(x, y);
+  else if constexpr (OP == RowOp::kMul) return _mm256_mul_ps(x, y);
+  else if constexpr (OP == RowOp::kDiv) return _mm256_div_ps(x, y);
+  else if constexpr (OP == RowOp::kMax) return v::maximum(x, y);
+  else return v::minimum(x, y);
+}
+
+/// One row operand of a fused loop: a broadcast register or a pointer (branch per vector is
+/// resolved by the predictor: the shape is fixed for the whole row).
+struct RowOperand {
+  const float* p;
+  __m256 b;
+  int64_t valid;
+  bool bcast;
+  RowOperand(const Src& s, int64_t r)
+      : p(s.bcast ? nullptr : s.p + r * s.ld), b(s.bcast ? _mm256_set1_ps(s.p[r * s.ld]) : _mm256_setzero_ps()),
+        valid(s.valid), bcast(s.bcast) {}
+  __m256 at(int64_t c) const { return bcast ? b : (c + 8 <= valid ? _mm256_loadu_ps(p + c) : loadPart(p, c, valid)); }
+};
+
+template <RowOp O1, RowOp O2>
+void binary2Loop(bool swap2, float* d, int64_t ldd, Src a, Src b, Src c, int64_t rows, int64_t w) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const RowOperand A(a, r), B(b, r), C(c, r);
+    float* dr = d + r * ldd;
+    if (swap2) {
+      for (int64_t k = 0; k < w; k += 8) _mm256_storeu_ps(dr + k, bin<O2>(C.at(k), bin<O1>(A.at(k), B.at(k))));
+    } else {
+      for (int64_t k = 0; k < w; k += 8) _mm256_storeu_ps(dr + k, bin<O2>(bin<O1>(A.at(k), B.at(k)), C.at(k)));
+    }
+  }
+}
+
+template <RowOp O1>
+void binary2Second(RowOp op2, bool swap2, float* d, int64_t ldd, Src a, Src b, Src c, int64_t rows, int64_t w) {
+  switch (op2) {
+    case RowOp::kAdd: return binary2Loop<O1, RowOp::kAdd>(swap2, d, ldd, a, b, c, rows, w);
+    case RowOp::kSub: return binary2Loop<O1, RowOp::kSub>(swap2, d, ldd, a, b, c, rows, w);
+    case RowOp::kMul: return binary2Loop<O1, RowOp::kMul>(swap2, d, ldd, a, b, c, rows, w);
+    case RowOp::kDiv: return binary2Loop<O1, RowOp::kDiv>(swap2, d, ldd, a, b, c, rows, w);
+    case RowOp::kMax: return binary2Loop<O1, RowOp::kMax>(swap2, d, ldd, a, b, c, rows, w);
+    case RowOp::kMin: return binary2Loop<O1, RowOp::kMin>(swap2, d, ldd, a, b, c, rows, w);
+    default: return;
+  }
+}
+
+void binary2A(RowOp op1, RowOp op2, bool swap2, float* d, int64_t ldd, Src a, Src b, Src c, int64_t rows,
+              int64_t w) {
+  switch (op1) {
+    case RowOp::kAdd: return binary2Second<RowOp::kAdd>(op2, swap2, d, ldd, a, b, c, rows, w);
+    case RowOp::kSub: return binary2Second<RowOp::kSub>(op2, swap2, d, ldd, a, b, c, rows, w);
+    case RowOp::kMul: return binary2Second<RowOp::kMul>(op2, swap2, d, ldd, a, b, c, rows, w);
+    case RowOp::kDiv: return binary2Second<RowOp::kDiv>(op2, swap2, d, ldd, a, b, c, rows, w);
+    case RowOp::kMax: return binary2Second<RowOp::kMax>(op2, swap2, d, ldd, a, b, c, rows, w);
+    case RowOp::kMin: return binary2Second<RowOp::kMin>(op2, swap2, d, ldd, a, b, c, rows, w);
+    default: return;
+  }
+}
+
 void whereA(float* d, int64_t ldd, Src m, Src a, Src b, int64_t rows, int64_t w) {
   // Not a hot path in transformer graphs beyond the boolean attention mask (one pass): operand
   // shapes are tested per vector, which the branch predictor resolves per row.
@@ -270,7 +332,7 @@ void storeA(ElemType t, void* dst, const float* s, bool bcast, int64_t n) {
 }  // namespace
 
 const IsaKernels& avx2Kernels() {
-  static const IsaKernels k{"avx2", unaryA, binaryA, whereA, copyA, reduceA, reduceProductA, rotateHalfA, loadA, storeA};
+  static const IsaKernels k{"avx2", unaryA, binaryA, binary2A, whereA, copyA, reduceA, reduceProductA, rotateHalfA, loadA, storeA};
   return k;
 }
 

@@ -28,6 +28,10 @@ struct IsaKernels {
   void (*unary)(RowOp op, float f0, float f1, float* d, int64_t ldd, Src a, int64_t rows, int64_t w);
   /// d = op(a, b) for kAdd ... kMin.
   void (*binary)(RowOp op, float* d, int64_t ldd, Src a, Src b, int64_t rows, int64_t w);
+  /// d = op2(op1(a, b), c), or op2(c, op1(a, b)) if swap2: two binary ops in one pass (the
+  /// intermediate is rounded to float as before, it just never goes to memory).
+  void (*binary2)(RowOp op1, RowOp op2, bool swap2, float* d, int64_t ldd, Src a, Src b, Src c, int64_t rows,
+                  int64_t w);
   /// d = m != 0 ? a : b.
   void (*where)(float* d, int64_t ldd, Src m, Src a, Src b, int64_t rows, int64_t w);
   /// d = a (materialises a broadcast operand).

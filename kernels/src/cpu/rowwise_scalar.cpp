@@ -112,6 +112,15 @@ void binaryS(RowOp op, float* d, int64_t ldd, Src a, Src b, int64_t rows, int64_
     for (int64_t c = 0; c < w; ++c) d[r * ldd + c] = scalarBinary(op, at(a, r, c), at(b, r, c));
 }
 
+void binary2S(RowOp op1, RowOp op2, bool swap2, float* d, int64_t ldd, Src a, Src b, Src c, int64_t rows,
+              int64_t w) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < w; ++k) {
+      const float t = scalarBinary(op1, at(a, r, k), at(b, r, k));
+      d[r * ldd + k] = swap2 ? scalarBinary(op2, at(c, r, k), t) : scalarBinary(op2, t, at(c, r, k));
+    }
+}
+
 void whereS(float* d, int64_t ldd, Src m, Src a, Src b, int64_t rows, int64_t w) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < w; ++c) d[r * ldd + c] = at(m, r, c) != 0.0f ? at(a, r, c) : at(b, r, c);
@@ -180,7 +189,7 @@ void storeS(ElemType t, void* dst, const float* s, bool bcast, int64_t n) {
 }  // namespace
 
 const IsaKernels& scalarKernels() {
-  static const IsaKernels k{"scalar", unaryS, binaryS, whereS, copyS, reduceS, reduceProductS, rotateHalfS, loadS, storeS};
+  static const IsaKernels k{"scalar", unaryS, binaryS, binary2S, whereS, copyS, reduceS, reduceProductS, rotateHalfS, loadS, storeS};
   return k;
 }
 
