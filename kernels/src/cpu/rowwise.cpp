@@ -363,6 +363,8 @@ struct Node {
   int step = -1, pos = -1, lastUse = -1;
   bool rowResident = false;
   bool view = false;  // kLoad read in place from the input (f32 dense rows): no slot, no copy
+  int directOut = -1;        // a producer that writes output directOut itself in full chunks
+  bool storeFused = false;   // a kStore whose producer wrote the full chunks (it stores the tail)
   int slot = -1;
 };
 
@@ -727,6 +729,31 @@ void RowKernelImpl::plan() {
     }
   }
 
+  // A store whose value is made by a pointwise op of the same chunked group with no other user:
+  // the op writes the f32 output row itself (full chunks; the store still copies a partial last
+  // chunk from the op's slot).
+  std::vector<int> uses(nodes_.size(), 0);
+  for (const Step& st : steps_)
+    for (int id : st.nodes)
+      for (int o : {nodes_[static_cast<size_t>(id)].a, nodes_[static_cast<size_t>(id)].b, nodes_[static_cast<size_t>(id)].c})
+        if (o >= 0) ++uses[static_cast<size_t>(o)];
+  for (const Step& st : steps_) {
+    if (!st.chunked) continue;
+    for (int id : st.nodes) {
+      Node& n = nodes_[static_cast<size_t>(id)];
+      if (n.type != NodeType::kStore) continue;
+      Node& v = nodes_[static_cast<size_t>(n.a)];
+      const Binding& o = out_[static_cast<size_t>(n.index)];
+      const bool pointwise = v.type == NodeType::kUnary || v.type == NodeType::kBinary || v.type == NodeType::kBinary2 ||
+                             v.type == NodeType::kWhere || v.type == NodeType::kBroadcast;
+      if (pointwise && v.kind == Kind::kVec && v.step == n.step && uses[static_cast<size_t>(n.a)] == 1 &&
+          o.type == ElemType::kF32 && (tileRows_ == 1 || o.linearRows) && v.directOut < 0) {
+        v.directOut = n.index;
+        n.storeFused = true;
+      }
+    }
+  }
+
   // Slots by linear scan (a value's slot is free again after its last use).
   std::vector<std::vector<int>> release(static_cast<size_t>(pos));
   std::vector<int> freeList[3];
@@ -786,22 +813,27 @@ Status RowKernelImpl::init(const RowProgram& program, const std::vector<TensorDe
   // before the output's store in the executed order (a copied load reads at its position, an
   // in-place view wherever its users run).
   aliasOk_.assign(out_.size(), std::vector<bool>(in_.size(), false));
-  std::vector<int> lastLoad(in_.size(), -1), store(out_.size(), -1);
+  std::vector<int> lastLoad(in_.size(), -1), store(out_.size(), std::numeric_limits<int>::max());
+  std::vector<bool> writerReads(out_.size() * in_.size(), false);  // the direct writer itself reads input j
   for (const Node& n : nodes_) {
     if (n.type == NodeType::kLoad && !n.view)
       lastLoad[static_cast<size_t>(n.index)] = std::max(lastLoad[static_cast<size_t>(n.index)], n.pos);
-    if (n.type == NodeType::kStore) store[static_cast<size_t>(n.index)] = n.pos;
+    if (n.type == NodeType::kStore) store[static_cast<size_t>(n.index)] = std::min(store[static_cast<size_t>(n.index)], n.pos);
+    if (n.directOut >= 0) store[static_cast<size_t>(n.directOut)] = std::min(store[static_cast<size_t>(n.directOut)], n.pos);
     if (n.pos < 0) continue;
     for (int o : {n.a, n.b, n.c}) {
       if (o < 0) continue;
       const Node& v = nodes_[static_cast<size_t>(o)];
       if (v.view) lastLoad[static_cast<size_t>(v.index)] = std::max(lastLoad[static_cast<size_t>(v.index)], n.pos);
+      if (v.view && n.directOut >= 0) writerReads[static_cast<size_t>(n.directOut) * in_.size() + static_cast<size_t>(v.index)] = true;
     }
   }
   for (size_t k = 0; k < out_.size(); ++k)
     for (size_t j = 0; j < in_.size(); ++j)
+      // The writer reading the same element it writes (e.g. r = x + r in place) is fine: each
+      // vector is loaded before it is stored.
       aliasOk_[k][j] = in_[j].type == out_[k].type && !in_[j].rowScalar && in_[j].effStrides == out_[k].effStrides &&
-                       lastLoad[j] < store[k];
+                       (lastLoad[j] < store[k] || (lastLoad[j] == store[k] && writerReads[k * in_.size() + j]));
   return Status::ok();
 }
 
@@ -898,7 +930,13 @@ void RowKernelImpl::runTile(int64_t tile, char* s, const void* const* in, void* 
     const Node& v = nodes_[static_cast<size_t>(id)];
     return v.view ? inRowF(v.index, i) : vecBase(s, v) + i * colsPad_;
   };
-  auto vecDst = [&](const Node& n, int64_t c0, int64_t& ld) {
+  auto outRowF = [&](int k, int64_t i) { return reinterpret_cast<float*>(outRow(k, i)); };
+  // Where node n writes columns [c0, c0 + w); `full`: all of them are inside the row.
+  auto vecDst = [&](const Node& n, int64_t c0, int64_t& ld, bool full) {
+    if (n.directOut >= 0 && full) {  // a full chunk of an f32 output: write it there
+      ld = out_[static_cast<size_t>(n.directOut)].rowStride / 4;
+      return outRowF(n.directOut, 0) + c0;
+    }
     ld = n.rowResident ? colsPad_ : chunk_;
     return n.rowResident ? vecBase(s, n) + c0 : vecBase(s, n);
   };
@@ -946,19 +984,20 @@ void RowKernelImpl::runTile(int64_t tile, char* s, const void* const* in, void* 
       const int64_t c0 = ch * chunk_;
       const int64_t w = std::min(chunk_, colsPad_ - c0);
       const int64_t valid = std::max<int64_t>(0, std::min(w, cols_ - c0));
+      const bool full = valid == w;
       for (int id : st.nodes) {
         const Node& n = nodes_[static_cast<size_t>(id)];
         int64_t ld = 0;
         switch (n.type) {
           case NodeType::kLoad: {
-            float* d = vecDst(n, c0, ld);
+            float* d = vecDst(n, c0, ld, full);
             const ElemType t = in_[static_cast<size_t>(n.index)].type;
             const int64_t es = static_cast<int64_t>(elemSize(t));
             for (int64_t i = 0; i < nb; ++i) K.load(t, d + i * ld, inRow(n.index, i) + c0 * es, valid, w);
             break;
           }
           case NodeType::kStore: {
-            if (valid == 0) break;
+            if (valid == 0 || (n.storeFused && full)) break;
             const ElemType t = out_[static_cast<size_t>(n.index)].type;
             const int64_t es = static_cast<int64_t>(elemSize(t));
             Src v = vecSrc(n.a, c0);
@@ -966,27 +1005,27 @@ void RowKernelImpl::runTile(int64_t tile, char* s, const void* const* in, void* 
             break;
           }
           case NodeType::kUnary: {
-            float* d = vecDst(n, c0, ld);
+            float* d = vecDst(n, c0, ld, full);
             K.unary(n.op, n.f0, n.f1, d, ld, vecSrc(n.a, c0), nb, w);
             break;
           }
           case NodeType::kBinary: {
-            float* d = vecDst(n, c0, ld);
+            float* d = vecDst(n, c0, ld, full);
             K.binary(n.op, d, ld, vecSrc(n.a, c0), vecSrc(n.b, c0), nb, w);
             break;
           }
           case NodeType::kBinary2: {
-            float* d = vecDst(n, c0, ld);
+            float* d = vecDst(n, c0, ld, full);
             K.binary2(n.op, n.op2, n.swap2, d, ld, vecSrc(n.a, c0), vecSrc(n.b, c0), vecSrc(n.c, c0), nb, w);
             break;
           }
           case NodeType::kWhere: {
-            float* d = vecDst(n, c0, ld);
+            float* d = vecDst(n, c0, ld, full);
             K.where(d, ld, vecSrc(n.a, c0), vecSrc(n.b, c0), vecSrc(n.c, c0), nb, w);
             break;
           }
           case NodeType::kBroadcast: {
-            float* d = vecDst(n, c0, ld);
+            float* d = vecDst(n, c0, ld, full);
             K.copy(d, ld, vecSrc(n.a, c0), nb, w);
             break;
           }

@@ -1074,6 +1074,28 @@ TEST(RowEngine, AliasingThatWouldBeWrongIsRefused) {
     EXPECT_EQ(a[5], 2.0f);
     EXPECT_EQ(c[5], 2.0f);
   }
+  // The op that writes out0 in place reads in0 itself (fine), but a later op reads in0 again: refused.
+  {
+    RowProgram r;
+    RowValue x0 = r.load(0);
+    r.store(0, r.add(x0, r.constant(1.0f)));
+    r.store(1, r.mul(x0, r.constant(2.0f)));
+    auto kr = createRowKernel(r, {d}, {d, d});
+    ASSERT_TRUE(kr.isOk());
+    std::vector<float> u(64, 3.0f);
+    const void* ins[] = {u.data()};
+    void* outs[] = {u.data(), c.data()};
+    EXPECT_EQ(kr.value()->execute(ins, outs).code(), StatusCode::kInvalidArgument);
+    RowProgram r2;
+    RowValue x1 = r2.load(0);
+    r2.store(1, r2.mul(x1, r2.constant(2.0f)));
+    r2.store(0, r2.add(x1, r2.constant(1.0f)));
+    auto k2 = createRowKernel(r2, {d}, {d, d});
+    ASSERT_TRUE(k2.isOk());
+    EXPECT_TRUE(k2.value()->execute(ins, outs).isOk());
+    EXPECT_EQ(u[17], 4.0f);
+    EXPECT_EQ(c[17], 6.0f);
+  }
   // A broadcast input can never be an in-place target.
   RowProgram q = biasResidualAddProgram(true, false);
   TensorDesc row{ElemType::kF32, {16}, {1}};
