@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -625,6 +627,15 @@ TEST(RowEngine, ReductionsFollowTheDocumentedOrder) {
       p.store(0, p.sub(v, p.reduce(op, v)));  // the scalar broadcast back over the row
       checkProgram(p, {&x}, {3, C}, {ElemType::kF32}, true);
     }
+    // sum/mean of a product (run fused): each product rounded, then summed in the same order.
+    Tensor y = randomTensor(ElemType::kF32, {3, C}, rng, -1e3f, 1e3f);
+    for (RowOp op : {RowOp::kSum, RowOp::kMean}) {
+      RowProgram p;
+      RowValue a = p.load(0), b = p.load(1);
+      p.store(0, p.reduce(op, p.mul(a, b)));
+      p.store(1, p.reduce(op, p.mul(a, a)));
+      checkProgram(p, {&x, &y}, {3, C}, {ElemType::kF32, ElemType::kF32}, true);
+    }
   }
   // NaN anywhere in the row: max/min/sum are NaN (torch.amax propagates NaN).
   Tensor y = randomTensor(ElemType::kF32, {2, 50}, rng);
@@ -699,6 +710,107 @@ TEST(RowEngine, ConstantsScalarsAndStoresOfEveryKind) {
   const float c = static_cast<float>(std::exp(0.5)) - 2.0f;
   EXPECT_EQ(r.outs[0].f[7], (x.f[7] - 2.0f) * c);
   EXPECT_EQ(r.outs[1].f[33], 2.0f - std::sqrt(2.0f));
+}
+
+TEST(RowEngine, ValuesLiveAcrossReductionsAndChunks) {
+  // A vector made before a reduction and read after it must survive the whole row, also when the
+  // row is processed in several chunks (C > 1024) and when a tile holds several short rows.
+  std::mt19937 rng(23);
+  for (int64_t C : {40, 1000, 3000, 5002}) {
+    SCOPED_TRACE(C);
+    Tensor x = randomTensor(ElemType::kF32, {3, C}, rng);
+    Tensor y = randomTensor(ElemType::kF32, {3, C}, rng);
+    RowProgram p;
+    RowValue a = p.load(0), b = p.load(1);
+    RowValue twice = p.mul(a, p.constant(2.0f));        // made in the first group
+    RowValue e = p.unary(RowOp::kAbs, b);              // another one, read two groups later
+    RowValue s = p.reduce(RowOp::kSum, p.add(a, b));   // barrier 1
+    RowValue t = p.sub(twice, s);                       // second group
+    RowValue m = p.reduce(RowOp::kRowMax, t);           // barrier 2
+    p.store(0, p.add(p.mul(t, m), e));                  // third group reads twice's child and e
+    p.store(1, p.rotateHalf(p.sub(twice, e)));
+    checkProgram(p, {&x, &y}, {3, C}, {ElemType::kF32, ElemType::kF32}, true);
+  }
+}
+
+/// An f32 tensor whose storage ends right before an inaccessible page: reading one element past
+/// the end of any row that ends there faults (rows read in place must stop at the row's end).
+struct GuardedTensor {
+  void* map = nullptr;
+  size_t mapBytes = 0;
+  TensorDesc desc;
+  float* data = nullptr;
+  GuardedTensor(std::vector<int64_t> sizes, std::mt19937& rng) {
+    const int64_t n = numel(sizes);
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t bytes = (static_cast<size_t>(n) * 4 + page - 1) / page * page;
+    mapBytes = bytes + page;
+    map = mmap(nullptr, mapBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(map, MAP_FAILED);
+    EXPECT_EQ(mprotect(static_cast<char*>(map) + bytes, page, PROT_NONE), 0);
+    data = reinterpret_cast<float*>(static_cast<char*>(map) + bytes) - n;
+    std::uniform_real_distribution<float> u(-3, 3);
+    for (int64_t i = 0; i < n; ++i) data[i] = u(rng);
+    desc = {ElemType::kF32, sizes, contiguousStrides(sizes)};
+  }
+  ~GuardedTensor() { munmap(map, mapBytes); }
+};
+
+TEST(RowEngine, RowsReadInPlaceStopAtTheRowEnd) {
+  std::mt19937 rng(24);
+  for (int64_t C : {5, 37, 1001, 3003}) {
+    SCOPED_TRACE(C);
+    GuardedTensor x({4, C}, rng), y({4, C}, rng);
+    std::vector<float> out(static_cast<size_t>(4 * C)), out2(out.size());
+    TensorDesc o{ElemType::kF32, {4, C}, {C, 1}};
+    const std::vector<RowProgram> programs = {
+        softmaxProgram(0.5f, MaskKind::kAdditive), layerNormProgram({1e-5f, false, false, true, true}),
+        rmsNormProgram({1e-6f, false, false, true, false}), siluMulProgram(), geluProgram(true, true)};
+    for (const RowProgram& p : programs) {
+      std::vector<TensorDesc> ins;
+      std::vector<const void*> ip;
+      for (int i = 0; i < p.numInputs(); ++i) {
+        ins.push_back(i == 0 ? x.desc : y.desc);
+        ip.push_back(i == 0 ? x.data : y.data);
+      }
+      std::vector<TensorDesc> outs(static_cast<size_t>(p.numOutputs()), o);
+      std::vector<void*> op = {out.data(), out2.data()};
+      op.resize(outs.size());
+      for (bool scalar : {false, true}) {
+        RowKernelOptions opt;
+        opt.forceScalar = scalar;
+        auto k = createRowKernel(p, ins, outs, opt);
+        ASSERT_TRUE(k.isOk()) << k.status().toString();
+        EXPECT_TRUE(k.value()->execute(ip, op).isOk());  // a read past the end would fault here
+      }
+    }
+    // Binary ops with a broadcast operand, unary ops and where on the guarded rows.
+    RowProgram q;
+    RowValue a = q.load(0), b = q.load(1);
+    RowValue s = q.reduce(RowOp::kSum, a);
+    q.store(0, q.where(b, q.unary(RowOp::kTanh, a), q.mul(q.sub(a, s), q.constant(3.0f))));
+    RowProgram q2;  // every operand shape of a plain binary op, and a unary op, on guarded rows
+    RowValue a2 = q2.load(0), b2 = q2.load(1);
+    RowValue s2 = q2.reduce(RowOp::kRowMax, b2);
+    q2.store(0, q2.sub(a2, s2));
+    q2.store(1, q2.sub(s2, a2));
+    q2.store(2, q2.div(a2, b2));
+    q2.store(3, q2.unary(RowOp::kSilu, b2));
+    std::vector<float> out3(out.size()), out4(out.size());
+    for (bool scalar : {false, true}) {
+      RowKernelOptions opt;
+      opt.forceScalar = scalar;
+      auto k = createRowKernel(q, {x.desc, y.desc}, {o}, opt);
+      ASSERT_TRUE(k.isOk());
+      const void* ip[] = {x.data, y.data};
+      void* op[] = {out.data()};
+      EXPECT_TRUE(k.value()->execute(ip, op).isOk());
+      auto k2 = createRowKernel(q2, {x.desc, y.desc}, {o, o, o, o}, opt);
+      ASSERT_TRUE(k2.isOk());
+      void* op2[] = {out.data(), out2.data(), out3.data(), out4.data()};
+      EXPECT_TRUE(k2.value()->execute(ip, op2).isOk());
+    }
+  }
 }
 
 // ---- Builders ------------------------------------------------------------------------------------
