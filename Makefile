@@ -31,7 +31,7 @@ test-python:
 # add verifuse_runtime_test to SANITIZE_TARGETS to try it.
 SANITIZE_DIR ?= build/asan
 SANITIZE_TARGETS ?= verifuse_support_test verifuse_ir_test verifuse_passes_test verifuse_partition_test \
-	verifuse_kernels_test verifuse_verifier_test verifuse_shapes_test
+	verifuse_kernels_test verifuse_verifier_test verifuse_shapes_test verifuse_cpu_kernels_test
 SANITIZE_ENV = ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizer/lsan.supp

@@ -105,10 +105,12 @@ def test_tuner_keeps_aten_on_inception_branches_where_aten_is_faster(tuned):
     # The second inception module repeats the first one's partitions: timed once, then read back.
     assert [p["how"] for p in multi] == ["tuned", "tuned", "tuning-db", "tuning-db"], multi
     # ... and the plan really runs all 12 fused convs on ATen (engine run counters of one call).
-    assert first["ran"] == {"aten": 12, "onednn": 0}, first["ran"]
-    # 12 fused convs but 3 distinct (op, weight shape, post-ops, input shape) keys: 1x1+relu, 3x3+relu,
-    # 5x5+relu. Each key is timed once per engine; the other nodes reuse the decision.
-    assert sum(g["timings_run"] for g in first["graphs"]) == 3 * 2, first["graphs"]
+    assert first["ran"]["aten"] == 12 and sum(first["ran"].values()) == 12, first["ran"]
+    # 12 fused convs but 3 distinct partition keys (1x1+relu alone; 1x1 -> 3x3; 1x1 -> 5x5), each
+    # timed once per engine, plus the two-conv partitions' members alone (the split decision): the
+    # 1x1 member is the first key again, the 3x3 and 5x5 members are 2 new keys. The second
+    # module's partitions reuse every decision.
+    assert sum(g["timings_run"] for g in first["graphs"]) == (3 + 2) * 2, first["graphs"]
 
 
 def test_second_compile_reads_the_decision_and_times_nothing(tuned):
@@ -118,7 +120,7 @@ def test_second_compile_reads_the_decision_and_times_nothing(tuned):
     # decision (ATen) is used instead, and no timing runs.
     assert sum(g["timings_run"] for g in second["graphs"]) == 0, second["graphs"]
     assert set(second["fused_engines"]) == {"aten"}, second["fused_engines"]
-    assert second["ran"] == {"aten": 12, "onednn": 0}, second["ran"]
+    assert second["ran"]["aten"] == 12 and sum(second["ran"].values()) == 12, second["ran"]
     assert all(p["how"] == "tuning-db" for p in second["partitions"] if p["candidates"]), second["partitions"]
     assert [p["engine"] for p in second["partitions"]] == [p["engine"] for p in first["partitions"]]
     assert any(name.startswith("tuning") for name in os.listdir(cache)), os.listdir(cache)

@@ -87,8 +87,13 @@ EnginePolicy engineOverride(EnginePolicy requested) {
   return EnginePolicy::kAuto;
 }
 
-/// The engine class a node's partition is formed in: 0 keeps it on ATen alone.
-int engineClass(const ir::Node& n) { return rules::isFusedOp(n) ? 1 : 0; }
+/// The engine class a node's partition is formed in: 0 keeps it on ATen alone; conv/linear chains
+/// (oneDNN, the own GEMM or ATen) and row-engine programs are formed apart.
+int engineClass(const ir::Node& n) {
+  if (rules::isFusedOp(n)) return 1;
+  if (n.op == "verifuse::rowwise") return 2;
+  return 0;
+}
 
 passes::PipelineOptions pipelineOptions(const CompileRequest& request, std::shared_ptr<passes::LayerCheckPolicy> layer) {
   passes::PipelineOptions options;

@@ -341,12 +341,13 @@ const char* engineName(Engine engine) {
     case Engine::kAten: return "aten";
     case Engine::kOnednn: return "onednn";
     case Engine::kGemm: return "gemm";
+    case Engine::kRowwise: return "rowwise";
   }
   return "?";
 }
 
 namespace {
-std::atomic<int64_t> gEngineRuns[3];  // indexed by Engine
+std::atomic<int64_t> gEngineRuns[4];  // indexed by Engine
 }  // namespace
 
 std::map<std::string, int64_t> engineRunCounts() {
@@ -356,13 +357,21 @@ std::map<std::string, int64_t> engineRunCounts() {
 }
 
 const std::vector<Engine>& allEngines() {
-  static const std::vector<Engine> engines = {Engine::kOnednn, Engine::kGemm, Engine::kAten};
+  static const std::vector<Engine> engines = {Engine::kOnednn, Engine::kGemm, Engine::kRowwise, Engine::kAten};
   return engines;
 }
 
 at::Tensor constantToTensor(const ir::ConstantTensor& c) {
   if (c.ownerKind == ir::ConstantOwner::AtTensor && c.owner) {
-    return *static_cast<const at::Tensor*>(c.owner.get());
+    const at::Tensor& t = *static_cast<const at::Tensor*>(c.owner.get());
+    if (c.data == t.data_ptr() && t.sizes() == c10::IntArrayRef(c.sizes) && t.strides() == c10::IntArrayRef(c.strides)) {
+      return t;
+    }
+    // A view of the owner's buffer with other sizes/strides (a rule's transposed weight, e.g.
+    // GPT-2's Conv1D [K, N] read as [N, K]): the same storage, never a copy.
+    const int64_t offset = (static_cast<const char*>(c.data) - static_cast<const char*>(t.data_ptr())) /
+                           static_cast<int64_t>(t.element_size());
+    return t.as_strided(c.sizes, c.strides, t.storage_offset() + offset);
   }
   auto keepAlive = c.owner;
   return at::from_blob(c.data, c.sizes, c.strides, [keepAlive](void*) mutable { keepAlive.reset(); },
@@ -591,7 +600,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       auto it = indexOf.find(id);
       if (it == indexOf.end()) return invalidArgument("partition " + std::to_string(spec.id) + " names a node not in the graph");
       if (unitOfNode[it->second] >= 0) return invalidArgument("a node is in two partitions");
-      if (!rules::isFusedOp(graph.nodes()[it->second])) {
+      if (!isEngineOp(graph.nodes()[it->second])) {
         return unsupported("partition " + std::to_string(spec.id) + " holds " + graph.nodes()[it->second].qualifiedName() +
                            ": no engine runs it yet");
       }
@@ -608,11 +617,11 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     if (unitOfNode[k] >= 0) continue;
     Unit u;
     u.nodes = {k};
-    if (rules::isFusedOp(graph.nodes()[k])) {
+    if (isEngineOp(graph.nodes()[k])) {
       PartitionSpec alone;
       alone.id = static_cast<int32_t>(options.partitions.size() + specs.size());
       alone.nodes = {graph.nodes()[k].id};
-      alone.engineClass = 1;
+      alone.engineClass = graph.nodes()[k].op == kRowwiseOp ? 2 : 1;
       u.partition = static_cast<int32_t>(specs.size());
       specs.push_back(alone);
     }
@@ -632,8 +641,9 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     for (size_t k : u.nodes) {
       const ir::Node& n = graph.nodes()[k];
       partitionMacs[static_cast<size_t>(u.partition)] += estimateMacs(graph, n);
+      const ValueId shaped = n.op == kRowwiseOp ? n.outputs[0] : static_cast<ValueId>(n.args[0].i);
       partitionStatic[static_cast<size_t>(u.partition)] =
-          partitionStatic[static_cast<size_t>(u.partition)] && graph.value(static_cast<ValueId>(n.args[0].i)).hasStaticShape();
+          partitionStatic[static_cast<size_t>(u.partition)] && graph.value(shaped).hasStaticShape();
     }
   }
   auto willTime = [&](int32_t part) {
@@ -648,9 +658,14 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   for (const Unit& u : units) {
     if (u.partition < 0) continue;
     const size_t p = static_cast<size_t>(u.partition);
-    bool allLinear = true;
-    for (size_t k : u.nodes) allLinear = allLinear && graph.nodes()[k].op == rules::kLinearOp;
-    if (partitionStatic[p] && partitionMacs[p] < 4096.0 * static_cast<double>(u.nodes.size())) {
+    bool allLinear = true, allRows = true;
+    for (size_t k : u.nodes) {
+      allLinear = allLinear && graph.nodes()[k].op == rules::kLinearOp;
+      allRows = allRows && graph.nodes()[k].op == kRowwiseOp;
+    }
+    if (allRows) {
+      heuristicEngine[p] = Engine::kRowwise;
+    } else if (partitionStatic[p] && partitionMacs[p] < 4096.0 * static_cast<double>(u.nodes.size())) {
       heuristicEngine[p] = Engine::kAten;
     } else if (allLinear && options.ownGemm && !options.bf16 && !kernels::cpu::hasAvx512()) {
       heuristicEngine[p] = Engine::kGemm;
@@ -728,7 +743,27 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     const ir::Node& n = graph.nodes()[k];
     const int32_t part = units[static_cast<size_t>(unitOfNode[k])].partition;
     Step step;
-    if (rules::isFusedOp(n)) {
+    if (n.op == kRowwiseOp) {
+      step.name = n.op;
+      step.outputs = n.outputs;
+      for (const Arg& a : n.args) {
+        if (!a.isValue()) continue;
+        ArgSlot slot;
+        slot.kind = ArgSlot::Kind::Value;
+        slot.value = static_cast<ValueId>(a.i);
+        step.args.push_back(std::move(slot));
+      }
+      auto row = createRowwiseOp(graph, n, options);
+      if (!row.isOk()) return row.status().withContext(n.op);
+      std::unique_ptr<FusedOp> op = std::move(row).value();
+      if (part >= 0 && !willTime(part)) {
+        Engine e = heuristicEngine[static_cast<size_t>(part)];
+        op->setEngine(op->canRun(e) ? e : Engine::kAten);
+      }
+      fusedOf[k] = op.get();
+      step.fused = std::shared_ptr<const FusedOp>(std::move(op));
+      impl->stats.fusedSteps++;
+    } else if (rules::isFusedOp(n)) {
       step.name = n.op;
       step.outputs = n.outputs;
       for (const Arg& a : n.args) {
@@ -1052,7 +1087,12 @@ Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vec
       if (step.donatedResidual != ir::kNoValue && !keepValues) slots[static_cast<size_t>(step.donatedResidual)] = c10::IValue();
       const Engine ran = engine ? *engine : (exact ? Engine::kAten : step.fused->engine());
       gEngineRuns[static_cast<size_t>(ran)].fetch_add(1, std::memory_order_relaxed);
-      slots[static_cast<size_t>(step.outputs[0])] = step.fused->runOn(ran, fusedInputs);
+      if (step.outputs.size() == 1) {
+        slots[static_cast<size_t>(step.outputs[0])] = step.fused->runOn(ran, fusedInputs);
+      } else {
+        std::vector<at::Tensor> outs = step.fused->runAll(ran, fusedInputs);
+        for (size_t o = 0; o < step.outputs.size(); ++o) slots[static_cast<size_t>(step.outputs[o])] = std::move(outs.at(o));
+      }
       fusedInputs.clear();
     } else if (step.builtin) {
       VF_ASSIGN_OR_RETURN(c10::IValue out, step.builtin(stack));

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "runtime/row_program_text.h"
 #include "verifuse/kernels/gemm.h"
 #include "verifuse/kernels/kernel.h"
 #include "verifuse/kernels/ops.h"
@@ -157,6 +158,9 @@ class FusedBase : public FusedOp {
   /// Weight and bias for kernel creation.
   std::pair<at::Tensor, at::Tensor> weights() const {
     std::lock_guard<std::mutex> lock(weightMu_);
+    // Dense copies only when a kernel asks: a transposed-view weight (GPT-2's Conv1D) is packed by
+    // the own GEMM straight from its [K, N] buffer and never needs the [N, K] copy.
+    if (weight_.defined() && !weight_.is_contiguous()) weight_ = weight_.contiguous();
     return {weight_, bias_};
   }
   void releaseWeights() override {
@@ -173,7 +177,8 @@ class FusedBase : public FusedOp {
   bool borrowWeights_ = false;                // ask kernels to read weight_ in place
   mutable std::atomic<bool> kernelsBorrowWeights_{false};  // a created kernel does: weight_ must stay
 
-  at::Tensor weight_, bias_;  // contiguous float32 (the folded constants)
+  mutable at::Tensor weight_;  // float32; made contiguous by weights() on first use
+  at::Tensor bias_;            // contiguous float32
   at::Tensor atenWeight_, atenBias_;  // kept only for the ATen path
 
   /// The buffer the kernel writes: fresh, or holding the residual of a sum post-op (the residual
@@ -307,8 +312,15 @@ class FusedLinear final : public FusedBase {
   }
 
   void setEngine(Engine e) override {
+    // Kernels are made when an engine is chosen (or timed), not at creation: a linear that ends
+    // on the own GEMM never builds oneDNN's kernel nor a dense copy of a transposed weight. If
+    // the engine cannot run it after all, the op stays on ATen (weights kept).
+    if (e == Engine::kGemm && packed() == nullptr) e = Engine::kAten;
+    if (e == Engine::kOnednn && staticShape_ && !kernelFor(m_).isOk()) {
+      onednnOk_ = false;
+      e = Engine::kAten;
+    }
     FusedBase::setEngine(e);
-    if (e == Engine::kGemm) (void)packed();
   }
 
   void releaseWeights() override {
@@ -334,9 +346,16 @@ class FusedLinear final : public FusedBase {
   const kernels::gemm::PackedWeights* packed() const {
     std::lock_guard<std::mutex> lock(gemmMu_);
     if (!packed_) {
-      auto [w, b] = weights();
+      at::Tensor w = atenWeight_, b = bias_;
       if (!w.defined()) return nullptr;
-      auto p = kernels::gemm::packWeights(w.data_ptr<float>(), w.size(1), w.size(0), kernels::gemm::WeightOrder::kNK);
+      const int64_t n = w.size(0), k = w.size(1);
+      StatusOr<std::shared_ptr<const kernels::gemm::PackedWeights>> p = Status::ok();
+      if (w.stride(0) == 1 && w.stride(1) == n) {  // [N, K] viewed from a dense [K, N] buffer
+        p = kernels::gemm::packWeights(w.data_ptr<float>(), k, n, kernels::gemm::WeightOrder::kKN);
+      } else {
+        at::Tensor dense = w.contiguous();
+        p = kernels::gemm::packWeights(dense.data_ptr<float>(), k, n, kernels::gemm::WeightOrder::kNK);
+      }
       if (!p.isOk()) return nullptr;
       packed_ = std::move(p).value();
       gemmBias_ = b;
@@ -384,11 +403,189 @@ class FusedLinear final : public FusedBase {
   }
 
   int64_t outFeatures_ = 0, outFeaturesIn_ = 0;
+  int64_t m_ = 0;                         // rows of the static input shape
   bool gemmOk_ = false;                  // the own GEMM can run this op (AVX2, f32, post-ops)
   kernels::gemm::Epilogue gemmEpilogue_;  // bias pointer set once packed() kept the bias alive
   mutable std::mutex gemmMu_;
   mutable std::shared_ptr<const kernels::gemm::PackedWeights> packed_;
   mutable at::Tensor gemmBias_;
+};
+
+
+// ---- row engine -----------------------------------------------------------------------------------
+
+/// verifuse::rowwise(v0..vN-1, program): a chain of elementwise ops and last-dim reductions the
+/// row-fusion rules gathered into one program. Engines: the row engine (one pass over the rows,
+/// a kernel per input layout, made on first use) and ATen (the same program, one ATen op per
+/// instruction: eager's own computation, the reference and the fallback).
+class RowwiseOp final : public FusedOp {
+ public:
+  RowwiseOp(kernels::rowwise::RowProgram program, size_t numOutputs, std::vector<int64_t> outShape)
+      : program_(std::move(program)), numOutputs_(numOutputs), outShape_(std::move(outShape)) {}
+
+  Engine engine() const override { return engine_; }
+  bool canRun(Engine e) const override { return e == Engine::kAten || (e == Engine::kRowwise && rowOk_); }
+  void setEngine(Engine e) override { engine_ = canRun(e) ? e : Engine::kAten; }
+  void releaseWeights() override {}
+  double macs() const override { return 0; }
+  std::string implInfo() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return implInfo_;
+  }
+  size_t numOutputs() const override { return numOutputs_; }
+
+  at::Tensor run(const std::vector<at::Tensor>& in, bool exact) const override {
+    return runAll(exact ? Engine::kAten : engine_, in).at(0);
+  }
+  at::Tensor runOn(Engine e, const std::vector<at::Tensor>& in) const override { return runAll(e, in).at(0); }
+
+  std::vector<at::Tensor> runAll(Engine e, const std::vector<at::Tensor>& in) const override {
+    if (e == Engine::kRowwise) {
+      std::vector<at::Tensor> out;
+      if (runKernel(in, out)) return out;
+    }
+    return runAten(in);
+  }
+
+  bool rowOk_ = true;
+  Engine engine_ = Engine::kRowwise;
+
+ private:
+  /// The row engine, when it takes these inputs (f32/bool dense rows); false: use ATen.
+  bool runKernel(const std::vector<at::Tensor>& in, std::vector<at::Tensor>& out) const {
+    c10::SmallVector<int64_t, 64> key;  // dtype, rank, sizes, strides per input: no heap per call
+    for (const at::Tensor& t : in) {
+      if (!t.device().is_cpu() || t.layout() != at::kStrided) return false;
+      key.push_back(static_cast<int64_t>(t.scalar_type()));
+      key.push_back(t.dim());
+      key.append(t.sizes().begin(), t.sizes().end());
+      key.append(t.strides().begin(), t.strides().end());
+    }
+    const kernels::rowwise::RowKernel* kernel = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [k, kern] : kernels_) {
+        if (c10::IntArrayRef(k) == c10::IntArrayRef(key)) {
+          kernel = kern.get();
+          break;
+        }
+      }
+      if (kernel == nullptr) {
+        kernels_.emplace_back(std::vector<int64_t>(key.begin(), key.end()), create(in));
+        kernel = kernels_.back().second.get();
+        if (kernel) implInfo_ = kernel->describe();
+      }
+    }
+    if (kernel == nullptr) return false;
+    c10::SmallVector<const void*, 8> inPtrs;
+    for (const at::Tensor& t : in) inPtrs.push_back(t.data_ptr());
+    c10::SmallVector<void*, 4> outPtrs;
+    out.reserve(numOutputs_);
+    for (size_t j = 0; j < numOutputs_; ++j) {
+      out.push_back(at::empty(outShape_, at::TensorOptions().dtype(at::kFloat)));
+      outPtrs.push_back(out.back().data_ptr());
+    }
+    Status s = kernel->execute(std::span<const void* const>(inPtrs.data(), inPtrs.size()),
+                               std::span<void* const>(outPtrs.data(), outPtrs.size()));
+    TORCH_CHECK(s.isOk(), "verifuse: row engine failed: ", s.toString());
+    return true;
+  }
+
+  /// A kernel for these inputs' layouts, or null when the row engine refuses them.
+  std::unique_ptr<kernels::rowwise::RowKernel> create(const std::vector<at::Tensor>& in) const {
+    std::vector<kernels::rowwise::TensorDesc> inputs, outputs;
+    for (const at::Tensor& t : in) {
+      kernels::rowwise::TensorDesc d;
+      if (t.scalar_type() == at::kFloat) d.type = kernels::rowwise::ElemType::kF32;
+      else if (t.scalar_type() == at::kBFloat16) d.type = kernels::rowwise::ElemType::kBF16;
+      else if (t.scalar_type() == at::kBool) d.type = kernels::rowwise::ElemType::kBool;
+      else return nullptr;
+      d.sizes = t.sizes().vec();
+      d.strides = t.strides().vec();
+      inputs.push_back(std::move(d));
+    }
+    for (size_t j = 0; j < numOutputs_; ++j) {
+      kernels::rowwise::TensorDesc d;
+      d.sizes = outShape_;
+      const auto strides = c10::contiguous_strides(outShape_);
+      d.strides.assign(strides.begin(), strides.end());
+      outputs.push_back(std::move(d));
+    }
+    auto k = kernels::rowwise::createRowKernel(program_, inputs, outputs);
+    return k.isOk() ? std::move(k).value() : nullptr;
+  }
+
+  /// The program as ATen ops, one per instruction, in program order.
+  std::vector<at::Tensor> runAten(const std::vector<at::Tensor>& in) const {
+    using kernels::rowwise::RowOp;
+    const auto& code = program_.instructions();
+    std::vector<at::Tensor> v(code.size());
+    std::vector<at::Tensor> out(numOutputs_);
+    for (size_t i = 0; i < code.size(); ++i) {
+      const auto& ins = code[i];
+      auto A = [&]() -> const at::Tensor& { return v[static_cast<size_t>(ins.a)]; };
+      auto B = [&]() -> const at::Tensor& { return v[static_cast<size_t>(ins.b)]; };
+      switch (ins.op) {
+        case RowOp::kLoad: {
+          const at::Tensor& t = in.at(static_cast<size_t>(ins.index));
+          v[i] = t.scalar_type() == at::kBool ? t.to(at::kFloat) : t;  // as the engine reads a mask
+          break;
+        }
+        case RowOp::kConst: v[i] = at::scalar_tensor(ins.f0, at::kFloat); break;
+        case RowOp::kAdd: v[i] = at::add(A(), B()); break;
+        case RowOp::kSub: v[i] = at::sub(A(), B()); break;
+        case RowOp::kMul: v[i] = at::mul(A(), B()); break;
+        case RowOp::kDiv: v[i] = at::div(A(), B()); break;
+        case RowOp::kMax: v[i] = at::maximum(A(), B()); break;
+        case RowOp::kMin: v[i] = at::minimum(A(), B()); break;
+        case RowOp::kPow: v[i] = at::pow(A(), static_cast<double>(ins.f0)); break;
+        case RowOp::kNeg: v[i] = at::neg(A()); break;
+        case RowOp::kAbs: v[i] = at::abs(A()); break;
+        case RowOp::kExp: v[i] = at::exp(A()); break;
+        case RowOp::kLog: v[i] = at::log(A()); break;
+        case RowOp::kSqrt: v[i] = at::sqrt(A()); break;
+        case RowOp::kRsqrt: v[i] = at::rsqrt(A()); break;
+        case RowOp::kReciprocal: v[i] = at::reciprocal(A()); break;
+        case RowOp::kSquare: v[i] = at::mul(A(), A()); break;
+        case RowOp::kRelu: v[i] = at::relu(A()); break;
+        case RowOp::kGeluErf: v[i] = at::gelu(A(), "none"); break;
+        case RowOp::kGeluTanh: v[i] = at::gelu(A(), "tanh"); break;
+        case RowOp::kSilu: v[i] = at::silu(A()); break;
+        case RowOp::kSigmoid: v[i] = at::sigmoid(A()); break;
+        case RowOp::kTanh: v[i] = at::tanh(A()); break;
+        case RowOp::kErf: v[i] = at::erf(A()); break;
+        case RowOp::kClamp: v[i] = at::clamp(A(), static_cast<double>(ins.f0), static_cast<double>(ins.f1)); break;
+        case RowOp::kLeakyRelu: v[i] = at::leaky_relu(A(), static_cast<double>(ins.f0)); break;
+        case RowOp::kHardswish: v[i] = at::hardswish(A()); break;
+        case RowOp::kHardsigmoid: v[i] = at::hardsigmoid(A()); break;
+        case RowOp::kElu: v[i] = at::elu(A(), static_cast<double>(ins.f0)); break;
+        case RowOp::kCastBf16: v[i] = A().to(at::kBFloat16).to(at::kFloat); break;
+        case RowOp::kWhere:
+          v[i] = at::where(A().ne(0), B(), v[static_cast<size_t>(ins.c)]);
+          break;
+        case RowOp::kSum: v[i] = at::sum(A(), {-1}, /*keepdim=*/true); break;
+        case RowOp::kMean: v[i] = at::mean(A(), {-1}, /*keepdim=*/true); break;
+        case RowOp::kRowMax: v[i] = at::amax(A(), {-1}, /*keepdim=*/true); break;
+        case RowOp::kRowMin: v[i] = at::amin(A(), {-1}, /*keepdim=*/true); break;
+        case RowOp::kRotateHalf: {
+          const int64_t half = A().size(-1) / 2;
+          v[i] = at::cat({at::neg(A().slice(-1, half)), A().slice(-1, 0, half)}, -1);
+          break;
+        }
+        case RowOp::kStore:
+          out.at(static_cast<size_t>(ins.index)) = A().expand(outShape_).contiguous();
+          break;
+      }
+    }
+    return out;
+  }
+
+  kernels::rowwise::RowProgram program_;
+  size_t numOutputs_;
+  std::vector<int64_t> outShape_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<kernels::rowwise::RowKernel>>> kernels_;
+  mutable std::string implInfo_;
 };
 
 at::Tensor constantArg(const ir::Arg& a, const std::vector<at::Tensor>& constants) {
@@ -407,13 +604,29 @@ void configureCommon(FusedBase& op, const at::Tensor& w, const at::Tensor& b, co
   op.compute_ = options.bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
   op.atenWeight_ = w;
   op.atenBias_ = b;
-  op.weight_ = w.contiguous();
+  op.weight_ = w;
   op.bias_ = b.defined() ? b.contiguous() : b;
 }
 
 }  // namespace
 
 bool isNeedsExactPlanError(const std::string& message) { return message.find(kNeedsExactPlan) != std::string::npos; }
+
+bool isEngineOp(const ir::Node& n) { return rules::isFusedOp(n) || n.op == kRowwiseOp; }
+
+StatusOr<std::unique_ptr<FusedOp>> createRowwiseOp(const ir::Graph& g, const ir::Node& n, const CompileOptions& options) {
+  if (n.args.empty() || n.args.back().kind != ir::Arg::Kind::String) return invalidGraph("verifuse::rowwise: no program");
+  VF_ASSIGN_OR_RETURN(kernels::rowwise::RowProgram program, parseRowProgram(n.args.back().s));
+  const ir::Value& out = g.value(n.outputs.at(0));
+  if (!out.hasStaticShape()) return unsupported("verifuse::rowwise: output shape is not static");
+  for (ir::ValueId o : n.outputs) {
+    if (g.value(o).shape != out.shape) return invalidGraph("verifuse::rowwise: outputs of different shapes");
+  }
+  auto op = std::make_unique<RowwiseOp>(std::move(program), n.outputs.size(), out.shape);
+  op->rowOk_ = options.useOnednn;  // the engines policy "aten" keeps every op on ATen
+  op->engine_ = op->rowOk_ ? Engine::kRowwise : Engine::kAten;
+  return std::unique_ptr<FusedOp>(std::move(op));
+}
 
 StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::vector<at::Tensor>& constants,
                                                  const std::vector<int64_t>* inputShape,
@@ -467,15 +680,14 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
       int64_t m = 1;
       for (size_t d = 0; d + 1 < inputShape->size(); ++d) m *= (*inputShape)[d];
       op->macs_ = static_cast<double>(m) * static_cast<double>(w.numel());
-      if (options.useOnednn) {
-        op->staticShape_ = true;
-        op->onednnOk_ = op->kernelFor(m).isOk();
-      }
+      op->m_ = m;
+      op->staticShape_ = options.useOnednn;
     }
     result = std::move(op);
   } else {
     return unsupported("unknown fused op " + n.op);
   }
+  // Where it starts; the planner sets the partition's engine (creating that engine's kernel).
   result->engine_ = result->onednnOk_ ? Engine::kOnednn : Engine::kAten;
   return std::unique_ptr<FusedOp>(std::move(result));
 }

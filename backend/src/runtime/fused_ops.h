@@ -30,6 +30,11 @@ class FusedOp {
   virtual at::Tensor run(const std::vector<at::Tensor>& inputs, bool exact) const = 0;
   /// Runs on \p engine whatever engine() is: the partition tuner's candidates.
   virtual at::Tensor runOn(Engine engine, const std::vector<at::Tensor>& inputs) const = 0;
+  /// Ops with several outputs (verifuse::rowwise) return them all; the others their one.
+  virtual std::vector<at::Tensor> runAll(Engine engine, const std::vector<at::Tensor>& inputs) const {
+    return {runOn(engine, inputs)};
+  }
+  virtual size_t numOutputs() const { return 1; }
   virtual Engine engine() const = 0;
   /// True if \p engine can run this op at its static shape (a kernel exists); always true for
   /// ATen. Without a static shape, true for every engine this op has (kernels come per shape).
@@ -45,6 +50,16 @@ class FusedOp {
   /// oneDNN's implementation name of the last kernel created ("brg:avx512_core", ...), or "".
   virtual std::string implInfo() const = 0;
 };
+
+inline constexpr const char* kRowwiseOp = "verifuse::rowwise";
+
+/// True for the nodes the planner runs on an engine: verifuse::conv, verifuse::linear (createFusedOp)
+/// and verifuse::rowwise (createRowwiseOp).
+bool isEngineOp(const ir::Node& node);
+
+/// verifuse::rowwise(v0..vN-1, program): the row engine, with the program's ATen composition.
+StatusOr<std::unique_ptr<FusedOp>> createRowwiseOp(const ir::Graph& graph, const ir::Node& node,
+                                                   const CompileOptions& options);
 
 /// Builds the executor for a fused node. \p inputShape: the static shape of x when known (the
 /// kernel is then created and weights prepacked right away). \p channelsLastOutput: a 2-D/3-D

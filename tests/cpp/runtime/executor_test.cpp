@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "verifuse/kernels/rowwise.h"
 #include "verifuse/runtime/executor.h"
 
 namespace verifuse::runtime {
@@ -218,6 +219,60 @@ TEST(ExecutorTest, ConcurrentRunsMatchSerial) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+}  // namespace
+}  // namespace verifuse::runtime
+
+namespace verifuse::runtime {
+namespace {
+
+/// layer_norm(x + r) * g (no beta) as the row-fusion rules write it into the IR, and a second
+/// output (the residual sum) the next block would read.
+Graph rowwiseLayerNormGraph(const std::vector<int64_t>& shape, const std::string& program) {
+  Graph g;
+  auto x = g.addInput("x", ValueType::Tensor);
+  auto r = g.addInput("r", ValueType::Tensor);
+  auto gamma = g.addInput("g", ValueType::Tensor);
+  auto n = g.addNode("verifuse::rowwise", "", {Arg::value(x), Arg::value(r), Arg::value(gamma), Arg::string(program)},
+                     {ValueType::Tensor, ValueType::Tensor});
+  for (ir::ValueId v : g.node(n).outputs) g.mutableValue(v).setShape(shape);
+  g.setOutputs({Arg::value(g.node(n).outputs[0]), Arg::value(g.node(n).outputs[1])});
+  return g;
+}
+
+TEST(ExecutorRowwise, LayerNormOfResidualSumOnBothEngines) {
+  kernels::rowwise::LayerNormSpec spec;
+  spec.eps = 1e-5f;
+  spec.beta = false;
+  spec.residual = true;
+  spec.storeSum = true;
+  const std::string program = kernels::rowwise::layerNormProgram(spec).toString();
+  const std::vector<int64_t> shape = {2, 5, 48};
+  at::Tensor x = at::randn(shape), r = at::randn(shape), gamma = at::randn({48});
+  at::Tensor h = x + r;
+  at::Tensor expected = at::layer_norm(h, {48}, gamma, {}, 1e-5);
+  for (bool onednn : {true, false}) {
+    CompileOptions options;
+    options.useOnednn = onednn;  // false: the "aten" engine policy interprets the program op by op
+    auto cg = compileGraph(rowwiseLayerNormGraph(shape, program), {0, 1, 2}, {}, 3, options);
+    ASSERT_TRUE(cg.isOk()) << cg.status().toString();
+    ASSERT_EQ((*cg)->partitions().size(), 1u);
+    EXPECT_EQ((*cg)->partitions()[0].engine, onednn ? "rowwise" : "aten");
+    const int64_t before = engineRunCounts()[onednn ? "rowwise" : "aten"];
+    auto out = (*cg)->run({x, r, gamma});
+    ASSERT_TRUE(out.isOk()) << out.status().toString();
+    EXPECT_EQ(engineRunCounts()[onednn ? "rowwise" : "aten"], before + 1);
+    EXPECT_TRUE(at::allclose((*out)[0].toTensor(), expected, 1e-4, 1e-5)) << (*out)[0].toTensor() - expected;
+    EXPECT_TRUE(at::equal((*out)[1].toTensor(), h));
+  }
+}
+
+TEST(ExecutorRowwise, BadProgramIsAnError) {
+  auto cg = compileGraph(rowwiseLayerNormGraph({2, 4}, "%0 = load in0\n%1 = frobnicate %0\nstore out0, %1\n"),
+                         {0, 1, 2}, {}, 3);
+  ASSERT_FALSE(cg.isOk());
+  EXPECT_NE(cg.status().toString().find("frobnicate"), std::string::npos) << cg.status().toString();
 }
 
 }  // namespace

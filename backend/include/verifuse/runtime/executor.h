@@ -27,8 +27,9 @@ enum class Engine : uint8_t {
   kAten,    ///< the ATen composition of each op, through the dispatcher
   kOnednn,  ///< oneDNN primitives with post-ops, weights prepacked
   kGemm,    ///< verifuse's own GEMM (linears; AVX2), weights packed once, post-ops as its epilogue
+  kRowwise, ///< the row engine: a chain of elementwise ops and row reductions in one pass
 };
-/// "aten", "onednn", "gemm".
+/// "aten", "onednn", "gemm", "rowwise".
 const char* engineName(Engine engine);
 /// Every engine, in a fixed order (tuning candidates are tried in this order).
 const std::vector<Engine>& allEngines();
