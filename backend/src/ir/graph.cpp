@@ -125,6 +125,24 @@ bool Value::hasStaticShape() const {
   return true;
 }
 
+void Value::setSymShape(std::vector<SymExpr> sizes) {
+  shape.assign(sizes.size(), -1);
+  hasShape = true;
+  bool symbolic = false;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (auto v = sizes[k].asInt()) shape[k] = *v;
+    else if (sizes[k].valid()) symbolic = true;
+  }
+  if (symbolic) symShape = std::move(sizes);
+  else symShape.clear();
+}
+
+SymExpr Value::dim(size_t k) const {
+  if (!hasShape || k >= shape.size()) return SymExpr();
+  if (shape[k] >= 0) return SymExpr::integer(shape[k]);
+  return k < symShape.size() ? symShape[k] : SymExpr();
+}
+
 ValueId Graph::addInput(std::string name, ValueType type) {
   Value v;
   v.id = static_cast<ValueId>(values_.size());

@@ -59,16 +59,38 @@ class Printer {
     }
   }
 
-  /// "Tensor", or "Tensor[1, 16, ?, ?]" when the shape is known ('?' = symbolic).
+  /// "Tensor", or "Tensor[1, 16, ?, ?]" when the shape is known ('?' = symbolic, unnamed), with
+  /// symbolic sizes as expressions ("Tensor[x_size0, 3, (-4 + x_size2)]") and, when they are not
+  /// the contiguous ones, recorded strides in braces ("Tensor[x_size0, 8]{1, x_size0}"). An Int
+  /// with a symbolic value: "Int{x_size0}".
   static std::string typeText(const Value& v) {
     std::string out = valueTypeName(v.type);
+    if (v.symValue.valid()) return out + "{" + v.symValue.toString() + "}";
     if (!v.hasShape) return out;
     out += "[";
     for (size_t k = 0; k < v.shape.size(); ++k) {
       if (k) out += ", ";
-      out += v.shape[k] < 0 ? std::string("?") : std::to_string(v.shape[k]);
+      SymExpr d = v.dim(k);
+      out += d.valid() ? d.toString() : std::string("?");
     }
-    return out + "]";
+    out += "]";
+    if (!v.symStrides.empty() && !contiguous(v)) {
+      out += "{";
+      for (size_t k = 0; k < v.symStrides.size(); ++k) out += (k ? ", " : "") + v.symStrides[k].toString();
+      out += "}";
+    }
+    return out;
+  }
+
+  /// The recorded strides are the row-major ones for the sizes.
+  static bool contiguous(const Value& v) {
+    if (v.symStrides.size() != v.shape.size()) return false;
+    SymExpr expected = SymExpr::integer(1);
+    for (size_t k = v.shape.size(); k-- > 0;) {
+      if (!SymExpr::samePolynomial(v.symStrides[k], expected)) return false;
+      expected = expected * v.dim(k);
+    }
+    return true;
   }
 
   std::string print() {
@@ -155,11 +177,9 @@ class Parser {
       VF_RETURN_IF_ERROR(expect(':'));
       VF_ASSIGN_OR_RETURN(std::string typeName, identifier());
       VF_ASSIGN_OR_RETURN(ValueType type, parseValueType(typeName));
-      VF_ASSIGN_OR_RETURN(auto shape, optionalShape());
       if (values_.count(name)) return error("duplicate value %" + name);
       values_[name] = graph_.addInput(name, type);
-      if (shape) graph_.mutableValue(values_[name]).setShape(*shape);
-      return Status::ok();
+      return typeDetails(graph_.mutableValue(values_[name]));
     }));
     VF_RETURN_IF_ERROR(expect('{'));
     while (true) {
@@ -193,30 +213,58 @@ class Parser {
   }
 
  private:
-  /// An optional "[1, ?, 8]" after a value's type.
-  StatusOr<std::optional<std::vector<int64_t>>> optionalShape() {
-    if (pos_ >= text_.size() || text_[pos_] != '[') return std::optional<std::vector<int64_t>>();
-    ++pos_;
-    std::vector<int64_t> dims;
-    VF_RETURN_IF_ERROR(commaList(']', [&]() -> Status {
-      skipSpace();
-      if (peekIs('?')) {
-        ++pos_;
-        dims.push_back(-1);
+  /// What may follow a value's type: "[1, ?, (x_size0 // 2)]" (sizes), then "{...}" (strides)
+  /// for a tensor; "{x_size0}" (its symbolic value) for an Int.
+  Status typeDetails(Value& v) {
+    if (peekIs('[')) {
+      ++pos_;
+      std::vector<SymExpr> dims;
+      VF_RETURN_IF_ERROR(commaList(']', [&]() -> Status {
+        skipSpace();
+        if (peekIs('?')) {
+          ++pos_;
+          dims.emplace_back();
+          return Status::ok();
+        }
+        VF_ASSIGN_OR_RETURN(SymExpr d, expression());
+        if (d.isCondition() || (d.asInt() && *d.asInt() < 0)) return error("a shape holds sizes or '?'");
+        dims.push_back(std::move(d));
         return Status::ok();
-      }
-      VF_ASSIGN_OR_RETURN(Arg a, parseArg());
-      if (a.kind != Arg::Kind::Int || a.i < 0) return error("a shape holds sizes or '?'");
-      dims.push_back(a.i);
+      }));
+      v.setSymShape(std::move(dims));
+    }
+    if (!peekIs('{')) return Status::ok();
+    ++pos_;
+    std::vector<SymExpr> items;
+    VF_RETURN_IF_ERROR(commaList('}', [&]() -> Status {
+      VF_ASSIGN_OR_RETURN(SymExpr e, expression());
+      items.push_back(std::move(e));
       return Status::ok();
     }));
-    return std::optional<std::vector<int64_t>>(std::move(dims));
+    if (v.type == ValueType::Int) {
+      if (items.size() != 1 || items[0].isCondition()) return error("an Int's value is one integer expression");
+      v.symValue = items[0];
+    } else {
+      if (!v.hasShape || items.size() != v.shape.size()) return error("strides need the sizes, one per dim");
+      v.symStrides = std::move(items);
+    }
+    return Status::ok();
+  }
+
+  /// A size expression (SymExpr syntax) at the current position.
+  StatusOr<SymExpr> expression() {
+    skipSpace();
+    size_t consumed = 0;
+    auto e = SymExpr::parsePrefix(text_.substr(pos_), &consumed);
+    if (!e.isOk()) return error("bad size expression: " + e.status().message());
+    pos_ += consumed;
+    return e;
   }
 
   Status parseNode() {
     std::vector<std::string> outNames;
     std::vector<ValueType> outTypes;
-    std::vector<std::optional<std::vector<int64_t>>> outShapes;
+    std::vector<Value> outDetails;  // sizes, strides, symbolic value
     skipSpace();
     if (peekIs('%')) {
       while (true) {
@@ -224,10 +272,12 @@ class Parser {
         VF_RETURN_IF_ERROR(expect(':'));
         VF_ASSIGN_OR_RETURN(std::string typeName, identifier());
         VF_ASSIGN_OR_RETURN(ValueType type, parseValueType(typeName));
-        VF_ASSIGN_OR_RETURN(auto shape, optionalShape());
+        Value details;
+        details.type = type;
+        VF_RETURN_IF_ERROR(typeDetails(details));
         outNames.push_back(name);
         outTypes.push_back(type);
-        outShapes.push_back(std::move(shape));
+        outDetails.push_back(std::move(details));
         skipSpace();
         if (peekIs(',')) { ++pos_; continue; }
         break;
@@ -249,7 +299,12 @@ class Parser {
     for (size_t k = 0; k < outNames.size(); ++k) {
       if (values_.count(outNames[k])) return error("value %" + outNames[k] + " is defined twice");
       values_[outNames[k]] = graph_.node(id).outputs[k];
-      if (outShapes[k]) graph_.mutableValue(values_[outNames[k]]).setShape(*outShapes[k]);
+      Value& v = graph_.mutableValue(values_[outNames[k]]);
+      v.hasShape = outDetails[k].hasShape;
+      v.shape = std::move(outDetails[k].shape);
+      v.symShape = std::move(outDetails[k].symShape);
+      v.symStrides = std::move(outDetails[k].symStrides);
+      v.symValue = std::move(outDetails[k].symValue);
     }
     return Status::ok();
   }

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "verifuse/ir/sym_expr.h"
 #include "verifuse/support/status.h"
 
 namespace verifuse::ir {
@@ -119,7 +120,26 @@ struct Value {
   /// symbolic size. Rules use them for side conditions (rank, channel axis, residual shape).
   bool hasShape = false;
   std::vector<int64_t> shape;
-  void setShape(std::vector<int64_t> s) { shape = std::move(s); hasShape = true; }
+  /// Dynamic shapes: the sizes as expressions over size symbols (sym_expr.h), one per dim, where
+  /// shape[k] is -1; an invalid entry is a symbolic size nobody could name. Empty when every size
+  /// is a constant or none is known symbolically.
+  std::vector<SymExpr> symShape;
+  /// Dynamic shapes: the strides as expressions (the lowering records them in graphs with
+  /// symbolic sizes; views rely on them). Empty when not recorded.
+  std::vector<SymExpr> symStrides;
+  /// An Int value's symbolic value (a SymInt in the FX graph), invalid when not known.
+  SymExpr symValue;
+  /// Static sizes (-1: symbolic, unnamed); drops symbolic sizes and strides.
+  void setShape(std::vector<int64_t> s) {
+    shape = std::move(s);
+    hasShape = true;
+    symShape.clear();
+    symStrides.clear();
+  }
+  /// Sizes as expressions (constants become static sizes, invalid ones -1).
+  void setSymShape(std::vector<SymExpr> sizes);
+  /// Size \p k as an expression: the static size, the symbolic one, or invalid when unknown.
+  SymExpr dim(size_t k) const;
   /// True if the shape is known and has no symbolic size.
   bool hasStaticShape() const;
 };
