@@ -7,6 +7,7 @@
 #include <string>
 
 #include "verifuse/shapes/shape_analysis.h"
+#include "verifuse/shapes/shape_problem.h"
 
 namespace verifuse::shapes {
 namespace {
@@ -231,6 +232,56 @@ TEST(ShapesSamples, VerdictsOnCheckedInPrograms) {
 TEST(ShapesSamples, InvalidFilesReportLines) {
   EXPECT_NE(errorOf(dataFile("invalid_unbalanced.smt2")).find("line 2"), std::string::npos);
   EXPECT_NE(errorOf(dataFile("invalid_unknown_symbol.smt2")).find("line 3"), std::string::npos);
+}
+
+// Programs built in C++ (ShapeProblem) are analyzed like their text.
+TEST(ShapesProblem, BuiltProgramAgreesWithItsText) {
+  ShapeProblem p;
+  auto x = p.declareInt("x", 6);
+  auto y = p.declareInt("y");
+  EXPECT_EQ(p.declareInt("x"), x);  // declared once
+  // y = x div 2, x >= 4, not (y*y >= 9): x in {4, 5}
+  std::vector<ShapeProblem::Term> asserts = {p.eq(y, p.div(x, p.integer(2))), p.ge(x, p.integer(4)),
+                                            p.notOf(p.ge(p.mul({y, y}), p.integer(9)))};
+  auto built = analyzeShapeProblem(p, asserts, ShapeOptions{});
+  ASSERT_TRUE(built.isOk()) << built.status().toString();
+  EXPECT_EQ(built->verdict, Verdict::kSat);
+  std::map<std::string, std::string> model;
+  for (const auto& m : built->model) model[m.name] = m.value;
+  const int64_t vx = std::stoll(model.at("x"));
+  EXPECT_TRUE(vx == 4 || vx == 5) << vx;
+  EXPECT_TRUE(built->model_checked);
+  // x >= 6 added: unsat, as the same program written as text.
+  asserts.push_back(p.ge(x, p.integer(6)));
+  auto unsat = analyzeShapeProblem(p, asserts, ShapeOptions{});
+  ASSERT_TRUE(unsat.isOk());
+  EXPECT_EQ(unsat->verdict, Verdict::kUnsat);
+  std::string text = "(declare-const x Int)(declare-const y Int)";
+  for (auto a : asserts) text += "(assert " + p.toSmt(a) + ")";
+  auto fromText = analyzeShapeProgram(text, ShapeOptions{});
+  ASSERT_TRUE(fromText.isOk()) << fromText.status().toString() << "\n" << text;
+  EXPECT_EQ(fromText->verdict, Verdict::kUnsat);
+  // Prefix redundancy names the built asserts by their text.
+  ShapeOptions redundant;
+  redundant.redundant = true;
+  auto red = analyzeShapeProblem(p, {p.ge(x, p.integer(4)), p.ge(x, p.integer(1))}, redundant);
+  ASSERT_TRUE(red.isOk());
+  ASSERT_EQ(red->redundant.size(), 1u);
+  EXPECT_EQ(red->redundant[0].index, 1u);
+  EXPECT_EQ(red->redundant[0].text, "(assert (<= 1 x))");
+}
+
+TEST(ShapesProblem, SortErrorsAreReportedNotCrashed) {
+  ShapeProblem p;
+  auto x = p.declareInt("x");
+  auto bad = p.add({x, p.boolean(true)});
+  EXPECT_NE(p.error().find("'+' needs Int terms"), std::string::npos);
+  auto r = analyzeShapeProblem(p, {p.eq(bad, x)}, ShapeOptions{});
+  EXPECT_FALSE(r.isOk());
+  ShapeProblem q;
+  auto y = q.declareInt("y");
+  auto notBool = analyzeShapeProblem(q, {y}, ShapeOptions{});
+  EXPECT_FALSE(notBool.isOk());
 }
 
 }  // namespace

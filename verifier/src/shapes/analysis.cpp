@@ -8,8 +8,10 @@
 #include <unordered_set>
 
 #include "parser.h"
+#include "problem_internal.h"
 #include "reasoning.h"
 #include "verifuse/shapes/shape_analysis.h"
+#include "verifuse/shapes/shape_problem.h"
 #include "z3_bridge.h"
 
 namespace verifuse::shapes {
@@ -360,21 +362,18 @@ void runWithBigStack(const std::function<void()>& fn) {
   delete heap;
 }
 
-}  // namespace
-
-StatusOr<ShapeReport> analyzeShapeProgram(std::string_view text, const ShapeOptions& options) {
+/// Runs \p load (which fills the program, or returns an error) and the analysis on a big stack;
+/// no exception escapes.
+StatusOr<ShapeReport> analyzeLoaded(const std::function<Status(ParsedProgram*)>& load, const ShapeOptions& options) {
   Status status;
   ShapeReport report;
   runWithBigStack([&] {
     try {
       auto t0 = Clock::now();
-      auto parsed = parseSmtLib(text);
+      ParsedProgram prog;
+      status = load(&prog);
       report.parse_s = secondsSince(t0);
-      if (!parsed.isOk()) {
-        status = parsed.status();
-        return;
-      }
-      ParsedProgram& prog = parsed.value();
+      if (!status.isOk()) return;
       report.num_asserts = prog.asserts.size();
       for (auto& v : prog.terms.vars()) report.num_vars += v.internal ? 0 : 1;
       Analysis(prog, options, report).run();
@@ -389,6 +388,24 @@ StatusOr<ShapeReport> analyzeShapeProgram(std::string_view text, const ShapeOpti
   });
   if (!status.isOk()) return status;
   return report;
+}
+
+}  // namespace
+
+StatusOr<ShapeReport> analyzeShapeProgram(std::string_view text, const ShapeOptions& options) {
+  return analyzeLoaded(
+      [&](ParsedProgram* prog) -> Status {
+        auto parsed = parseSmtLib(text);
+        if (!parsed.isOk()) return parsed.status();
+        *prog = std::move(parsed).value();
+        return Status::ok();
+      },
+      options);
+}
+
+StatusOr<ShapeReport> analyzeShapeProblem(const ShapeProblem& problem, const std::vector<ShapeProblem::Term>& asserts,
+                                          const ShapeOptions& options) {
+  return analyzeLoaded([&](ParsedProgram* prog) { return loadProblem(problem, asserts, prog); }, options);
 }
 
 namespace {
