@@ -20,6 +20,7 @@ enum class StatusCode {
   kStaleWeights,
   kNotFound,
   kInternal,
+  kShapeGuardFailed,  ///< a call's input sizes violate a shape guard the plan added (dynamic shapes)
 };
 
 const char* statusCodeName(StatusCode code);
@@ -87,6 +88,7 @@ inline const char* statusCodeName(StatusCode code) {
     case StatusCode::kStaleWeights: return "StaleWeights";
     case StatusCode::kNotFound: return "NotFound";
     case StatusCode::kInternal: return "Internal";
+    case StatusCode::kShapeGuardFailed: return "ShapeGuardFailed";
   }
   return "Unknown";
 }
