@@ -1,8 +1,9 @@
-"""Shape guards under dynamic shapes (verifuse.guards): which of the plan's shape assumptions
-Dynamo's guards entail, the runtime guards verifuse adds for the rest, the exported shape program
-(re-checked with python z3, an independent solver), and compile counts for batch 1..16 under plain
-``dynamic=True`` (verifuse.dynamic_tracing: no 0/1 specialization, no guards from ATen's convolution
-heuristics, only while a frame is traced for verifuse).
+"""Shape guards under dynamic shapes: which of the plan's shape assumptions (derived in C++ from the
+planned graph, backend/src/shape_guards) Dynamo's guards entail (Python hands them over once,
+verifuse.guards), the guards verifuse adds for the rest and checks in C++ on every call, the
+exported shape program (re-checked with python z3, an independent solver), and compile counts for
+batch 1..16 under plain ``dynamic=True`` (verifuse.dynamic_tracing: no 0/1 specialization, no
+guards from ATen's convolution heuristics, only while a frame is traced for verifuse).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch.nn as nn
 import verifuse
 from verifuse import report as _report
 from verifuse import dynamic_tracing
-from verifuse.guards import ShapeGuardError, to_python, to_smt
+from verifuse.guards import ShapeGuardError, to_term
 
 z3 = pytest.importorskip("z3")
 
@@ -71,26 +72,34 @@ def shape_entries(graphs, kind: str) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------
-# printers
+# the one translator: sympy -> the C++ term language
 # --------------------------------------------------------------------------------------------
 
-def test_printers_agree_with_python_and_z3() -> None:
+def test_translated_terms_agree_with_python_and_z3() -> None:
+    """sympy -> _C.SymExpr (to_term) keeps Python's semantics: the C++ evaluation (what the per-call
+    guard check computes), the Python text (what the report shows) and the SMT-LIB text (what the
+    engine and the exported program use, read here by z3) all give sympy's value."""
     import sympy
-    from torch.utils._sympy.functions import FloorDiv, Max, Min, PythonMod
+    from torch.utils._sympy.functions import CeilDiv, FloorDiv, Max, Min, PythonMod
 
     a, b = sympy.Symbol("s0", integer=True), sympy.Symbol("s1", integer=True)
     names = {a: "x_size0", b: "x_size1"}
     exprs = [FloorDiv(a - 1, 2) + 1, PythonMod(a, 3), FloorDiv(a, b), PythonMod(a, b), Max(a, 3 * b), Min(a, b - 4),
-             a * b - 2 * a ** 2 + 7]
+             a * b - 2 * a ** 2 + 7, CeilDiv(a, 4)]
+    x0, x1 = z3.Ints("x_size0 x_size1")
     for e in exprs:
-        py = to_python(e, names)
-        smt = to_smt(e, names)
+        term = to_term(e, names)
+        smt = term.smt()
+        parsed = z3.parse_smt2_string(f"(declare-const x_size0 Int)(declare-const x_size1 Int)(assert (= 0 {smt}))")[0]
         for va, vb in itertools.product([-7, -1, 0, 1, 2, 5, 13], [-3, -1, 1, 2, 4]):
-            want = eval(py, {"max": max, "min": min}, {"x_size0": va, "x_size1": vb})  # noqa: S307
-            x0, x1 = z3.Ints("x_size0 x_size1")
-            term = z3.parse_smt2_string(f"(declare-const x_size0 Int)(declare-const x_size1 Int)(assert (= 0 {smt}))")[0]
-            got = z3.simplify(z3.substitute(term.arg(1), (x0, z3.IntVal(va)), (x1, z3.IntVal(vb))))
+            want = int(e.subs({a: va, b: vb}))
+            assert term.evaluate({"x_size0": va, "x_size1": vb}) == want, (e, va, vb)
+            assert eval(str(term), {"max": max, "min": min}, {"x_size0": va, "x_size1": vb}) == want  # noqa: S307
+            got = z3.simplify(z3.substitute(parsed.arg(1), (x0, z3.IntVal(va)), (x1, z3.IntVal(vb))))
             assert got.as_long() == want, (e, va, vb, smt)
+    cond = to_term(sympy.And(sympy.Ge(a, 5), sympy.Ne(PythonMod(a, b), 0)), names)
+    assert cond.is_condition and str(cond) == "((x_size0 >= 5) and ((x_size0 % x_size1) != 0))"
+    assert cond.evaluate({"x_size0": 7, "x_size1": 3}) is True
 
 
 # --------------------------------------------------------------------------------------------

@@ -147,20 +147,21 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
         problem = _freezing_problem(fake_inputs, example_inputs, static, meta)
         if problem:
             return make_boxed_func(_fallback(aot_gm, problem, opts, graph_report))
+        from .guards import attach_shape_guards, collect_shape_facts
         from .lowering import LoweringError
 
+        # Dynamic shapes: Dynamo's shape guards go to C++ with the compile request, which derives
+        # the plan's shape assumptions, decides them and checks the ones that do not follow on
+        # every call (None for static shapes).
+        shape_facts = collect_shape_facts(fake_inputs, example_inputs, static, graph_report, opts.strict)
         try:
-            runner = CompiledGraphRunner(aot_gm, example_inputs, set(static), names, opts, graph_report)
+            runner = CompiledGraphRunner(aot_gm, example_inputs, set(static), names, opts, graph_report, shape_facts)
         except LoweringError as err:
             return make_boxed_func(_fallback(aot_gm, err.reason, opts, graph_report, op=err.node))
         except _unsupported_error() as err:
             return make_boxed_func(_fallback(aot_gm, str(err), opts, graph_report))
-        from .guards import attach_shape_guards
-
-        # Shape assumptions vs Dynamo's guards (issue 5): records them in graph_report and wraps the
-        # runner with a size check for the assumptions the guards do not entail (eager fallback, or
-        # ShapeGuardError under strict). Static graphs get `runner` back unchanged.
-        return attach_shape_guards(runner, aot_gm, fake_inputs, example_inputs, static, graph_report, opts.strict)
+        # A violated shape guard runs the graph eagerly, or raises ShapeGuardError under strict.
+        return attach_shape_guards(runner, aot_gm, graph_report, opts.strict)
 
     compiler = aot_autograd(
         fw_compiler=training_compiler,
@@ -229,11 +230,12 @@ class CompiledGraphRunner:
     _boxed_call = True
 
     def __init__(self, aot_gm: torch.fx.GraphModule, real_inputs: list, static: set[int], names: list[str],
-                 opts: Options, graph_report: _report.GraphReport):
+                 opts: Options, graph_report: _report.GraphReport, shape_facts: Any = None):
         self._aot_gm = aot_gm
         self._static = static
         self._names = names
         self._opts = opts
+        self._shape_facts = shape_facts  # guards.ShapeFacts under dynamic shapes
         self._lock = threading.Lock()
         from . import _C
 
@@ -241,6 +243,8 @@ class CompiledGraphRunner:
         self._unsupported_error = _C.UnsupportedError
         self._exact_plan = None
         self._plan, cpp_report = self._build(real_inputs)
+        # The added shape guards (C++), checked before every run; None when nothing is checked.
+        self.shape_check = cpp_report.get("shape_check")
         _fill_report(graph_report, cpp_report)
 
     def _build(self, real_inputs: Sequence[Any]) -> tuple:
@@ -252,7 +256,8 @@ class CompiledGraphRunner:
         # The first build runs inside AOT tracing, where FakeTensorMode is active on this thread:
         # tensors the C++ plan creates up front (wrapped scalars, folded constants) must be real.
         with unset_fake_temporarily():
-            lowered = lower_graph(self._aot_gm, real_inputs, self._static, self._names)
+            facts = self._shape_facts
+            lowered = lower_graph(self._aot_gm, real_inputs, self._static, self._names, facts)
             opts = self._opts
             # The driver reads the benchmarking knobs (VERIFUSE_ENGINE, VERIFUSE_LINEAR_WEIGHTS).
             return _C.optimize_and_compile(
@@ -260,9 +265,12 @@ class CompiledGraphRunner:
                 verify=opts.verify, fuse=True, engines="auto", bf16=opts.dtype == "bfloat16",
                 cache_dir=str(opts.cache_dir) if opts.cache_dir else "",
                 planted_bug=os.environ.get("VERIFUSE_TEST_PLANTED_BUG") == "1",
-                autotune=opts.autotune, layer_check_weights=opts.layer_check_weights)
+                autotune=opts.autotune, layer_check_weights=opts.layer_check_weights,
+                shape_facts=facts.cpp if facts is not None else None)
 
     def __call__(self, args: list) -> list:
+        if self.shape_check is not None:
+            self.shape_check.check(args)  # raises _C.ShapeGuardViolation before anything runs
         plan = self._plan
         try:
             out = plan.run(args)
@@ -304,7 +312,8 @@ class CompiledGraphRunner:
     def _refresh(self, stale_plan: Any, args: list) -> Any:
         with self._lock:
             if self._plan is stale_plan:  # another thread may have refreshed already
-                self._plan, _ = self._build(args)
+                self._plan, cpp_report = self._build(args)
+                self.shape_check = cpp_report.get("shape_check")
                 self._exact_plan = None
                 _report.bump("weight_refreshes")
             return self._plan

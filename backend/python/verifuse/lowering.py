@@ -111,11 +111,12 @@ def _return_type(t: torch._C.JitType) -> str:
 
 class _Lowerer:
     def __init__(self, gm: torch.fx.GraphModule, real_inputs: Sequence[Any], frozen_indices: set[int],
-                 input_names: Sequence[str]):
+                 input_names: Sequence[str], shape_facts: Any = None):
         self.gm = gm
         self.real_inputs = real_inputs
         self.frozen_indices = frozen_indices
         self.input_names = input_names
+        self.shape_facts = shape_facts  # guards.ShapeFacts: names the size symbols (dynamic shapes)
         self.g = _C.Graph()
         self.env: dict[torch.fx.Node, Any] = {}  # node -> _C.Arg, or list of value ids
         self.used_names: set[str] = set()
@@ -174,20 +175,37 @@ class _Lowerer:
         return LoweredGraph(self.g, input_arg_index, frozen, len(placeholders), self.constant_names)
 
     def record_shape(self, vid: int, val: Any) -> None:
-        """Gives the C++ rules the tensor's sizes (-1 where the size is symbolic)."""
+        """Gives the C++ side the tensor's sizes: ints, -1 where a size is symbolic, and under
+        dynamic shapes each symbolic size (and the strides) as an expression over the size
+        symbols; an Int value gets its symbolic value."""
+        facts = self.shape_facts
+        if isinstance(val, torch.SymInt):
+            if facts is not None and _constant(val) is None:
+                term = facts.term(val)
+                if term is not None:
+                    _C.set_sym_value(self.g, vid, term)
+            return
         if not isinstance(val, torch.Tensor):
             return
-        sizes = []
-        for d in val.shape:
-            if isinstance(d, int):
-                sizes.append(int(d))
-            else:
-                try:
-                    known = d.node.maybe_as_int()  # a SymInt: a constant, or symbolic (-1)
-                except Exception:
-                    known = None
-                sizes.append(int(known) if known is not None else -1)
-        self.g.set_shape(vid, sizes)
+        known = [_constant(d) for d in val.shape]
+        sizes = [k if k is not None else -1 for k in known]
+        if facts is None:
+            self.g.set_shape(vid, sizes)
+            return
+        try:
+            strides = list(val.stride())
+        except (RuntimeError, NotImplementedError):  # layouts without strides
+            strides = None
+        if all(k is not None for k in known) and all(_constant(s) is not None for s in strides or ()):
+            self.g.set_shape(vid, sizes)
+            return
+        sym_sizes = [k if k is not None else facts.term(d) for k, d in zip(known, val.shape)]
+        sym_strides = None
+        if strides is not None:
+            sym_strides = [_constant(s) if _constant(s) is not None else facts.term(s) for s in strides]
+            if any(s is None for s in sym_strides):
+                sym_strides = None
+        _C.set_sym_shape(self.g, vid, sym_sizes, sym_strides)
 
     def lower_call(self, node: torch.fx.Node) -> None:
         target = node.target
@@ -203,6 +221,7 @@ class _Lowerer:
             if node.kwargs:
                 raise LoweringError(node.name, f"{target} with keyword arguments")
             (vid,) = self.g.add_node(PYTHON_BUILTINS[target], "", args, [_value_type(node.meta.get("val"))])
+            self.record_shape(vid, node.meta.get("val"))
             self.env[node] = _C.Arg.value(vid)
             return
         if not isinstance(target, torch._ops.OpOverload):
@@ -284,6 +303,17 @@ class _Lowerer:
         raise LoweringError(node.name, f"argument of unsupported type {type(v).__name__}")
 
 
+def _constant(v: Any) -> Optional[int]:
+    """A size as an int when it is one (an int, or a SymInt with a constant value), else None."""
+    if isinstance(v, int):
+        return int(v)
+    try:
+        known = v.node.maybe_as_int()
+    except Exception:  # noqa: BLE001 - not a SymInt
+        return None
+    return int(known) if known is not None else None
+
+
 def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
     obj: Any = gm
     for piece in target.split("."):
@@ -292,11 +322,12 @@ def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
 
 
 def lower_graph(gm: torch.fx.GraphModule, real_inputs: Sequence[Any], frozen_indices: set[int],
-                input_names: Sequence[str] = ()) -> LoweredGraph:
+                input_names: Sequence[str] = (), shape_facts: Any = None) -> LoweredGraph:
     """Lowers an ATen FX graph. Placeholders at \\p frozen_indices become constants bound to
-    ``real_inputs[i]``; the rest stay runtime inputs. Raises LoweringError on anything the
-    IR cannot express."""
-    lowered = _Lowerer(gm, real_inputs, frozen_indices, input_names).lower()
+    ``real_inputs[i]``; the rest stay runtime inputs. ``shape_facts`` (guards.ShapeFacts, dynamic
+    shapes) names the size symbols, so symbolic sizes reach the IR as expressions. Raises
+    LoweringError on anything the IR cannot express."""
+    lowered = _Lowerer(gm, real_inputs, frozen_indices, input_names, shape_facts).lower()
     lowered.graph.verify()
     return lowered
 

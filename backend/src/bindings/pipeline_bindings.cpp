@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/registry.h"
+#include "bindings/shapes_bindings.h"
 #include "verifuse/driver/compile.h"
 
 namespace py = pybind11;
@@ -153,7 +154,8 @@ void registerPipeline(py::module_& m) {
       "optimize_and_compile",
       [](ir::Graph graph, std::vector<int32_t> inputArgIndex, const std::vector<std::pair<int32_t, int32_t>>& frozen,
          int32_t numArgs, const std::string& verify, bool fuse, const std::string& engines, bool bf16,
-         const std::string& cacheDir, bool plantedBug, bool autotune, int64_t layerCheckWeights) {
+         const std::string& cacheDir, bool plantedBug, bool autotune, int64_t layerCheckWeights,
+         const py::object& shapeFacts) {
         driver::CompileRequest request;
         request.inputArgIndex = std::move(inputArgIndex);
         for (const auto& [arg, constant] : frozen) request.frozen.push_back({arg, constant});
@@ -166,18 +168,20 @@ void registerPipeline(py::module_& m) {
         request.plantedBug = plantedBug;
         request.autotune = autotune;
         request.layerCheckWeights = layerCheckWeights;
+        request.shapeFacts = shapeFactsFrom(shapeFacts);
         StatusOr<driver::CompiledModel> compiled = [&] {
           py::gil_scoped_release release;
           return driver::compile(std::move(graph), request);
         }();
         if (!compiled.isOk()) raise(compiled.status());
         py::dict report = toDict(compiled->report, *compiled->plan);
+        addShapeReport(report, compiled->report.shapes);
         return py::make_tuple(std::const_pointer_cast<runtime::CompiledGraph>(compiled->plan), report);
       },
       py::arg("graph"), py::arg("input_arg_index"), py::arg("frozen"), py::arg("num_args"),
       py::arg("verify") = "instances", py::arg("fuse") = true, py::arg("engines") = "auto", py::arg("bf16") = false,
       py::arg("cache_dir") = "", py::arg("planted_bug") = false, py::arg("autotune") = true,
-      py::arg("layer_check_weights") = 4096,
+      py::arg("layer_check_weights") = 4096, py::arg("shape_facts") = py::none(),
       "Runs the compile driver (rules, partitions, plan): returns (CompiledGraph, report dict).");
 }
 

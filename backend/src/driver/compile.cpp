@@ -217,6 +217,10 @@ StatusOr<CompiledModel> compile(ir::Graph graph, const CompileRequest& request) 
     if (n.op == rules::kConvOp && compiled->graph().value(n.outputs[0]).shape.size() >= 4) report.reordersBefore += 2;
   }
   describeNodes(*compiled, report);
+  // 4. Dynamic shapes: the assumptions the planned graph relies on, decided against Dynamo's guards.
+  if (request.shapeFacts.dynamic) {
+    report.shapes = shape_guards::analyzeShapeGuards(compiled->graph(), request.inputArgIndex, request.shapeFacts);
+  }
   return CompiledModel{std::move(compiled), std::move(report)};
 }
 

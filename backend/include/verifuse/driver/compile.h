@@ -18,6 +18,7 @@
 #include "verifuse/passes/pipeline.h"
 #include "verifuse/rules/rules.h"
 #include "verifuse/runtime/executor.h"
+#include "verifuse/shape_guards/shape_guards.h"
 #include "verifuse/support/status.h"
 
 namespace verifuse::driver {
@@ -41,6 +42,9 @@ struct CompileRequest {
   bool autotune = true;
   int64_t layerCheckWeights = 4096;          ///< -1: no limit, 0: off
   bool plantedBug = false;                   ///< test only: the deliberately wrong rule joins in
+  /// Dynamic shapes: Dynamo's shape guards, sent once by Python (verifuse/guards.py). With
+  /// shapeFacts.dynamic the plan's shape assumptions are derived and decided (report.shapes).
+  shape_guards::DynamoFacts shapeFacts;
 };
 
 /// One live node of the planned graph, for the report's picture.
@@ -75,6 +79,9 @@ struct CompileReport {
   std::map<std::string, int> ops;  ///< op histogram of the planned graph
   double pipelineSeconds = 0;      ///< rules, proofs and instance validation
   double planSeconds = 0;          ///< partitioning, kernels, prepacking, tuning
+  /// Dynamic shapes: the plan's assumptions vs Dynamo's guards, the added guards and their
+  /// per-call check (shapes.check), the shape program (empty unless request.shapeFacts.dynamic).
+  shape_guards::ShapeGuardReport shapes;
 };
 
 struct CompiledModel {
