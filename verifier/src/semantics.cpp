@@ -1,6 +1,8 @@
 // Operator semantics: PyTorch ops, oneDNN post-ops, batch norm, and the dot model of conv/linear.
 #include "verifuse/verify/semantics.h"
 
+#include <cmath>
+
 namespace verifuse::verify::sem {
 
 Expr exp(Expr x) { return Expr::apply(kExp, {std::move(x)}); }
@@ -9,6 +11,42 @@ Expr sigmoid(Expr x) { return Expr::apply(kSigmoid, {std::move(x)}); }
 Expr tanh(Expr x) { return Expr::apply(kTanh, {std::move(x)}); }
 Expr geluErf(Expr x) { return Expr::apply(kGeluErf, {std::move(x)}); }
 Expr geluTanh(Expr x) { return Expr::apply(kGeluTanh, {std::move(x)}); }
+
+Expr floatValue(float f) {
+  if (!std::isfinite(f) || std::fabs(f) >= std::ldexp(1.0, 62)) return Expr(0);
+  if (f == 0.0f) return Expr(0);
+  int e = 0;
+  const double m = std::frexp(static_cast<double>(f), &e);  // f = m * 2^e, 0.5 <= |m| < 1
+  // A float has 24 significant bits: f = (m * 2^24) * 2^(e - 24), an integer times a power of 2.
+  long long mant = static_cast<long long>(std::ldexp(m, 24));
+  int exp2 = e - 24;
+  while (exp2 < 0 && (mant % 2) == 0) {
+    mant /= 2;
+    ++exp2;
+  }
+  if (exp2 >= 0) return Expr::rational(mant * (1LL << exp2), 1);
+  // 2^-exp2 may not fit one long long (floats go down to 2^-149): a product of exact factors.
+  if (-exp2 <= 62) return Expr::rational(mant, 1LL << (-exp2));
+  Expr value = Expr::rational(mant, 1);
+  for (int left = -exp2; left > 0; left -= 62) value = value * Expr::rational(1, 1LL << (left > 62 ? 62 : left));
+  return value;
+}
+
+float geluTanhBetaFloat() { return static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5); }
+float geluTanhKappaFloat() { return 0.044715f; }
+float geluErfAlphaFloat() { return static_cast<float>(M_SQRT1_2); }
+
+Expr geluTanhFormula(Expr x) {
+  Expr beta = floatValue(geluTanhBetaFloat()), kappa = floatValue(geluTanhKappaFloat());
+  return Expr::rational(1, 2) * x * (1 + tanh(beta * (x + kappa * x * x * x)));
+}
+
+Expr geluErfFormula(Expr x) {
+  return Expr::rational(1, 2) * x * (1 + erf(floatValue(geluErfAlphaFloat()) * x));
+}
+
+void defineGeluTanhAt(ObligationBuilder& ob, Expr x) { ob.assume(geluTanh(x) == geluTanhFormula(x)); }
+void defineGeluErfAt(ObligationBuilder& ob, Expr x) { ob.assume(geluErf(x) == geluErfFormula(x)); }
 
 Expr relu(Expr x) { return Expr::max(std::move(x), 0); }
 Expr leakyRelu(Expr x, Expr negativeSlope) { return Expr::ite(x >= 0, x, negativeSlope * x); }

@@ -1,8 +1,11 @@
 // Index-level semantics of small tensors (see tensor_semantics.h).
 #include "verifuse/verify/tensor_semantics.h"
 
+#include "verifuse/verify/semantics.h"
+
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 
 namespace verifuse::verify::sem {
@@ -171,6 +174,141 @@ ElementTensor convolution1d(const ElementTensor& x, const ElementTensor& w, cons
     Expr y = sum(terms);
     return b ? y + b->at({o}) : y;
   });
+}
+
+ElementTensor bmm(const ElementTensor& a, const ElementTensor& b) {
+  const int64_t k = a.sizes()[2];
+  return ElementTensor::fromFunction({a.sizes()[0], a.sizes()[1], b.sizes()[2]}, [a, b, k](const Index& i) {
+    std::vector<Expr> terms;
+    for (int64_t j = 0; j < k; ++j) terms.push_back(a.at({i[0], i[1], j}) * b.at({i[0], j, i[2]}));
+    return sum(terms);
+  });
+}
+
+ElementTensor materialized(const ElementTensor& t) {
+  auto table = std::make_shared<std::vector<Expr>>();
+  for (const Index& i : t.indices()) table->push_back(t.at(i));
+  const Sizes sizes = t.sizes();
+  return ElementTensor::fromFunction(
+      sizes, [table, sizes](const Index& i) { return (*table)[static_cast<size_t>(ravel(i, sizes))]; }, t.contiguous());
+}
+
+ElementTensor mulScalar(const ElementTensor& t, Expr c) {
+  return ElementTensor::fromFunction(t.sizes(), [t, c](const Index& i) { return t.at(i) * c; });
+}
+
+ElementTensor divScalar(const ElementTensor& t, Expr c) {
+  return ElementTensor::fromFunction(t.sizes(), [t, c](const Index& i) { return t.at(i) / c; });
+}
+
+namespace {
+/// The index of a tensor of \p from broadcast to an index of the (larger-rank) output.
+Index broadcastIndex(const Index& out, const Sizes& from) {
+  Index i(from.size(), 0);
+  const size_t offset = out.size() - from.size();
+  for (size_t d = 0; d < from.size(); ++d) i[d] = from[d] == 1 ? 0 : out[d + offset];
+  return i;
+}
+}  // namespace
+
+ElementTensor broadcastAdd(const ElementTensor& a, const ElementTensor& b, Expr alpha) {
+  const size_t rank = std::max(a.sizes().size(), b.sizes().size());
+  Sizes sizes(rank, 1);
+  for (size_t d = 0; d < rank; ++d) {
+    for (const Sizes* s : {&a.sizes(), &b.sizes()}) {
+      const size_t offset = rank - s->size();
+      if (d >= offset && (*s)[d - offset] != 1) sizes[d] = (*s)[d - offset];
+    }
+  }
+  return ElementTensor::fromFunction(sizes, [a, b, alpha](const Index& i) {
+    return a.at(broadcastIndex(i, a.sizes())) + alpha * b.at(broadcastIndex(i, b.sizes()));
+  });
+}
+
+ElementTensor expand(const ElementTensor& t, Sizes sizes) {
+  return ElementTensor::fromFunction(sizes, [t](const Index& i) { return t.at(broadcastIndex(i, t.sizes())); },
+                                     /*contiguous=*/sizes == t.sizes() && t.contiguous());
+}
+
+ElementTensor softmax(ObligationBuilder& ob, const ElementTensor& t, int64_t dim) {
+  const Sizes sizes = t.sizes();
+  const size_t d = static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(sizes.size()) : dim);
+  auto table = std::make_shared<std::vector<Expr>>(static_cast<size_t>(t.numel()), Expr(0));
+  for (const Index& i : t.indices()) {
+    if (i[d] != 0) continue;  // one pass per row along dim
+    Index j = i;
+    std::vector<Expr> row;
+    for (int64_t k = 0; k < sizes[d]; ++k) {
+      j[d] = k;
+      row.push_back(t.at(j));
+    }
+    // ATen subtracts the row max m first: exp(x_j - m) / Σ exp(x_i - m). Since exp(a - m) =
+    // exp(a) / exp(m) (an axiom of exp), m cancels; stating it without the shift keeps the
+    // obligation free of max's case splits.
+    std::vector<Expr> e;
+    for (const Expr& x : row) {
+      e.push_back(exp(x));
+      ob.assume(e.back() > 0);
+    }
+    Expr total = sum(e);
+    for (int64_t k = 0; k < sizes[d]; ++k) {
+      j[d] = k;
+      (*table)[static_cast<size_t>(ravel(j, sizes))] = e[static_cast<size_t>(k)] / total;
+    }
+  }
+  return ElementTensor::fromFunction(sizes, [table, sizes](const Index& i) { return (*table)[static_cast<size_t>(ravel(i, sizes))]; });
+}
+
+ElementTensor scaledDotProductAttention(ObligationBuilder& ob, const ElementTensor& q, const ElementTensor& k,
+                                        const ElementTensor& v, const ElementTensor* mask, Expr scale) {
+  // at::_scaled_dot_product_attention_math: attn = softmax(q @ k^T * scale + mask); attn @ v.
+  const int64_t b = q.sizes()[0], h = q.sizes()[1], s = q.sizes()[2], d = q.sizes()[3];
+  const int64_t kv = k.sizes()[2], dv = v.sizes()[3];
+  ElementTensor scores = ElementTensor::fromFunction({b, h, s, kv}, [q, k, d, scale](const Index& i) {
+    std::vector<Expr> terms;
+    for (int64_t j = 0; j < d; ++j) terms.push_back(q.at({i[0], i[1], i[2], j}) * k.at({i[0], i[1], i[3], j}));
+    return sum(terms) * scale;
+  });
+  if (mask) scores = broadcastAdd(scores, *mask);
+  ElementTensor attn = softmax(ob, materialized(scores), -1);
+  return materialized(ElementTensor::fromFunction({b, h, s, dv}, [attn, v, kv](const Index& i) {
+    std::vector<Expr> terms;
+    for (int64_t j = 0; j < kv; ++j) terms.push_back(attn.at({i[0], i[1], i[2], j}) * v.at({i[0], i[1], j, i[3]}));
+    return sum(terms);
+  }));
+}
+
+ElementTensor cat(const std::vector<ElementTensor>& tensors, int64_t dim) {
+  Sizes sizes = tensors.front().sizes();
+  const size_t d = static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(sizes.size()) : dim);
+  std::vector<int64_t> starts;
+  sizes[d] = 0;
+  for (const ElementTensor& t : tensors) {
+    starts.push_back(sizes[d]);
+    sizes[d] += t.sizes()[d];
+  }
+  return ElementTensor::fromFunction(sizes, [tensors, starts, d](const Index& i) {
+    size_t p = starts.size() - 1;
+    while (i[d] < starts[p]) --p;
+    Index j = i;
+    j[d] -= starts[p];
+    return tensors[p].at(j);
+  });
+}
+
+ElementTensor slice(const ElementTensor& t, int64_t dim, int64_t start, int64_t end) {
+  Sizes sizes = t.sizes();
+  const size_t d = static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(sizes.size()) : dim);
+  sizes[d] = end - start;
+  const bool contiguous = t.contiguous() && (start == 0 && end == t.sizes()[d]);
+  return ElementTensor::fromFunction(
+      sizes,
+      [t, d, start](const Index& i) {
+        Index j = i;
+        j[d] += start;
+        return t.at(j);
+      },
+      contiguous);
 }
 
 void proveElementwise(ObligationBuilder& ob, const std::string& label, const ElementTensor& source,

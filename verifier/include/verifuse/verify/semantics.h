@@ -33,6 +33,29 @@ Expr geluErf(Expr x);
 /// gelu(x, approximate="tanh") as its own UF, distinct from geluErf.
 Expr geluTanh(Expr x);
 
+/// The exact rational value of a float32 (every finite float is m * 2^e): how a float literal of a
+/// graph enters an obligation. Non-finite values and |f| >= 2^62 give 0 (not used by the rules).
+Expr floatValue(float f);
+
+/// ATen's gelu(x, approximate="tanh") CPU kernel computes, in float32,
+///   0.5*x*(1 + tanh(kBeta*(x + kKappa*x^3))),  kBeta = float(M_SQRT2*M_2_SQRTPI*0.5), kKappa = 0.044715f
+/// and gelu(x, approximate="none") computes 0.5*x*(1 + erf(x*kAlpha)), kAlpha = float(M_SQRT1_2).
+/// These are those float32 constants as exact rationals (what the rules compare literals against).
+float geluTanhBetaFloat();   ///< float(sqrt(2/pi)) as ATen rounds it
+float geluTanhKappaFloat();  ///< 0.044715f
+float geluErfAlphaFloat();   ///< float(1/sqrt(2))
+/// The definition of the gelu_tanh UF over the reals with ATen's float32 constants (exact rationals):
+/// 0.5*x*(1 + tanh(beta*(x + kappa*x*x*x))), tanh the `tanh` UF.
+Expr geluTanhFormula(Expr x);
+/// The definition of the gelu_erf UF: 0.5*x*(1 + erf(alpha*x)), erf the `erf` UF.
+Expr geluErfFormula(Expr x);
+/// Adds the definition instantiated at \p x as an assumption: gelu_tanh(x) == geluTanhFormula(x)
+/// (a ground instance of the definition, so mutants stay quantifier-free and are refuted with a
+/// counterexample).
+void defineGeluTanhAt(ObligationBuilder& ob, Expr x);
+/// gelu_erf(x) == geluErfFormula(x) as an assumption.
+void defineGeluErfAt(ObligationBuilder& ob, Expr x);
+
 // --- PyTorch pointwise ops ----------------------------------------------------------------------
 Expr relu(Expr x);                              ///< max(x, 0)
 Expr leakyRelu(Expr x, Expr negativeSlope);     ///< x if x >= 0 else slope*x

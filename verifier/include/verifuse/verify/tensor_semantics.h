@@ -75,6 +75,34 @@ ElementTensor addmm(const ElementTensor& bias, const ElementTensor& a, const Ele
 /// aten::linear / verifuse::linear(x[..., K], W[N, K], b[N]?)[..., n] = Σ_k x[..., k]*W[n, k] (+ b[n])
 ElementTensor linear(const ElementTensor& x, const ElementTensor& w, const ElementTensor* bias);
 
+/// aten::bmm(a[B,M,K], b[B,K,N])[b,m,n] = Σ_k a[b,m,k]*b[b,k,n]
+ElementTensor bmm(const ElementTensor& a, const ElementTensor& b);
+
+// --- pointwise with broadcasting, softmax, attention -----------------------------------------------
+/// Every element evaluated once (the result reads a table): keeps the obligations of deep
+/// compositions (softmax under bmm) from rebuilding shared subterms.
+ElementTensor materialized(const ElementTensor& t);
+/// t * c and t / c for a scalar c (mul.Tensor / div.Tensor with a number).
+ElementTensor mulScalar(const ElementTensor& t, Expr c);
+ElementTensor divScalar(const ElementTensor& t, Expr c);
+/// torch's broadcasting a + alpha*b (sizes right-aligned, size-1 dims repeated).
+ElementTensor broadcastAdd(const ElementTensor& a, const ElementTensor& b, Expr alpha = 1);
+/// expand(t, sizes): size-1 (and new leading) dims repeated.
+ElementTensor expand(const ElementTensor& t, Sizes sizes);
+/// aten::_softmax(t, dim): ATen computes exp(x_j - m) / Σ_i exp(x_i - m) with m the max over
+/// \p dim; with the axiom exp(a - m) = exp(a)/exp(m) the shift cancels, so this states
+/// exp(x_j) / Σ_i exp(x_i), exp the `exp` UF. Adds exp(a) > 0 for every exp term it uses (ground
+/// instances of ∀a. exp(a) > 0), which makes every denominator provably nonzero.
+ElementTensor softmax(ObligationBuilder& ob, const ElementTensor& t, int64_t dim);
+/// ATen's reference semantics of scaled dot-product attention (at::_scaled_dot_product_attention_math,
+/// which every SDPA kernel implements): softmax(q @ k^T * scale + mask, -1) @ v for q[B,H,S,D],
+/// k[B,H,KV,D], v[B,H,KV,Dv], mask broadcastable to [B,H,S,KV] (additive; none when null).
+ElementTensor scaledDotProductAttention(ObligationBuilder& ob, const ElementTensor& q, const ElementTensor& k,
+                                        const ElementTensor& v, const ElementTensor* mask, Expr scale);
+/// cat(tensors, dim) and slice(t, dim, start, end) (step 1).
+ElementTensor cat(const std::vector<ElementTensor>& tensors, int64_t dim);
+ElementTensor slice(const ElementTensor& t, int64_t dim, int64_t start, int64_t end);
+
 // --- convolution ---------------------------------------------------------------------------------
 struct ConvAttrs {
   int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
