@@ -124,8 +124,8 @@ MatchFn matchBatchNormFold(std::string fusedOp) {
       u::why(whyNot, "the producer already has post-ops");
       return std::nullopt;
     }
-    if (!u::f32Constant(g, p->args[1]) || (p->args[2].kind != Arg::Kind::None && !u::f32Constant(g, p->args[2]))) {
-      u::why(whyNot, "the producer's weights are not frozen float32 constants");
+    if (std::string problem = u::foldableWeightProblem(g, *p); !problem.empty()) {
+      u::why(whyNot, problem);
       return std::nullopt;
     }
     int rank = 0;

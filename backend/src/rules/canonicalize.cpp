@@ -3,6 +3,8 @@
 //
 //   canonicalize-convolution   aten::convolution(x, W, b, s, p, d, false, op, g) = verifuse::conv(x, W, b, s, p, d, g)
 //   canonicalize-addmm         aten::addmm(b, x, W^T, 1, 1) = verifuse::linear(x, W, b)
+//   canonicalize-addmm-kn      aten::addmm(b, x, V, 1, 1) = verifuse::linear(x, V^T, b), V a [K, N] constant
+//                              (GPT-2's Conv1D) and V^T a transposed view of V's buffer (no copy)
 //   canonicalize-mm            aten::mm(x, W^T) = verifuse::linear(x, W)
 //   canonicalize-linear        aten::linear(x, W, b) = verifuse::linear(x, W, b)
 //   collapse-linear-view-pair  view(linear(view(x, [M, K]), W, b), x.shape[:-1] + [N]) = linear(x, W, b)
@@ -14,6 +16,7 @@
 
 #include "rules/families.h"
 #include "rules/rule_util.h"
+#include "verifuse/ir/graph_edit.h"
 #include "verifuse/verify/tensor_semantics.h"
 
 namespace verifuse::rules::families {
@@ -177,6 +180,77 @@ Status rewriteAddmm(Graph& g, const Match& m, FusionRecord&) {
   if (!transposedWeight(g, n.args[2], &weight)) return internalError("addmm no longer matches");
   toLinear(n, n.args[1], weight, n.args[0]);  // addmm(b, x, W^T) -> linear(x, W, b)
   return Status::ok();
+}
+
+// ---- canonicalize-addmm-kn (GPT-2's Conv1D: the weight stored [K, N], read as is) --------------------
+
+/// The [K, N] float32 constant an addmm reads as its matrix operand directly, or nullptr.
+const ir::ConstantTensor* knWeight(const Graph& g, const Arg& a) {
+  if (!a.isConstant()) return nullptr;
+  const ir::ConstantTensor& c = g.constants().at(static_cast<size_t>(a.i));
+  return c.dtype == ir::DType::Float32 && c.sizes.size() == 2 && c.strides.size() == 2 ? &c : nullptr;
+}
+
+std::optional<Match> matchAddmmKn(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (n.args.size() != 5 || !n.args[1].isValue()) return std::nullopt;
+  if (!n.args[2].isConstant()) return std::nullopt;  // permute(W) is canonicalize-addmm's pattern
+  const ir::ConstantTensor* w = knWeight(g, n.args[2]);
+  if (!w) return u::why(whyNot, "the [K, N] weight is not a 2-D float32 constant"), std::nullopt;
+  if (w->sizes[0] == 0 || w->sizes[1] == 0) return u::why(whyNot, "empty weight"), std::nullopt;
+  auto beta = u::numberArg(n.args[3]), alpha = u::numberArg(n.args[4]);
+  if (!beta || !alpha || *beta != 1.0 || *alpha != 1.0) return u::why(whyNot, "beta or alpha is not 1"), std::nullopt;
+  if (n.args[0].kind == Arg::Kind::None || !validBias(g, n.args[0], w->sizes[1])) {
+    return u::why(whyNot, "the bias is not a float32 constant of N (= the weight's dim 1) elements"), std::nullopt;
+  }
+  const auto* x = u::knownShape(g, u::valueOf(n.args[1]));
+  if (x && (x->size() != 2 || ((*x)[1] >= 0 && (*x)[1] != w->sizes[0]))) {
+    return u::why(whyNot, "x is not [M, K] with K the weight's dim 0"), std::nullopt;
+  }
+  return Match{id, id, 0};
+}
+
+Status rewriteAddmmKn(Graph& g, const Match& m, FusionRecord&) {
+  const Node& n = g.node(m.anchor);
+  const ir::ConstantTensor* w = knWeight(g, n.args[2]);
+  if (!w) return internalError("addmm no longer matches");
+  // W^T[n, k] = W[k, n]: sizes [N, K], the source's strides swapped ([1, N] for a dense W).
+  std::vector<int64_t> sizes = {w->sizes[1], w->sizes[0]}, strides = {w->strides[1], w->strides[0]};
+  VF_ASSIGN_OR_RETURN(ir::ConstantId wt, ir::addConstantView(g, static_cast<ir::ConstantId>(n.args[2].i), sizes,
+                                                               strides, "_t"));
+  Node& node = g.mutableNode(m.anchor);
+  toLinear(node, node.args[1], Arg::constant(wt), node.args[0]);  // addmm(b, x, W) -> linear(x, W^T, b)
+  return Status::ok();
+}
+
+enum class KnBug { None, WeightNotTransposed, BiasDropped, ScalesUnchecked };
+
+// addmm(b, x, V, beta, alpha)[m, n] = beta*b[n] + alpha*sum_k x[m, k]*V[k, n]; the target reads
+// V through the transposed view T[n, k] = V[k, n] (sem::permute: the view's elements, not a copy).
+// The realistic bug is the view's strides left row-major: V's buffer read as an [N, K] matrix.
+Obligation addmmKnCanonical(KnBug bug) {
+  ObligationBuilder ob("canonicalize-addmm-kn");
+  struct Case {
+    sem::Sizes x;
+    int64_t n;
+  };
+  // K != N, so a buffer reread as [N, K] is a different matrix; the scale bug on the smallest case.
+  const std::vector<Case> cases = bug == KnBug::ScalesUnchecked ? std::vector<Case>{{{1, 1}, 1}}
+                                                                 : std::vector<Case>{{{2, 2}, 3}, {{1, 3}, 2}};
+  int caseNo = 0;
+  for (const Case& c : cases) {
+    const std::string tag = "case" + std::to_string(caseNo++);
+    const int64_t k = c.x.back();
+    ElementTensor x = ElementTensor::variables(tag + ".x", c.x);
+    ElementTensor v = ElementTensor::variables(tag + ".addmm.weight", {k, c.n});  // [K, N], as stored
+    ElementTensor b = ElementTensor::variables(tag + ".addmm.bias", {c.n});
+    Expr beta = ob.var(tag + ".addmm.beta"), alpha = ob.var(tag + ".addmm.alpha");
+    if (bug != KnBug::ScalesUnchecked) ob.assume(beta == 1).assume(alpha == 1);
+    ElementTensor weight = bug == KnBug::WeightNotTransposed ? sem::reshape(v, {c.n, k}) : sem::permute(v, {1, 0});
+    sem::proveElementwise(ob, tag + ".out", sem::addmm(b, x, v, beta, alpha),
+                          sem::linear(x, weight, bug == KnBug::BiasDropped ? nullptr : &b));
+  }
+  return ob.build();
 }
 
 std::optional<Match> matchMm(const Graph& g, NodeId id, std::string* whyNot) {
@@ -371,6 +445,25 @@ std::vector<RuleDeclaration> canonicalizeOps() {
                    u::bindNoModel(addmmCanonical, LinearBug::WeightNotTransposed)},
                   {"beta-alpha-unchecked", "beta*b + alpha*x@W^T taken as linear for any beta, alpha",
                    u::bindNoModel(addmmCanonical, LinearBug::ScalesUnchecked)}},
+  });
+  rules.push_back({
+      .id = "canonicalize-addmm-kn",
+      .summary = "aten::addmm(b, x, W[K,N]) -> verifuse::linear(x, W^T view, b) (GPT-2 Conv1D)",
+      .math = "addmm(b, x, V, beta=1, alpha=1)[m,n] = sum_k x[m,k]*V[k,n] + b[n] = linear(x, T, b), "
+              "T[n,k] = V[k,n] a transposed view of V (bounded: x [2,2] with N 3, x [1,3] with N 2)",
+      .phase = Phase::kCanonicalize,
+      .anchors = {"aten::addmm"},
+      // addmm($b, %x, $V, 1, 1): V a 2-D float32 constant [K, N] read as is, b of N elements, x
+      // [M, K] when its shape is known. The weight becomes the constant view $V_t: sizes [N, K],
+      // V's strides swapped ([1, N]), V's buffer (ir::addConstantView).
+      .match = matchAddmmKn,
+      .rewrite = rewriteAddmmKn,
+      .obligation = u::bindNoModel(addmmKnCanonical, KnBug::None),
+      .mutants = {{"weight-not-transposed", "linear reads V's buffer as a row-major [N, K] matrix (view strides not swapped)",
+                   u::bindNoModel(addmmKnCanonical, KnBug::WeightNotTransposed)},
+                  {"bias-dropped", "linear(x, V^T) without the bias", u::bindNoModel(addmmKnCanonical, KnBug::BiasDropped)},
+                  {"beta-alpha-unchecked", "beta*b + alpha*x@V taken as linear for any beta, alpha",
+                   u::bindNoModel(addmmKnCanonical, KnBug::ScalesUnchecked)}},
   });
   rules.push_back({
       .id = "canonicalize-mm",

@@ -78,8 +78,8 @@ MatchFn matchChannelFold(ChannelOp op) {
       const Arg& other = n.args[static_cast<size_t>(1 - k)];
       if (!u::numberArg(other) && !other.isConstant()) continue;
       if (!u::hasNoPostOps(*p)) return u::why(whyNot, "producer has post-ops"), std::nullopt;
-      if (!u::f32Constant(g, p->args[1])) {
-        return u::why(whyNot, "the producer's weight is not a frozen float32 constant"), std::nullopt;
+      if (std::string problem = u::foldableWeightProblem(g, *p); !problem.empty()) {
+        return u::why(whyNot, problem), std::nullopt;
       }
       if (isAdd) {
         auto alpha = u::numberArg(n.args[2]);

@@ -43,9 +43,25 @@ int channelAxis(const Graph& g, const Node& fused, int* rank) {
   return *rank - 1;
 }
 
+std::string foldableWeightProblem(const Graph& g, const Node& fused) {
+  for (size_t k : {size_t{1}, size_t{2}}) {
+    const Arg& a = fused.args[k];
+    if (k == 2 && a.kind == Arg::Kind::None) continue;
+    const char* what = k == 1 ? "weight" : "bias";
+    if (!a.isConstant()) return std::string("the producer's ") + what + " is not a frozen constant";
+    const ir::ConstantTensor& c = g.constants().at(static_cast<size_t>(a.i));
+    if (c.dtype != ir::DType::Float32) return std::string("the producer's ") + what + " is not float32";
+    if (!c.isContiguous()) {
+      return std::string("the producer's ") + what +
+             " is a strided view of another constant (e.g. GPT-2 Conv1D's transposed weight); folds read row-major data";
+    }
+  }
+  return "";
+}
+
 std::vector<double> toDoubles(const ir::ConstantTensor* c) {
   std::vector<double> out;
-  if (!c || !c->data) return out;
+  if (!c || !c->data || !c->isContiguous()) return out;
   const float* p = static_cast<const float*>(c->data);
   out.assign(p, p + c->numel());
   return out;
@@ -67,7 +83,11 @@ FoldedConstants foldPerChannel(Graph& g, const Node& fused, const std::vector<do
   const ir::ConstantTensor* b = fused.args[2].isConstant() ? &g.constants()[static_cast<size_t>(fused.args[2].i)] : nullptr;
   const int64_t channels = w.sizes[0];
   const int64_t perChannel = channels ? w.numel() / channels : 0;
-  const bool computable = w.hasData() && (b == nullptr || b->data) && !scale.empty();
+  // Row-major reads below: a strided weight is never folded (the matchers refuse it, see
+  // foldableWeightProblem); should one get here, its folded constant has no data and the
+  // instance check reports it Unsupported instead of validating wrong numbers.
+  const bool computable = w.hasData() && w.isContiguous() && (b == nullptr || (b->data && b->isContiguous())) &&
+                          !scale.empty();
   FoldedConstants out;
   std::vector<float> bv;
   std::vector<double> bias = toDoubles(b);

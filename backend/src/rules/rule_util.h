@@ -26,6 +26,13 @@ bool hasNoPostOps(const ir::Node& n);
 /// Output rank and channel axis of a fused op (conv: axis 1; linear: the last axis), or -1.
 int channelAxis(const ir::Graph& g, const ir::Node& fused, int* rank);
 
+/// Why the fused op's weight (and bias) cannot be folded: empty when both are float32 constants
+/// laid out row-major. Every fold reads W[o, i] at o*perChannel + i, so a strided view (GPT-2's
+/// Conv1D weight after canonicalize-addmm-kn: [N, K] with strides [1, N]) must be refused.
+std::string foldableWeightProblem(const ir::Graph& g, const ir::Node& fused);
+
+/// The elements of a float32 constant with data, row-major (contiguous constants only: a strided
+/// view gives an empty vector, like a constant without data).
 std::vector<double> toDoubles(const ir::ConstantTensor* c);
 ir::ConstantId argConstant(const ir::Arg& a);
 /// The consumer's uses now read the anchor's output; the consumer is erased.
