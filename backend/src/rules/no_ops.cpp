@@ -2,6 +2,7 @@
 //
 //   remove-alias           detach(x) = alias(x) = lift_fresh_copy(x) = x      (autograd/aliasing only)
 //   remove-clone           clone(x) = x  for readers that choose their own layout (conv/linear)
+//   remove-dense-clone     clone(x, memory_format=preserve) = x  for x a fresh dense tensor (values and strides)
 //   dropout-eval-identity  dropout(x, p, train=false) = x
 //   remove-identity-view   view(x, x.shape) = x
 //   collapse-view-pair     view(view(y, s), y.shape) = y
@@ -9,6 +10,8 @@
 // Every rule keeps an op whose output is a graph output (a graph output must stay a fresh tensor,
 // as eager returns one). The obligations are index-level on small shapes
 // (verify/tensor_semantics.h); clone's also models layout, which is what its guard is about.
+#include <algorithm>
+
 #include "rules/families.h"
 #include "rules/rule_util.h"
 #include "verifuse/verify/tensor_semantics.h"
@@ -103,6 +106,54 @@ Obligation cloneIdentity(bool viewReader) {
   } else {
     sem::proveElementwise(ob, "out", sem::clone(x), x);
   }
+  return ob.build();
+}
+
+// ---- remove-dense-clone ------------------------------------------------------------------------------
+
+/// Ops whose output is a freshly allocated, non-overlapping and dense tensor (GEMMs, convolutions,
+/// TensorIterator ops, reductions, normalizations): a preserving clone of it copies its strides.
+bool producesDenseTensor(const Node& p) {
+  if (isFusedOp(p)) return true;
+  static const std::vector<std::string> ops = {
+      "aten::addmm", "aten::mm", "aten::bmm", "aten::linear", "aten::convolution", "aten::add", "aten::sub",
+      "aten::mul", "aten::div", "aten::neg", "aten::relu", "aten::gelu", "aten::silu", "aten::sigmoid", "aten::tanh",
+      "aten::exp", "aten::rsqrt", "aten::pow", "aten::where", "aten::_softmax", "aten::native_layer_norm",
+      "aten::mean", "aten::sum", "aten::cat", "aten::hardtanh", "aten::hardswish", "aten::leaky_relu", "aten::elu"};
+  return std::find(ops.begin(), ops.end(), p.op) != ops.end();
+}
+
+std::optional<Match> matchDenseClone(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (!unary(n)) return std::nullopt;
+  const bool preserve = n.args.size() < 2 || n.args[1].kind == Arg::Kind::None ||
+                        (n.args[1].kind == Arg::Kind::MemoryFormat && n.args[1].i == 1);
+  if (!preserve) return std::nullopt;  // a contiguous clone: remove-clone's case
+  if (!notGraphOutput(g, n, whyNot)) return std::nullopt;
+  const Node* p = u::producerOf(g, n.args[0]);
+  // The first output of the producer (layer norm's statistics are outputs 1 and 2, dense as well).
+  if (!p || !producesDenseTensor(*p)) {
+    return u::why(whyNot, "the clone's input is not known to be a fresh dense tensor (a view may rely on the copy's layout)"),
+           std::nullopt;
+  }
+  return Match{id, id, 0};
+}
+
+// clone(x, preserve) of a non-overlapping, dense x has x's values and x's strides (empty_like keeps
+// them), so any reader (a view too) sees the same tensor. x: a dense but non-contiguous [2,3] (the
+// transpose of a [3,2]); a view reads both the same way (the same undefined result on this
+// layout). The mutant's x is an expand (overlapping: stride 0), which the clone makes contiguous,
+// so view(clone(x)) is defined and view(x) is not.
+Obligation denseCloneIdentity(bool overlappingInput) {
+  ObligationBuilder ob("remove-dense-clone");
+  const ElementTensor x = overlappingInput ? sem::expand(ElementTensor::variables("x.row", {1, 3}), {2, 3})
+                                           : sem::permute(ElementTensor::variables("x.storage", {3, 2}), {1, 0});
+  // preserve format: x's layout when x is dense, contiguous otherwise.
+  const ElementTensor copy = overlappingInput ? sem::clone(x)
+                                              : ElementTensor::fromFunction(x.sizes(), [x](const sem::Index& i) { return x.at(i); },
+                                                                            x.contiguous());
+  sem::proveElementwise(ob, "values", copy, x);
+  sem::proveElementwise(ob, "view", sem::view(copy, {6}, "view.undefined"), sem::view(x, {6}, "view.undefined"));
   return ob.build();
 }
 
@@ -215,6 +266,23 @@ std::vector<RuleDeclaration> noOps() {
       .mutants = {{"clone-dropped-before-view", "a clone removed although a view reads it (view(x) of a "
                                                 "non-contiguous x is undefined)",
                    u::bindNoModel(cloneIdentity, true)}},
+  });
+  rules.push_back({
+      .id = "remove-dense-clone",
+      .summary = "clone(x, preserve) of a fresh dense tensor -> x",
+      .math = "clone(x, memory_format=preserve) = x, same values and strides, for x non-overlapping and dense  "
+              "(bounded: x a dense non-contiguous [2,3], read by index and by a view)",
+      .phase = Phase::kNoOps,
+      .anchors = {"aten::clone"},
+      // clone(%x, None | preserve) with x the output of a GEMM, convolution, pointwise op,
+      // reduction or normalization (a fresh dense tensor), not a graph output. Eval dropout arrives
+      // as such a clone; removing it lets a residual add reach the linear before it.
+      .match = matchDenseClone,
+      .rewrite = replaceByInput,
+      .obligation = u::bindNoModel(denseCloneIdentity, false),
+      .mutants = {{"overlapping-input-clone-dropped", "a preserving clone of an expand (not dense: the copy is "
+                                                      "contiguous) removed before a view",
+                   u::bindNoModel(denseCloneIdentity, true)}},
   });
   rules.push_back({
       .id = "dropout-eval-identity",

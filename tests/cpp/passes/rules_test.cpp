@@ -201,6 +201,7 @@ TEST(RuleProofsTest, StructuralRulesHaveTheirMutantsRefuted) {
       {"remove-identity-view", "shape-compared-by-numel"},
       {"collapse-view-pair", "permute-collapsed-as-view"},
       {"dead-code", "node-with-user-erased"},
+      {"remove-dense-clone", "overlapping-input-clone-dropped"},
   };
   for (const auto& [rule, mutant] : expected) {
     const verify::MutantResult* m = findMutant(rule, mutant);
@@ -389,6 +390,8 @@ constants {
   const std::vector<std::string> expected = {
       "conv-clamp-postop @ aten::clamp: clamp with min > max (torch returns max, oneDNN's clip min)",
       "remove-clone @ aten::clone: a reader (aten::sigmoid) may depend on the clone's layout",
+      "remove-dense-clone @ aten::clone: the clone's input is not known to be a fresh dense tensor (a view may "
+      "rely on the copy's layout)",
   };
   // conv-bn-fold and conv-relu-postop applied in the end: no near miss left for them.
   EXPECT_EQ(seen, expected);
@@ -400,7 +403,7 @@ TEST(NearMissTest, ListIsBoundedAndDeterministic) {
   const int n = 250;
   for (int k = 0; k < n; ++k) {
     text += "  %" + std::to_string(2 * k) + " : Tensor[2, 3] = aten::clone(" +
-            (k ? "%" + std::to_string(2 * k - 1) : std::string("%x")) + ", None)\n";
+            (k ? "%" + std::to_string(2 * k - 1) : std::string("%x")) + ", memory_format(0))\n";
     text += "  %" + std::to_string(2 * k + 1) + " : Tensor[2, 3] = aten::sigmoid(%" + std::to_string(2 * k) + ")\n";
   }
   text += "  return (%" + std::to_string(2 * n - 1) + ")\n}\n";
