@@ -11,6 +11,8 @@ namespace verifuse::rules::families {
 // canonicalize.cpp
 std::vector<RuleDeclaration> canonicalizeOps();    ///< aten conv/addmm/mm/linear -> verifuse ops
 std::vector<RuleDeclaration> canonicalizeViews();  ///< the N-d linear's flatten/unflatten views
+// activation_recognize.cpp
+std::vector<RuleDeclaration> activationRecognition();  ///< written-out GELU (tanh, erf), SiLU -> the ATen op
 // no_ops.cpp
 std::vector<RuleDeclaration> noOps();              ///< detach/alias, clone, eval dropout, views
 // dead_code.cpp

@@ -49,7 +49,9 @@ bool Rule::anchoredAt(const ir::Node& n) const {
 StatusOr<std::vector<Rule>> builtinRules() {
   namespace f = families;
   std::vector<RuleDeclaration> all;
-  for (auto family : {f::canonicalizeOps, f::canonicalizeViews, f::noOps, f::deadCode, f::batchNormFolds,
+  for (auto family : {f::canonicalizeOps, f::activationRecognition, f::canonicalizeViews,
+                      f::noOps, f::deadCode,
+                      f::batchNormFolds,
                       f::perChannelFolds, f::residualAdd, f::activationPostOps,
                       // Last: a batch norm nothing could absorb becomes one per-channel multiply-add.
                       f::batchNormScaleShift}) {
