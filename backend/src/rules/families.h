@@ -13,6 +13,9 @@ std::vector<RuleDeclaration> canonicalizeOps();    ///< aten conv/addmm/mm/linea
 std::vector<RuleDeclaration> canonicalizeViews();  ///< the N-d linear's flatten/unflatten views
 // activation_recognize.cpp
 std::vector<RuleDeclaration> activationRecognition();  ///< written-out GELU (tanh, erf), SiLU -> the ATen op
+// attention.cpp
+std::vector<RuleDeclaration> attentionRecognition();   ///< eager attention -> SDPA
+RuleDeclaration plantedAttentionScaleOneOverD();        ///< test only, deliberately wrong
 // no_ops.cpp
 std::vector<RuleDeclaration> noOps();              ///< detach/alias, clone, eval dropout, views
 // dead_code.cpp

@@ -49,7 +49,7 @@ bool Rule::anchoredAt(const ir::Node& n) const {
 StatusOr<std::vector<Rule>> builtinRules() {
   namespace f = families;
   std::vector<RuleDeclaration> all;
-  for (auto family : {f::canonicalizeOps, f::activationRecognition, f::canonicalizeViews,
+  for (auto family : {f::canonicalizeOps, f::activationRecognition, f::attentionRecognition, f::canonicalizeViews,
                       f::noOps, f::deadCode,
                       f::batchNormFolds,
                       f::perChannelFolds, f::residualAdd, f::activationPostOps,
@@ -83,6 +83,8 @@ std::vector<verify::RuleProof> proofsOf(const std::vector<Rule>& rules) {
 StatusOr<Rule> plantedBugRule() { return Rule::declare(families::plantedBatchNormFoldWithoutEps()); }
 
 StatusOr<Rule> plantedBugRule(const std::vector<verify::RuleProof>&) { return plantedBugRule(); }
+
+StatusOr<Rule> plantedAttentionBugRule() { return Rule::declare(families::plantedAttentionScaleOneOverD()); }
 
 verify::RuleProof plantedBugProof() {
   auto rule = plantedBugRule();

@@ -194,6 +194,9 @@ std::vector<verify::RuleProof> proofsOf(const std::vector<Rule>& rules);
 /// obligation of that (wrong) math. Its proof comes out Refuted, so it must never apply.
 StatusOr<Rule> plantedBugRule();
 verify::RuleProof plantedBugProof();
+/// Test-only, a transformer case: eager attention rewritten to SDPA with scale 1/D instead of the
+/// graph's 1/sqrt(D), carrying the obligation of that (wrong) math. Refuted, so it never applies.
+StatusOr<Rule> plantedAttentionBugRule();
 /// Compatibility with callers written for the catalogue: the argument is ignored (the planted
 /// rule declares its own obligation); prefer plantedBugRule().
 StatusOr<Rule> plantedBugRule(const std::vector<verify::RuleProof>& ignored);
