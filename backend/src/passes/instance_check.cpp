@@ -3,7 +3,9 @@
 // rounding bound derived per output channel. Independent of the rewrite code that computed them.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 
 #include "verifuse/passes/pipeline.h"
 #include "verifuse/verify/layer_check.h"
@@ -35,6 +37,60 @@ std::vector<Real> channelVector(const ir::Graph& g, ir::ConstantId operand, doub
   return v;
 }
 
+/// qkv-concat: the concatenated weight (bias) must be a bit-exact copy of the parts' rows, read
+/// through each part's strides. No floating-point bound: a copy rounds nothing.
+rules::InstanceCheck validateConcat(const ir::Graph& g, const FoldRecord& f) {
+  rules::InstanceCheck check;
+  check.layerVerdict = "skipped";
+  check.layerDetail = "an exact copy (compared bit for bit)";
+  auto bits = [](float v) {
+    uint32_t u;
+    std::memcpy(&u, &v, sizeof u);
+    return u;
+  };
+  auto unsupported = [&](const std::string& why) {
+    check.verdict = "Unsupported";
+    check.detail = why;
+    return check;
+  };
+  const ir::ConstantTensor& cat = g.constants().at(static_cast<size_t>(f.foldedWeight));
+  std::shared_ptr<std::vector<float>> keepCat;
+  const float* catData = cat.dtype == ir::DType::Float32 && cat.isContiguous() && cat.sizes.size() == 2
+                             ? cat.floatData(keepCat) : nullptr;
+  if (!catData) return unsupported("the concatenated weight has no data");
+  const int64_t k = cat.sizes[1];
+  int64_t row = 0, mismatches = 0;
+  for (ir::ConstantId id : f.parts) {
+    const ir::ConstantTensor& p = g.constants().at(static_cast<size_t>(id));
+    std::shared_ptr<std::vector<float>> keep;
+    const float* src = p.dtype == ir::DType::Float32 && p.sizes.size() == 2 ? p.floatData(keep) : nullptr;
+    if (!src || p.sizes[1] != k) return unsupported("a part has no data or another K");
+    // A lazily materialized part is a dense row-major buffer; otherwise the constant's strides.
+    const bool dense = !p.data;
+    const int64_t rs = dense ? k : p.strides[0], cs = dense ? 1 : p.strides[1];
+    for (int64_t r = 0; r < p.sizes[0]; ++r, ++row) {
+      if (row >= cat.sizes[0]) return unsupported("the parts have more rows than the concatenation");
+      for (int64_t c = 0; c < k; ++c) mismatches += bits(catData[row * k + c]) != bits(src[r * rs + c * cs]);
+    }
+  }
+  if (row != cat.sizes[0]) return unsupported("the parts' rows do not add up to the concatenation's");
+  if (f.foldedBias >= 0) {
+    std::vector<Real> cb = load(g, f.foldedBias);
+    size_t at = 0;
+    for (ir::ConstantId id : f.partBiases) {
+      for (Real v : load(g, id)) {
+        if (at >= cb.size()) return unsupported("the biases have more elements than the concatenation");
+        mismatches += bits(static_cast<float>(cb[at++])) != bits(static_cast<float>(v));
+      }
+    }
+    if (at != cb.size() || cb.empty()) return unsupported("the biases do not add up to the concatenation's");
+  }
+  check.verdict = mismatches == 0 ? "Proved" : "Refuted";
+  check.detail = std::to_string(row) + " rows x " + std::to_string(k) + " copied; " + std::to_string(mismatches) +
+                 " values differ";
+  return check;
+}
+
 }  // namespace
 
 rules::InstanceCheck validateFoldInstance(const ir::Graph& g, const rules::FusionRecord& rec) {
@@ -49,6 +105,7 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
     check.verdict = "exact";
     return check;
   }
+  if (f.kind == FoldRecord::Kind::kConcat) return validateConcat(g, f);
   // Expected folded weight w'[o, i] = W[o, i] * scale[o] and bias b'[o] = B[o] * biasScale[o] + shift[o].
   std::vector<Real> scale, shift, biasScale;
   std::vector<Real> gamma, beta, mean, var, factors;  // the fold's operands, also for the layer check

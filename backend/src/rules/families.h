@@ -16,6 +16,8 @@ std::vector<RuleDeclaration> activationRecognition();  ///< written-out GELU (ta
 // attention.cpp
 std::vector<RuleDeclaration> attentionRecognition();   ///< eager attention -> SDPA
 RuleDeclaration plantedAttentionScaleOneOverD();        ///< test only, deliberately wrong
+// qkv_concat.cpp
+std::vector<RuleDeclaration> qkvConcat();              ///< linears of one input -> one linear + slices
 // no_ops.cpp
 std::vector<RuleDeclaration> noOps();              ///< detach/alias, clone, eval dropout, views
 // dead_code.cpp

@@ -51,7 +51,8 @@ StatusOr<std::vector<Rule>> builtinRules() {
   std::vector<RuleDeclaration> all;
   for (auto family : {f::canonicalizeOps, f::activationRecognition, f::attentionRecognition, f::canonicalizeViews,
                       f::noOps, f::deadCode,
-                      f::batchNormFolds,
+                      // Fusion: projections concatenated before anything attaches to them.
+                      f::qkvConcat, f::batchNormFolds,
                       f::perChannelFolds, f::residualAdd, f::activationPostOps,
                       // Last: a batch norm nothing could absorb becomes one per-channel multiply-add.
                       f::batchNormScaleShift}) {

@@ -62,12 +62,15 @@ struct InstanceCheck {
 
 /// A constant fold the rule performed: enough to recompute the folded constants exactly.
 struct FoldRecord {
-  enum class Kind { kNone, kBatchNorm, kChannelMul, kChannelAdd, kChannelDiv } kind = Kind::kNone;
+  /// kConcat: foldedWeight (foldedBias) is the row concatenation of parts (partBiases), a copy
+  /// that must be bit-exact (qkv-concat).
+  enum class Kind { kNone, kBatchNorm, kChannelMul, kChannelAdd, kChannelDiv, kConcat } kind = Kind::kNone;
   ir::ConstantId weight = -1, bias = -1;            ///< before (bias -1: none)
   ir::ConstantId foldedWeight = -1, foldedBias = -1; ///< after
   ir::ConstantId gamma = -1, beta = -1, mean = -1, var = -1;  ///< batch norm (gamma/beta may be -1)
   ir::ConstantId operand = -1;                      ///< the per-channel constant (mul/add/div)
   double eps = 0, scalar = 1;                       ///< bn eps; scalar operand / add alpha
+  std::vector<ir::ConstantId> parts, partBiases;    ///< kConcat: the weights (biases) concatenated
 };
 
 /// One applied rewrite, for the report and the instance validator.
