@@ -116,6 +116,28 @@ TEST(RuleDeclarationTest, BuiltinRulesAreCompleteAndInPhaseOrder) {
   }
 }
 
+TEST(RuleDeclarationTest, TransformerRulesRunInTheirPhases) {
+  auto rules = builtinRules();
+  ASSERT_TRUE(rules.isOk());
+  std::map<std::string, size_t> at;
+  for (size_t k = 0; k < rules->size(); ++k) at[(*rules)[k].id()] = k;
+  auto phase = [&](const std::string& id) { return (*rules)[at.at(id)].phase(); };
+  // Canonicalization rewrites Conv1D, recognizes written-out activations and eager attention
+  // (before dead code removes what they no longer read, and before any post-op rule runs).
+  for (const char* id : {"canonicalize-addmm-kn", "gelu-tanh-recognize", "gelu-erf-recognize", "silu-recognize",
+                         "attention-to-sdpa"}) {
+    EXPECT_EQ(phase(id), Phase::kCanonicalize) << id;
+  }
+  EXPECT_LT(at["canonicalize-addmm"], at["canonicalize-addmm-kn"]);
+  EXPECT_EQ(phase("remove-dense-clone"), Phase::kNoOps);
+  // Projections are concatenated first in the fusion phase: after the N-d linears' views are
+  // collapsed, before anything attaches to a linear.
+  EXPECT_EQ(phase("qkv-concat"), Phase::kFusion);
+  for (const auto& [id, k] : at) {
+    if (phase(id) == Phase::kFusion && id != "qkv-concat") EXPECT_LT(at["qkv-concat"], k) << id;
+  }
+}
+
 // ---- proofs, both directions ----------------------------------------------------------------------
 
 const verify::ProveReport& report() {
@@ -202,6 +224,23 @@ TEST(RuleProofsTest, StructuralRulesHaveTheirMutantsRefuted) {
       {"collapse-view-pair", "permute-collapsed-as-view"},
       {"dead-code", "node-with-user-erased"},
       {"remove-dense-clone", "overlapping-input-clone-dropped"},
+      // The transformer rules.
+      {"canonicalize-addmm-kn", "weight-not-transposed"},
+      {"canonicalize-addmm-kn", "bias-dropped"},
+      {"canonicalize-addmm-kn", "beta-alpha-unchecked"},
+      {"gelu-tanh-recognize", "half-missing"},
+      {"gelu-tanh-recognize", "cubic-coefficient-wrong"},
+      {"gelu-tanh-recognize", "erf-instead-of-tanh"},
+      {"gelu-erf-recognize", "division-form-accepted"},
+      {"silu-recognize", "sigmoid-of-other-operand"},
+      {"attention-to-sdpa", "scale-one-over-d"},
+      {"attention-to-sdpa", "softmax-wrong-axis"},
+      {"attention-to-sdpa", "mask-after-softmax"},
+      {"attention-to-sdpa", "key-transpose-dropped"},
+      {"attention-to-sdpa", "div-scale-not-inverted"},
+      {"attention-to-sdpa", "second-mask-dropped"},
+      {"qkv-concat", "bias-of-another-projection"},
+      {"qkv-concat", "column-offset-off-by-one"},
   };
   for (const auto& [rule, mutant] : expected) {
     const verify::MutantResult* m = findMutant(rule, mutant);
