@@ -235,27 +235,29 @@ int main(int argc, char** argv) {
     ep.postOps = postOps;
     const bool sum = epi == "bias_sum";
 
-    std::unique_ptr<Kernel> dnnlPacked, dnnlBorrowed;
-    if (onednn) {
-      LinearParams lp;
-      lp.m = s.m; lp.k = s.k; lp.n = s.n;
-      lp.weights = w.data();
-      lp.bias = bias.data();
-      lp.postOps = postOps;
-      auto kp = createLinear(lp);
-      if (!kp.isOk()) die(kp.status(), "createLinear");
-      dnnlPacked = std::move(kp.value());
-      lp.borrowWeights = true;
-      auto kb = createLinear(lp);
-      if (!kb.isOk()) die(kb.status(), "createLinear(borrow)");
-      dnnlBorrowed = std::move(kb.value());
-    }
-
     const double flops = 2.0 * s.m * s.k * s.n;
     const double bytes = 4.0 * (static_cast<double>(s.k) * s.n + s.m * s.k + s.m * s.n);
     const gemm::PackedWeights& pw = *packed.value();
     for (int t : threads) {
       omp_set_num_threads(t);
+      // NOTE: created after omp_set_num_threads: oneDNN fixes its thread count when the primitive
+      // is created (a primitive made under 2 threads keeps using 2 when the caller asks for 1).
+      std::unique_ptr<Kernel> dnnlPacked, dnnlBorrowed;
+      if (onednn) {
+        LinearParams lp;
+        lp.m = s.m; lp.k = s.k; lp.n = s.n;
+        lp.weights = w.data();
+        lp.bias = bias.data();
+        lp.postOps = postOps;
+        auto kp = createLinear(lp);
+        if (!kp.isOk()) die(kp.status(), "createLinear");
+        dnnlPacked = std::move(kp.value());
+        lp.borrowWeights = true;
+        auto kb = createLinear(lp);
+        if (!kb.isOk()) die(kb.status(), "createLinear(borrow)");
+        dnnlBorrowed = std::move(kb.value());
+      }
+
       std::vector<std::function<void()>> calls;
       calls.push_back([&] {
         if (sum) std::memcpy(y.data(), residual.data(), y.size() * 4);
