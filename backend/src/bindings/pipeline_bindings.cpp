@@ -18,6 +18,7 @@ const char* foldKindName(rules::FoldRecord::Kind k) {
     case rules::FoldRecord::Kind::kChannelMul: return "channel_mul";
     case rules::FoldRecord::Kind::kChannelAdd: return "channel_add";
     case rules::FoldRecord::Kind::kChannelDiv: return "channel_div";
+    case rules::FoldRecord::Kind::kConcat: return "concat";
     default: return "none";
   }
 }
