@@ -64,19 +64,20 @@ def test_str_shows_partition_table_and_reorders():
     text = str(synthetic_report())
     assert "layout conversions (reorders): 5" in text
     header = next(line for line in text.splitlines() if "decided by" in line)
-    assert header.split() == ["graph", "part", "nodes", "engine", "layout", "conv", "in/out", "timed", "(ms", "per",
-                              "run)", "decided", "by"]
+    assert header.split() == ["graph", "part", "nodes", "engine", "layout", "conv", "in/out", "weights", "(copy)",
+                              "timed", "(ms", "per", "run)", "decided", "by"]
     rows = [line.split() for line in text.splitlines() if re.match(r"\s+7\s+\d\s", line)]
     # The chosen engine's time comes first, then the other candidates.
-    assert rows == [["7", "0", "0,2", "onednn", "channels_last", "1/1", "onednn", "0.2100,", "aten", "0.3500", "tuned"],
-                    ["7", "1", "3", "aten", "plain", "0/0", "aten", "0.0200,", "onednn", "0.0500", "tuning-db"]]
+    assert rows == [["7", "0", "0,2", "onednn", "channels_last", "1/1", "-", "onednn", "0.2100,", "aten", "0.3500",
+                     "tuned"],
+                    ["7", "1", "3", "aten", "plain", "0/0", "-", "aten", "0.0200,", "onednn", "0.0500", "tuning-db"]]
 
 
 def test_str_with_untimed_partitions():
     g = GraphReport(graph_id=1, partitions=[{"nodes": 40, "engine": "aten"}, {"nodes": [1], "onednn_ms": -1.0}])
     text = str(Report([g], 0.1))
-    assert re.search(r"1\s+0\s+40\s+aten\s+-\s+0/0\s+-\s+-", text)
-    assert re.search(r"1\s+1\s+1\s+aten\s+-\s+0/0\s+onednn n/a\s+-", text)
+    assert re.search(r"1\s+0\s+40\s+aten\s+-\s+0/0\s+-\s+-\s+-", text)
+    assert re.search(r"1\s+1\s+1\s+aten\s+-\s+0/0\s+-\s+onednn n/a\s+-", text)
 
 
 def _svg_nodes(svg: str) -> dict[str, ET.Element]:
@@ -235,3 +236,41 @@ def test_constant_only_nodes_sit_above_their_first_reader():
             "  %2 : Tensor = aten::relu(%0)\n  %3 : Tensor = aten::addmm($b, %2, %1, 1, 1)\n  return (%3)\n}\n")
     boxes = layout_graph(parse_graph_text(text)).boxes
     assert boxes[1][1] == boxes[2][1]  # the weight permute shares the row of addmm's other input
+
+
+def test_report_states_the_weight_copies_each_engine_holds(monkeypatch):
+    """The memory price of an engine decision is reported per partition: oneDNN reading a
+    linear's weights in place costs nothing extra; oneDNN's prepacked copy (VERIFUSE_LINEAR_WEIGHTS=
+    packed) costs N*K float32 per kernel; the own GEMM's packed copy at least N*K (padded panels)."""
+    import torch
+
+    import verifuse
+
+    def fresh_model():
+        torch._dynamo.reset()  # Dynamo would reuse the compile of an earlier module of this class
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.ReLU()).eval()
+
+    x = torch.randn(4, 64)
+
+    def partition_of(report):
+        (p,) = [p for p in report.to_dict()["partitions"] if p["ops"] == ["verifuse::linear"]]
+        return p, report.to_dict()["graphs"][0]["weight_copy_bytes"]
+
+    monkeypatch.delenv("VERIFUSE_LINEAR_WEIGHTS", raising=False)
+    model = fresh_model()
+    plain, total = partition_of(verifuse.explain(model, x, autotune=False))
+    if plain["engine"] == "onednn":
+        assert plain["weight_layout"] == "in place" and plain["weight_copy_bytes"] == 0 == total
+    else:  # the own GEMM (AVX2 machines without AVX-512)
+        assert plain["engine"] == "gemm" and plain["weight_layout"] == "packed"
+        assert plain["weight_copy_bytes"] >= 96 * 64 * 4 and total == plain["weight_copy_bytes"]
+    # Explaining the same module again reports the plan that runs (Dynamo reuses its compile).
+    again = verifuse.explain(model, x, autotune=False)
+    assert len(again.graphs) == 1 and "weights (copy)" in str(again)
+
+    monkeypatch.setenv("VERIFUSE_LINEAR_WEIGHTS", "packed")
+    monkeypatch.setenv("VERIFUSE_ENGINE", "onednn")
+    packed, total = partition_of(verifuse.explain(fresh_model(), x, autotune=False))
+    assert packed["engine"] == "onednn" and packed["weight_layout"] == "prepacked"
+    assert packed["weight_copy_bytes"] == 96 * 64 * 4 == total

@@ -58,7 +58,13 @@ def _fallback(gm: torch.fx.GraphModule, reason: str, options: Options, graph_rep
     warnings.warn(f"verifuse: running this graph in eager mode: {reason}", VerifuseFallbackWarning, stacklevel=2)
     _report.record_fallback(graph_report, op, reason)
     graph_report.engine = "eager"
-    return gm.forward
+    forward = gm.forward
+
+    def run_eagerly(*args: Any, **kwargs: Any) -> Any:
+        _report.observe(graph_report)
+        return forward(*args, **kwargs)
+
+    return run_eagerly
 
 
 def _inference_problem(example_inputs: Sequence[Any], names: Sequence[str]) -> Optional[str]:
@@ -236,6 +242,7 @@ class CompiledGraphRunner:
         self._names = names
         self._opts = opts
         self._shape_facts = shape_facts  # guards.ShapeFacts under dynamic shapes
+        self._graph_report = graph_report
         self._lock = threading.Lock()
         from . import _C
 
@@ -269,6 +276,7 @@ class CompiledGraphRunner:
                 shape_facts=facts.cpp if facts is not None else None)
 
     def __call__(self, args: list) -> list:
+        _report.observe(self._graph_report)
         if self.shape_check is not None:
             self.shape_check.check(args)  # raises _C.ShapeGuardViolation before anything runs
         plan = self._plan

@@ -57,6 +57,9 @@ class GraphReport:
     near_misses_omitted: int = 0
     pipeline_seconds: float = 0.0  # rules, proofs and instance validation
     plan_seconds: float = 0.0      # executor plan: kernels created, weights prepacked
+    # Bytes of weight copies the engines hold beyond the frozen weights (own GEMM's packed copies,
+    # oneDNN's prepacked ones): the memory price of the engine decisions.
+    weight_copy_bytes: int = 0
 
 
 def record_fallback(report: GraphReport, op: str, reason: str) -> None:
@@ -99,6 +102,19 @@ def collect() -> Iterator[list[GraphReport]]:
     finally:
         with _lock:
             _collectors.remove(sink)
+
+
+def observe(report: GraphReport) -> None:
+    """Called when a compiled graph runs: an explain() collector active now that did not see the
+    graph compile (Dynamo reused a compile from before the block: its frame cache is keyed on the
+    code and guards, not on the options) still gets the report of what ran. Costs one list check
+    per call when nothing collects."""
+    if not _collectors:
+        return
+    with _lock:
+        for collector in _collectors:
+            if not any(r is report for r in collector):
+                collector.append(report)
 
 
 def stats() -> dict[str, int]:
@@ -144,7 +160,8 @@ class Report:
                 {"graph": g.graph_id, "engine": g.engine, "nodes": g.num_nodes, "constants": g.num_constants,
                  "ops": dict(g.ops), "compile_seconds": g.compile_seconds, "reorders": g.reorders,
                  "reorders_before": g.reorders_before, "timings_run": g.timings_run, "tuning_db": g.tuning_db,
-                 "pipeline_seconds": g.pipeline_seconds, "plan_seconds": g.plan_seconds}
+                 "pipeline_seconds": g.pipeline_seconds, "plan_seconds": g.plan_seconds,
+                 "weight_copy_bytes": g.weight_copy_bytes}
                 for g in self.graphs
             ],
             # --- shapes (issue 5; owned by the shapes work): assumptions, added and Dynamo guards ---
@@ -183,12 +200,15 @@ class Report:
             if f.get("layer_check") not in (None, "not-checked"):
                 line += f" layer-check={f['layer_check']}"
             lines.append(line)
-        lines.append(f"  partitions: {len(data['partitions'])}, layout conversions (reorders): {data['reorders']}")
+        copies = sum(g.weight_copy_bytes for g in self.graphs)
+        lines.append(f"  partitions: {len(data['partitions'])}, layout conversions (reorders): {data['reorders']}, "
+                     f"weight copies held by engines: {_mib(copies)}")
         lines.extend("    " + row for row in _text_table(
-            ["graph", "part", "nodes", "engine", "layout", "conv in/out", "timed (ms per run)", "decided by"],
+            ["graph", "part", "nodes", "engine", "layout", "conv in/out", "weights (copy)", "timed (ms per run)",
+             "decided by"],
             [[p["graph"], p["id"], _nodes_cell(p["nodes"]), p["engine"], p.get("layout", "-"),
-              f"{p.get('input_conversions', 0)}/{p.get('output_conversions', 0)}", _candidates_cell(p),
-              p.get("how", "-")] for p in data["partitions"]]))
+              f"{p.get('input_conversions', 0)}/{p.get('output_conversions', 0)}", _weights_cell(p),
+              _candidates_cell(p), p.get("how", "-")] for p in data["partitions"]]))
         if self.verbose:
             misses = data["near_misses"]
             omitted = sum(g.near_misses_omitted for g in self.graphs)
@@ -259,6 +279,18 @@ def _nodes_cell(nodes: Any) -> str:
     if isinstance(nodes, (list, tuple)):
         return ",".join(str(n) for n in nodes) if len(nodes) <= 8 else f"{len(nodes)} nodes"
     return str(nodes)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 / 10 else f"{n / 2**10:.0f} KiB"
+
+
+def _weights_cell(p: dict[str, Any]) -> str:
+    layout = p.get("weight_layout") or ""
+    if not layout:
+        return "-"
+    copy = int(p.get("weight_copy_bytes", 0))
+    return f"{layout} (+{_mib(copy)})" if copy else layout
 
 
 def _candidates_cell(p: dict[str, Any]) -> str:

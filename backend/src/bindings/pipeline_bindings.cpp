@@ -80,6 +80,8 @@ py::dict toDict(const driver::CompileReport& r, const runtime::CompiledGraph& pl
     x["layout"] = p.layout;
     x["input_conversions"] = p.inputConversions;
     x["output_conversions"] = p.outputConversions;
+    x["weight_copy_bytes"] = p.weightCopyBytes;
+    x["weight_layout"] = p.weightLayout;
     partitions.append(x);
   }
   d["partitions"] = partitions;
@@ -130,6 +132,7 @@ py::dict toDict(const driver::CompileReport& r, const runtime::CompiledGraph& pl
   d["near_misses_omitted"] = r.nearMissesOmitted;
   d["ops"] = r.ops;
   d["onednn_steps"] = r.stats.onednnSteps;
+  d["weight_copy_bytes"] = r.stats.weightCopyBytes;
   d["graph_text"] = ir::printGraph(g);
   d["num_nodes"] = static_cast<int>(r.nodes.size());
   d["num_constants"] = static_cast<int>(r.stats.constants);

@@ -1034,6 +1034,13 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       }
     }
     d.layout = anyConv ? "channels_last" : "plain";
+    for (FusedOp* op : members) {
+      d.weightCopyBytes += op->weightCopyBytes();
+      const std::string layout = op->weightLayout();
+      if (layout.empty()) continue;
+      d.weightLayout = d.weightLayout.empty() || d.weightLayout == layout ? layout : "mixed";
+    }
+    impl->stats.weightCopyBytes += d.weightCopyBytes;
     const int32_t index = static_cast<int32_t>(impl->partitions.size());
     for (size_t k : unit.nodes) {
       impl->nodePartition[k] = index;

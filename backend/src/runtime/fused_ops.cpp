@@ -131,6 +131,13 @@ class KernelCache {
     std::lock_guard<std::mutex> lock(mu_);
     return implInfo_;
   }
+  /// Kernels held (one per input shape, each with its own prepacked weights unless borrowed).
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (const auto& [d, entry] : entries_) n += entry->kernel ? 1 : 0;
+    return n;
+  }
   /// Drops every kernel (and the prepacked weights they hold): another engine won.
   void clear() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -160,9 +167,28 @@ class FusedBase : public FusedOp {
     std::lock_guard<std::mutex> lock(weightMu_);
     // Dense copies only when a kernel asks: a transposed-view weight (GPT-2's Conv1D) is packed by
     // the own GEMM straight from its [K, N] buffer and never needs the [N, K] copy.
-    if (weight_.defined() && !weight_.is_contiguous()) weight_ = weight_.contiguous();
+    if (weight_.defined() && !weight_.is_contiguous()) {
+      weight_ = weight_.contiguous();
+      denseCopyBytes_ = static_cast<int64_t>(weight_.nbytes());
+    }
     return {weight_, bias_};
   }
+  /// oneDNN's copies: a prepacked weight per kernel unless the kernels read weight_ in place.
+  int64_t onednnWeightBytes() const {
+    if (engine_ != Engine::kOnednn || kernelsBorrowWeights_) return 0;
+    const int64_t elem = compute_ == kernels::ComputeType::kBF16 ? 2 : 4;
+    return static_cast<int64_t>(cache_.size()) * weightNumel_ * elem;
+  }
+  int64_t weightCopyBytes() const override {
+    std::lock_guard<std::mutex> lock(weightMu_);
+    return onednnWeightBytes() + (weight_.defined() ? denseCopyBytes_ : 0);
+  }
+  std::string weightLayout() const override {
+    if (engine_ != Engine::kOnednn) return engine_ == Engine::kAten ? "in place" : "";
+    return kernelsBorrowWeights_ ? "in place" : "prepacked";
+  }
+  int64_t weightNumel_ = 0;                   // of the folded weight
+  mutable int64_t denseCopyBytes_ = 0;        // weights() made weight_ a dense copy of a view
   void releaseWeights() override {
     if (engine_ != Engine::kOnednn || !staticShape_) return;
     std::lock_guard<std::mutex> lock(weightMu_);
@@ -316,6 +342,10 @@ class FusedLinear final : public FusedBase {
     // on the own GEMM never builds oneDNN's kernel nor a dense copy of a transposed weight. If
     // the engine cannot run it after all, the op stays on ATen (weights kept).
     if (e == Engine::kGemm && packed() == nullptr) e = Engine::kAten;
+    if (e != Engine::kGemm) {  // the tuner's packed copy would be held for nothing
+      std::lock_guard<std::mutex> lock(gemmMu_);
+      packed_.reset();
+    }
     if (e == Engine::kOnednn && staticShape_ && !kernelFor(m_).isOk()) {
       onednnOk_ = false;
       e = Engine::kAten;
@@ -339,6 +369,17 @@ class FusedLinear final : public FusedBase {
     }
     packed_.reset();  // packed only while the tuner timed it
     FusedBase::releaseWeights();
+  }
+
+  int64_t weightCopyBytes() const override {
+    if (engine_ == Engine::kGemm) {
+      std::lock_guard<std::mutex> lock(gemmMu_);
+      return packed_ ? static_cast<int64_t>(packed_->bytes()) : 0;
+    }
+    return FusedBase::weightCopyBytes();
+  }
+  std::string weightLayout() const override {
+    return engine_ == Engine::kGemm ? "packed" : FusedBase::weightLayout();
   }
 
   /// The weights packed for the own GEMM, made on first use (the tuner's first timing, or the
@@ -604,6 +645,7 @@ void configureCommon(FusedBase& op, const at::Tensor& w, const at::Tensor& b, co
   op.compute_ = options.bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
   op.atenWeight_ = w;
   op.atenBias_ = b;
+  op.weightNumel_ = w.numel();
   op.weight_ = w;
   op.bias_ = b.defined() ? b.contiguous() : b;
 }

@@ -49,6 +49,12 @@ class FusedOp {
   virtual double macs() const = 0;
   /// oneDNN's implementation name of the last kernel created ("brg:avx512_core", ...), or "".
   virtual std::string implInfo() const = 0;
+  /// Bytes of weight copies this op holds on top of the graph's constants (a packed copy for the
+  /// own GEMM, oneDNN's prepacked weights per kernel, a dense copy of a strided weight): the
+  /// memory price of its engine choice, which explain() reports per partition.
+  virtual int64_t weightCopyBytes() const { return 0; }
+  /// How the chosen engine reads the weights: "in place", "packed", "prepacked", or "" (none).
+  virtual std::string weightLayout() const { return ""; }
 };
 
 inline constexpr const char* kRowwiseOp = "verifuse::rowwise";

@@ -68,6 +68,10 @@ struct PartitionDecision {
   std::string layout;                       ///< inside: "channels_last" or "plain"
   int inputConversions = 0;                 ///< layout conversions of its inputs per run
   int outputConversions = 0;                ///< of its outputs (to the plain layout eager has)
+  /// Weight copies its engine holds beyond the graph's constants (FusedOp::weightCopyBytes summed):
+  /// the memory price of the decision, e.g. the own GEMM's packed copy vs oneDNN reading in place.
+  int64_t weightCopyBytes = 0;
+  std::string weightLayout;                 ///< "in place", "packed", "prepacked", "mixed" or ""
 };
 
 struct ExecutorStats {
@@ -79,6 +83,7 @@ struct ExecutorStats {
   size_t partitions = 0;          ///< units of execution formed from the driver's partitions
   size_t conversions = 0;         ///< layout conversions per run at partition edges
   size_t constantFoldedSteps = 0; ///< steps with only constant inputs, evaluated once at compile time
+  int64_t weightCopyBytes = 0;    ///< every partition's PartitionDecision::weightCopyBytes
 };
 
 /// How fused ops run.
