@@ -187,6 +187,8 @@ class _Lowerer:
             return
         if not isinstance(val, torch.Tensor):
             return
+        if val.dtype in DTYPE_CODES:
+            self.g.set_dtype(vid, DTYPE_CODES[val.dtype])
         known = [_constant(d) for d in val.shape]
         sizes = [k if k is not None else -1 for k in known]
         if facts is None:

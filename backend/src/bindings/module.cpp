@@ -134,6 +134,12 @@ void registerCore(py::module_& m) {
              g.mutableValue(value).setShape(std::move(shape));
            },
            "Records a value's sizes (-1 for a symbolic size).")
+      .def("set_dtype",
+           [](ir::Graph& g, int32_t value, int64_t code) {
+             if (value < 0 || static_cast<size_t>(value) >= g.numValues()) throw py::index_error("no such value");
+             g.mutableValue(value).dtype = static_cast<ir::DType>(code);
+           },
+           "Records a tensor value's element type (a c10::ScalarType code).")
       .def("verify", [](const ir::Graph& g) {
         Status s = ir::verifyGraph(g);
         if (!s.isOk()) raise(s);

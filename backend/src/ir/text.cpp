@@ -65,6 +65,7 @@ class Printer {
   /// with a symbolic value: "Int{x_size0}".
   static std::string typeText(const Value& v) {
     std::string out = valueTypeName(v.type);
+    if (v.dtype != DType::Undefined) out += std::string("<") + dtypeShortName(v.dtype) + ">";
     if (v.symValue.valid()) return out + "{" + v.symValue.toString() + "}";
     if (!v.hasShape) return out;
     out += "[";
@@ -216,6 +217,12 @@ class Parser {
   /// What may follow a value's type: "[1, ?, (x_size0 // 2)]" (sizes), then "{...}" (strides)
   /// for a tensor; "{x_size0}" (its symbolic value) for an Int.
   Status typeDetails(Value& v) {
+    if (peekIs('<')) {
+      ++pos_;
+      VF_ASSIGN_OR_RETURN(std::string name, identifier());
+      VF_ASSIGN_OR_RETURN(v.dtype, parseDTypeShortName(name));
+      VF_RETURN_IF_ERROR(expect('>'));
+    }
     if (peekIs('[')) {
       ++pos_;
       std::vector<SymExpr> dims;
@@ -305,6 +312,7 @@ class Parser {
       v.symShape = std::move(outDetails[k].symShape);
       v.symStrides = std::move(outDetails[k].symStrides);
       v.symValue = std::move(outDetails[k].symValue);
+      v.dtype = outDetails[k].dtype;
     }
     return Status::ok();
   }

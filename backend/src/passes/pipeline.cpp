@@ -57,7 +57,7 @@ class RuleList {
  public:
   RuleList(const std::vector<Rule>& extra, const std::vector<Rule>& builtin) {
     for (Phase phase : {Phase::kCanonicalize, Phase::kCanonicalizeViews, Phase::kNoOps, Phase::kDeadCode,
-                        Phase::kFusion}) {
+                        Phase::kFusion, Phase::kRowFusion}) {
       for (const std::vector<Rule>* list : {&extra, &builtin}) {
         for (const Rule& r : *list) {
           if (r.phase() != phase) continue;
@@ -160,7 +160,7 @@ class RuleDriver {
       }
       nearMisses_.erase(key);
       if (refused_.count({rule->id(), id})) continue;
-      if (rule->phase() != Phase::kFusion) {
+      if (rule->phase() < Phase::kFusion) {
         // Structural rules (canonicalize, no-ops, dead code): gated by their proofs, no record.
         if (!gate(*rule).admitted) {
           refused_.insert({rule->id(), id});
@@ -280,6 +280,13 @@ StatusOr<PipelineResult> runPipeline(Graph& graph, const PipelineOptions& option
     VF_ASSIGN_OR_RETURN(bool cleaned, runPass(graph, driver, {Phase::kNoOps}, &result));
     VF_ASSIGN_OR_RETURN(bool dead, runPass(graph, driver, {Phase::kDeadCode}, &result));
     if (!changed && !cleaned && !dead) break;
+  }
+  // Row fusion once the post-ops are attached: what is left of the elementwise chains.
+  VF_ASSIGN_OR_RETURN(bool rows, driver.sweep(graph, Phase::kRowFusion));
+  VF_RETURN_IF_ERROR(ir::verifyGraph(graph).withContext("after row fusion"));
+  if (rows) {
+    result.passChanges["row-fusion"]++;
+    VF_RETURN_IF_ERROR(runPass(graph, driver, {Phase::kDeadCode}, &result).status());
   }
   for (const rules::FusionRecord& r : driver.refusedInstances()) {
     result.fusions.push_back(r);

@@ -32,5 +32,7 @@ std::vector<RuleDeclaration> perChannelFolds();
 std::vector<RuleDeclaration> residualAdd();
 // activation_postops.cpp
 std::vector<RuleDeclaration> activationPostOps();
+// row_fusion.cpp
+std::vector<RuleDeclaration> rowFusion();  ///< elementwise/row-reduction chains -> verifuse::rowwise
 
 }  // namespace verifuse::rules::families

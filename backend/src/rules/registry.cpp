@@ -14,6 +14,7 @@ const char* passName(Phase phase) {
     case Phase::kNoOps: return "remove-no-ops";
     case Phase::kDeadCode: return "dead-code";
     case Phase::kFusion: return "fusion-rules";
+    case Phase::kRowFusion: return "row-fusion";
   }
   return "?";
 }
@@ -55,7 +56,9 @@ StatusOr<std::vector<Rule>> builtinRules() {
                       f::qkvConcat, f::batchNormFolds,
                       f::perChannelFolds, f::residualAdd, f::activationPostOps,
                       // Last: a batch norm nothing could absorb becomes one per-channel multiply-add.
-                      f::batchNormScaleShift}) {
+                      f::batchNormScaleShift,
+                      // Its own pass after the fusion fixpoint: the post-ops are attached by then.
+                      f::rowFusion}) {
     for (RuleDeclaration& d : family()) all.push_back(std::move(d));
   }
   std::vector<Rule> rules;

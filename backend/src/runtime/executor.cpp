@@ -747,8 +747,15 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       step.name = n.op;
       step.outputs = n.outputs;
       for (const Arg& a : n.args) {
-        if (!a.isValue()) continue;
         ArgSlot slot;
+        if (a.isConstant()) {
+          // A weight the chain reads (layer norm's gamma/beta, RMSNorm's weight): read in place.
+          slot.kind = ArgSlot::Kind::Fixed;
+          slot.fixed = c10::IValue(impl->constants[static_cast<size_t>(a.i)]);
+          step.args.push_back(std::move(slot));
+          continue;
+        }
+        if (!a.isValue()) continue;
         slot.kind = ArgSlot::Kind::Value;
         slot.value = static_cast<ValueId>(a.i);
         step.args.push_back(std::move(slot));

@@ -136,6 +136,11 @@ TEST(RuleDeclarationTest, TransformerRulesRunInTheirPhases) {
   for (const auto& [id, k] : at) {
     if (phase(id) == Phase::kFusion && id != "qkv-concat") EXPECT_LT(at["qkv-concat"], k) << id;
   }
+  // Row fusion runs last, in its own pass: the linear/conv post-ops are attached by then.
+  EXPECT_EQ(phase("row-fusion"), Phase::kRowFusion);
+  for (const auto& [id, k] : at) {
+    if (id != "row-fusion") EXPECT_LT(k, at["row-fusion"]) << id;
+  }
 }
 
 // ---- proofs, both directions ----------------------------------------------------------------------
@@ -241,6 +246,16 @@ TEST(RuleProofsTest, StructuralRulesHaveTheirMutantsRefuted) {
       {"attention-to-sdpa", "second-mask-dropped"},
       {"qkv-concat", "bias-of-another-projection"},
       {"qkv-concat", "column-offset-off-by-one"},
+      // Row fusion (the translation table and the composed norms, softmax, rotary).
+      {"row-fusion", "rms-eps-dropped"},
+      {"row-fusion", "rms-eps-outside-rsqrt"},
+      {"row-fusion", "reduction-wrong-axis"},
+      {"row-fusion", "rotary-sign-flipped"},
+      {"row-fusion", "rotary-halves-swapped"},
+      {"row-fusion", "softmax-wrong-axis"},
+      {"row-fusion", "mask-after-softmax"},
+      {"row-fusion", "gelu-erf-tanh-swapped"},
+      {"row-fusion", "layer-norm-without-mean"},
   };
   for (const auto& [rule, mutant] : expected) {
     const verify::MutantResult* m = findMutant(rule, mutant);

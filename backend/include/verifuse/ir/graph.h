@@ -129,6 +129,10 @@ struct Value {
   std::vector<SymExpr> symStrides;
   /// An Int value's symbolic value (a SymInt in the FX graph), invalid when not known.
   SymExpr symValue;
+  /// A tensor's element type when the lowering knew it (FX's fake value), Undefined otherwise
+  /// (values made by rewrites, text without one). Rules that depend on the dtype (the row engine
+  /// computes in float32) require it; printed as "Tensor<f32>[...]".
+  DType dtype = DType::Undefined;
   /// Static sizes (-1: symbolic, unnamed); drops symbolic sizes and strides.
   void setShape(std::vector<int64_t> s) {
     shape = std::move(s);

@@ -99,13 +99,15 @@ using MatchFn = std::function<std::optional<Match>(const ir::Graph&, ir::NodeId,
 using RewriteFn = std::function<Status(ir::Graph&, const Match&, FusionRecord&)>;
 
 /// Where a rule runs. The pass manager runs the phases in this order: canonicalize (two sweeps),
-/// remove-no-ops, dead-code, then fusion-rules, remove-no-ops and dead-code to a fixpoint.
+/// remove-no-ops, dead-code, then fusion-rules, remove-no-ops and dead-code to a fixpoint, then
+/// row-fusion and dead-code.
 enum class Phase {
   kCanonicalize,       ///< pass "canonicalize", first sweep: aten conv/addmm/mm/linear -> verifuse ops
   kCanonicalizeViews,  ///< pass "canonicalize", second sweep: the N-d linear's view pair
   kNoOps,              ///< pass "remove-no-ops"
   kDeadCode,           ///< pass "dead-code" (sweeps the nodes backwards)
   kFusion,             ///< pass "fusion-rules"
+  kRowFusion,          ///< pass "row-fusion": once, after the fusion rules' fixpoint (then dead code)
 };
 const char* passName(Phase phase);
 

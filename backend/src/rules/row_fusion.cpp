@@ -1,0 +1,1093 @@
+// Row fusion: maximal chains of float32 elementwise ops and last-dim row reductions become ONE
+// verifuse::rowwise node, which the executor runs on the fused row engine
+// (kernels/include/verifuse/kernels/rowwise.h: one pass over the rows) or, as fallback, as the
+// same program interpreted op by op on ATen.
+//
+//   row-fusion   sink(... ops ...) = rowwise(inputs..., program)
+//
+// The chain is gathered backwards from a sink (a table op none of whose readers would take it into
+// their own chain) through the operands whose producers are table ops (TABLE below: add/sub/rsub/
+// mul/div, neg, exp, log, sqrt, rsqrt, reciprocal, pow(tensor, number), relu, gelu (none/tanh),
+// silu, sigmoid, tanh, erf, clamp, where with a bool mask, _to_copy to float32 of a float32
+// value, mean/sum/amax over the last dim with keepdim, native_layer_norm over the last dim,
+// _softmax over the last dim, and HF's rotate_half written cat(-x[..., C/2:], x[..., :C/2])).
+// The translation table turns each op into row instructions; the program is built op by op in
+// graph order, so it is the chain's own composition (no reassociation across ops).
+//
+// Guards (each with a reason at the node): every member's output is float32 (the IR's dtype from
+// the lowering; unknown is refused), statically shaped, and broadcasts to the sink's shape S
+// [..., C] (numpy rules, which the engine's loads follow: 0 strides are broadcasts); reductions,
+// layer norm, softmax and rotate_half read a value whose last dim is C (a reduction over a
+// broadcast row would count it C times); the reduction keeps its dim; a where's mask is bool; a
+// layer norm's mean and rstd outputs are unread; _safe_softmax is refused (its fully masked rows
+// are 0, the engine's NaN). Views stop a chain (they are leaves), except the slices inside the
+// rotate_half pattern. A member read outside the chain becomes an extra output (a store) when its
+// shape is S and every outside reader comes after the sink (the rowwise node takes the sink's
+// place); otherwise it is left to ATen and read as an input. A chain of one elementwise op stays
+// on ATen (nothing to fuse); a single layer norm or softmax is fused.
+//
+// This rule runs in its own pass (Phase::kRowFusion) after the fusion rules reached their
+// fixpoint: linears and convs keep their bias/activation/residual post-ops, and attention was
+// already recognized by then.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "rules/families.h"
+#include "rules/rule_util.h"
+#include "verifuse/ir/graph_edit.h"
+#include "verifuse/kernels/rowwise.h"
+#include "verifuse/verify/semantics.h"
+#include "verifuse/verify/tensor_semantics.h"
+
+namespace verifuse::rules::families {
+
+namespace {
+
+using ir::Arg;
+using ir::DType;
+using ir::Graph;
+using ir::Node;
+using ir::NodeId;
+using ir::ValueId;
+using kernels::rowwise::RowInstr;
+using kernels::rowwise::RowOp;
+using kernels::rowwise::RowProgram;
+using kernels::rowwise::RowValue;
+using verify::Expr;
+using verify::Obligation;
+using verify::ObligationBuilder;
+namespace sem = verify::sem;
+namespace u = util;
+
+constexpr const char* kRowwise = "verifuse::rowwise";
+
+// ---- the translation table ----------------------------------------------------------------------
+
+/// The ATen ops the table translates (one entry each).
+enum class Kind {
+  Add, Sub, Rsub, Mul, Div, Neg, Exp, Log, Sqrt, Rsqrt, Reciprocal, Pow, Relu, GeluErf, GeluTanh, Silu,
+  Sigmoid, Tanh, Erf, Clamp, Where, Identity, Mean, Sum, Amax, LayerNorm, Softmax, RotateHalf
+};
+
+/// Deliberately wrong translations (mutants): each must come out Refuted.
+enum class Bug {
+  None,
+  AddNumberDropped,    ///< add(t, number) translated as t (RMSNorm's eps dropped)
+  EpsOutsideRsqrt,     ///< RMSNorm composed as rsqrt(v) + eps
+  ReductionWrongAxis,  ///< mean over dim 0 accepted as the row mean
+  RotarySignFlipped,   ///< rotate_half as [h2, -h1]
+  RotaryHalvesSwapped, ///< cat(-x[..., :C/2], x[..., C/2:]) accepted as rotate_half
+  SoftmaxWrongAxis,    ///< softmax over dim 0 accepted as the row softmax
+  MaskAfterSoftmax,    ///< softmax(x*c + m) composed as softmax(x*c) + m
+  GeluSwapped,         ///< gelu 'none' (erf) translated to the tanh GELU
+  LayerNormNoMean,     ///< layer norm without the mean subtraction
+};
+
+struct OpSpec {
+  Kind kind = Kind::Add;
+  double alpha = 1;              ///< add/sub/rsub: a + alpha*b
+  double exponent = 1;           ///< pow
+  double lo = -INFINITY, hi = INFINITY;  ///< clamp
+  double eps = 0;                ///< layer norm
+  bool weight = false, bias = false;     ///< layer norm
+  std::vector<Arg> operands;     ///< in table order (layer norm: x, weight?, bias?; where: mask, a, b)
+  std::vector<NodeId> internal;  ///< nodes inside the pattern (rotate_half's slices and neg)
+};
+
+bool isComposite(Kind k) { return k == Kind::LayerNorm || k == Kind::Softmax; }
+/// Entries that read a whole row of their (first) operand.
+bool readsRow(Kind k) {
+  return k == Kind::Mean || k == Kind::Sum || k == Kind::Amax || k == Kind::LayerNorm || k == Kind::Softmax ||
+         k == Kind::RotateHalf;
+}
+
+/// The row instructions of one table entry. \p in are the operands' row values (numbers already
+/// constants), in OpSpec::operands order. Used by the rule and, with the same code, by its
+/// obligation (which interprets the program symbolically), so the proof is about this function.
+RowValue emit(RowProgram& p, const OpSpec& s, const std::vector<RowValue>& in, Bug bug) {
+  auto scaled = [&](RowValue b) { return s.alpha == 1.0 ? b : p.mul(b, p.constant(static_cast<float>(s.alpha))); };
+  switch (s.kind) {
+    case Kind::Add: return bug == Bug::AddNumberDropped ? in[0] : p.add(in[0], scaled(in[1]));
+    case Kind::Sub: return p.sub(in[0], scaled(in[1]));
+    case Kind::Rsub: return p.sub(in[1], scaled(in[0]));
+    case Kind::Mul: return p.mul(in[0], in[1]);
+    case Kind::Div: return p.div(in[0], in[1]);
+    case Kind::Neg: return p.unary(RowOp::kNeg, in[0]);
+    case Kind::Exp: return p.unary(RowOp::kExp, in[0]);
+    case Kind::Log: return p.unary(RowOp::kLog, in[0]);
+    case Kind::Sqrt: return p.unary(RowOp::kSqrt, in[0]);
+    case Kind::Rsqrt: return p.unary(RowOp::kRsqrt, in[0]);
+    case Kind::Reciprocal: return p.unary(RowOp::kReciprocal, in[0]);
+    case Kind::Pow: return p.pow(in[0], static_cast<float>(s.exponent));
+    case Kind::Relu: return p.unary(RowOp::kRelu, in[0]);
+    case Kind::GeluErf: return p.unary(bug == Bug::GeluSwapped ? RowOp::kGeluTanh : RowOp::kGeluErf, in[0]);
+    case Kind::GeluTanh: return p.unary(RowOp::kGeluTanh, in[0]);
+    case Kind::Silu: return p.unary(RowOp::kSilu, in[0]);
+    case Kind::Sigmoid: return p.unary(RowOp::kSigmoid, in[0]);
+    case Kind::Tanh: return p.unary(RowOp::kTanh, in[0]);
+    case Kind::Erf: return p.unary(RowOp::kErf, in[0]);
+    case Kind::Clamp: return p.clamp(in[0], static_cast<float>(s.lo), static_cast<float>(s.hi));
+    case Kind::Where: return p.where(in[0], in[1], in[2]);
+    case Kind::Identity: return in[0];
+    case Kind::Mean: return p.reduce(RowOp::kMean, in[0]);
+    case Kind::Sum: return p.reduce(RowOp::kSum, in[0]);
+    case Kind::Amax: return p.reduce(RowOp::kRowMax, in[0]);
+    case Kind::LayerNorm: {
+      // Two-pass, as the engine's layerNormProgram: d = x - mean(x); y = d * rsqrt(mean(d*d) + eps) * w + b.
+      RowValue x = in[0];
+      RowValue d = bug == Bug::LayerNormNoMean ? x : p.sub(x, p.reduce(RowOp::kMean, x));
+      RowValue var = p.reduce(RowOp::kMean, p.mul(d, d));
+      RowValue y = p.mul(d, p.unary(RowOp::kRsqrt, p.add(var, p.constant(static_cast<float>(s.eps)))));
+      size_t k = 1;
+      if (s.weight) y = p.mul(y, in[k++]);
+      if (s.bias) y = p.add(y, in[k++]);
+      return y;
+    }
+    case Kind::Softmax: {
+      // As ATen's last-dim kernel: e = exp(x - rowmax(x)); y = e * (1 / sum(e)).
+      RowValue e = p.unary(RowOp::kExp, p.sub(in[0], p.reduce(RowOp::kRowMax, in[0])));
+      return p.mul(e, p.unary(RowOp::kReciprocal, p.reduce(RowOp::kSum, e)));
+    }
+    case Kind::RotateHalf: {
+      RowValue r = p.rotateHalf(in[0]);
+      return bug == Bug::RotarySignFlipped ? p.unary(RowOp::kNeg, r) : r;
+    }
+  }
+  return in[0];
+}
+
+// ---- matching: one op --------------------------------------------------------------------------
+
+const std::vector<int64_t>* shapeOf(const Graph& g, const Arg& a) {
+  if (a.isConstant()) return &g.constants()[static_cast<size_t>(a.i)].sizes;
+  return u::staticShape(g, u::valueOf(a));
+}
+
+DType dtypeOf(const Graph& g, const Arg& a) {
+  if (a.isConstant()) return g.constants()[static_cast<size_t>(a.i)].dtype;
+  if (a.isValue()) return g.value(u::valueOf(a)).dtype;
+  return DType::Undefined;
+}
+
+bool isTensor(const Arg& a) { return a.isValue() || a.isConstant(); }
+
+/// The dim \p d of a rank-\p rank tensor is its last one.
+bool isLastDim(int64_t d, size_t rank) { return d == -1 || (rank > 0 && d == static_cast<int64_t>(rank) - 1); }
+
+/// A slice of x over its last dim from \p start to \p end (end clipped to C); x's value.
+std::optional<ValueId> lastDimSlice(const Graph& g, const Arg& a, int64_t start, int64_t end, std::vector<NodeId>* nodes) {
+  const Node* s = u::producerOf(g, a);
+  if (!s || s->op != "aten::slice" || s->args.size() < 4 || !s->args[0].isValue()) return std::nullopt;
+  const auto* xs = u::staticShape(g, u::valueOf(s->args[0]));
+  if (!xs || xs->empty() || s->args[1].kind != Arg::Kind::Int || !isLastDim(s->args[1].i, xs->size())) return std::nullopt;
+  const int64_t c = xs->back();
+  auto st = u::numberArg(s->args[2]);
+  auto en = s->args[3].kind == Arg::Kind::None ? std::optional<double>(static_cast<double>(c)) : u::numberArg(s->args[3]);
+  if (s->args.size() > 4 && !(u::numberArg(s->args[4]) && *u::numberArg(s->args[4]) == 1.0)) return std::nullopt;
+  // The end may be INT64_MAX ("to the end"): clipped as a double, a cast would overflow.
+  if (!st || !en || *st != static_cast<double>(start) || std::min(*en, static_cast<double>(c)) != static_cast<double>(end)) {
+    return std::nullopt;
+  }
+  nodes->push_back(s->id);
+  return u::valueOf(s->args[0]);
+}
+
+/// cat([neg(x[..., C/2:]), x[..., :C/2]], -1) -> x (rotate_half). With \p swapped (the mutant's
+/// guard) the halves are taken the other way round.
+std::optional<ValueId> rotateHalfInput(const Graph& g, const Node& cat, std::vector<NodeId>* nodes, bool swapped = false) {
+  if (cat.op != "aten::cat" || cat.args.size() != 2 || cat.args[0].kind != Arg::Kind::List || cat.args[0].list.size() != 2 ||
+      cat.args[1].kind != Arg::Kind::Int) {
+    return std::nullopt;
+  }
+  const auto* out = u::staticShape(g, cat.outputs[0]);
+  if (!out || out->empty() || !isLastDim(cat.args[1].i, out->size()) || out->back() % 2 != 0) return std::nullopt;
+  const int64_t c = out->back(), h = c / 2;
+  const Node* neg = u::producerOf(g, cat.args[0].list[0]);
+  if (!neg || neg->op != "aten::neg" || neg->args.size() != 1) return std::nullopt;
+  std::vector<NodeId> found = {neg->id};
+  auto hi = lastDimSlice(g, neg->args[0], swapped ? 0 : h, swapped ? h : c, &found);
+  auto lo = lastDimSlice(g, cat.args[0].list[1], swapped ? h : 0, swapped ? c : h, &found);
+  if (!hi || !lo || *hi != *lo) return std::nullopt;
+  const auto* xs = u::staticShape(g, *hi);
+  if (!xs || *xs != *out) return std::nullopt;
+  nodes->insert(nodes->end(), found.begin(), found.end());
+  return *hi;
+}
+
+/// The table entry of node \p n, or nullopt; a guard that fails on an op of the table writes why.
+std::optional<OpSpec> specOf(const Graph& g, const Node& n, std::string* why) {
+  OpSpec s;
+  const std::string& op = n.op;
+  auto fail = [&](const std::string& reason) -> std::optional<OpSpec> {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
+  auto binary = [&](Kind k) -> std::optional<OpSpec> {
+    if (n.overload != "Tensor" && n.overload != "Scalar") return std::nullopt;
+    if (n.args.size() < 2) return std::nullopt;
+    s.kind = k;
+    s.operands = {n.args[0], n.args[1]};
+    if (n.args.size() > 2 && (k == Kind::Add || k == Kind::Sub || k == Kind::Rsub)) {
+      auto alpha = u::numberArg(n.args[2]);
+      if (!alpha) return fail(op + " with a non-numeric alpha");
+      s.alpha = *alpha;
+    }
+    return s;
+  };
+  static const std::map<std::string, Kind> unary = {
+      {"aten::neg", Kind::Neg},         {"aten::exp", Kind::Exp},         {"aten::log", Kind::Log},
+      {"aten::sqrt", Kind::Sqrt},       {"aten::rsqrt", Kind::Rsqrt},     {"aten::reciprocal", Kind::Reciprocal},
+      {"aten::relu", Kind::Relu},       {"aten::silu", Kind::Silu},       {"aten::sigmoid", Kind::Sigmoid},
+      {"aten::tanh", Kind::Tanh},       {"aten::erf", Kind::Erf}};
+  if (op == "aten::add") return binary(Kind::Add);
+  if (op == "aten::sub") return binary(Kind::Sub);
+  if (op == "aten::rsub") return binary(Kind::Rsub);
+  if (op == "aten::mul") return binary(Kind::Mul);
+  if (op == "aten::div") {
+    if (n.overload == "Tensor_mode" || n.overload == "Scalar_mode") return fail("div with a rounding mode");
+    return binary(Kind::Div);
+  }
+  if (auto it = unary.find(op); it != unary.end()) {
+    if (!n.overload.empty() || n.args.size() != 1) return std::nullopt;
+    s.kind = it->second;
+    s.operands = {n.args[0]};
+    return s;
+  }
+  if (op == "aten::gelu") {
+    if (n.args.empty()) return std::nullopt;
+    const std::string approx = n.args.size() > 1 && n.args[1].kind == Arg::Kind::String ? n.args[1].s : "none";
+    if (approx != "none" && approx != "tanh") return fail("gelu with approximate='" + approx + "'");
+    s.kind = approx == "none" ? Kind::GeluErf : Kind::GeluTanh;
+    s.operands = {n.args[0]};
+    return s;
+  }
+  if (op == "aten::pow") {
+    if (n.overload != "Tensor_Scalar" || n.args.size() != 2) return std::nullopt;
+    auto e = u::numberArg(n.args[1]);
+    if (!e) return fail("pow with a non-numeric exponent");
+    s.kind = Kind::Pow;
+    s.exponent = *e;
+    s.operands = {n.args[0]};
+    return s;
+  }
+  if (op == "aten::clamp" || op == "aten::clamp_min" || op == "aten::clamp_max") {
+    if (!n.overload.empty() || n.args.size() < 2) return std::nullopt;
+    s.kind = Kind::Clamp;
+    s.operands = {n.args[0]};
+    auto bound = [&](size_t k, double* out) {
+      if (k >= n.args.size() || n.args[k].kind == Arg::Kind::None) return true;
+      auto v = u::numberArg(n.args[k]);
+      if (!v) return false;
+      *out = *v;
+      return true;
+    };
+    const bool ok = op == "aten::clamp"     ? bound(1, &s.lo) && bound(2, &s.hi)
+                    : op == "aten::clamp_min" ? bound(1, &s.lo)
+                                              : bound(1, &s.hi);
+    if (!ok) return fail(op + " with tensor bounds");
+    if (!(s.lo <= s.hi)) return fail("clamp with min > max");
+    return s;
+  }
+  if (op == "aten::where") {
+    if (n.overload != "self" || n.args.size() != 3) return std::nullopt;
+    if (!isTensor(n.args[0]) || dtypeOf(g, n.args[0]) != DType::Bool) {
+      return fail("where whose mask is not a bool tensor (the engine reads a mask as mask != 0)");
+    }
+    s.kind = Kind::Where;
+    s.operands = {n.args[0], n.args[1], n.args[2]};
+    return s;
+  }
+  if (op == "aten::_to_copy") {
+    if (n.args.empty() || !n.args[0].isValue()) return std::nullopt;
+    if (dtypeOf(g, n.args[0]) != DType::Float32) return fail("_to_copy of a value that is not float32");
+    s.kind = Kind::Identity;
+    s.operands = {n.args[0]};
+    return s;
+  }
+  const bool mean = op == "aten::mean" && n.overload == "dim";
+  const bool sum = op == "aten::sum" && n.overload == "dim_IntList";
+  const bool amax = op == "aten::amax" && n.overload.empty();
+  if (mean || sum || amax) {
+    if (n.args.size() < 3 || !n.args[0].isValue()) return std::nullopt;
+    const auto* xs = u::staticShape(g, u::valueOf(n.args[0]));
+    if (!xs) return fail(op + " of a value without a static shape (dynamic shapes)");
+    auto dims = n.args[1].asIntList();
+    const std::string what = op.substr(6);
+    if (!dims.isOk() || dims->size() != 1) return fail(what + " over several dims (or all): the row engine reduces the last dim only");
+    if (!isLastDim((*dims)[0], xs->size())) {
+      return fail(what + " over dim " + std::to_string((*dims)[0]) + ", not the last dim: the row engine reduces along rows only");
+    }
+    if (n.args[2].kind != Arg::Kind::Bool || n.args[2].i == 0) {
+      return fail(what + " without keepdim=True: its result would broadcast along another axis");
+    }
+    if (n.args.size() > 3 && n.args[3].kind != Arg::Kind::None) return fail(what + " with a dtype argument");
+    s.kind = mean ? Kind::Mean : sum ? Kind::Sum : Kind::Amax;
+    s.operands = {n.args[0]};
+    return s;
+  }
+  if (op == "aten::native_layer_norm") {
+    if (n.args.size() != 5 || !n.args[0].isValue()) return std::nullopt;
+    const auto* xs = u::staticShape(g, u::valueOf(n.args[0]));
+    if (!xs || xs->empty()) return fail("layer norm of a value without a static shape (dynamic shapes)");
+    auto norm = n.args[1].asIntList();
+    if (!norm.isOk() || norm->size() != 1 || (*norm)[0] != xs->back()) {
+      return fail("layer norm over more than the last dim (normalized_shape is not [C])");
+    }
+    auto eps = u::numberArg(n.args[4]);
+    if (!eps) return fail("layer norm with a non-numeric eps");
+    for (size_t k = 1; k < n.outputs.size(); ++k) {
+      if (!g.users(n.outputs[k]).empty() || g.isGraphOutput(n.outputs[k])) {
+        return fail("layer norm whose mean or rstd output is read");
+      }
+    }
+    s.kind = Kind::LayerNorm;
+    s.eps = *eps;
+    s.operands = {n.args[0]};
+    for (size_t k : {size_t{2}, size_t{3}}) {
+      if (n.args[k].kind == Arg::Kind::None) continue;
+      const auto* ws = shapeOf(g, n.args[k]);
+      if (!isTensor(n.args[k]) || !ws || *ws != std::vector<int64_t>{xs->back()}) {
+        return fail("layer norm weight/bias that is not a [C] tensor");
+      }
+      (k == 2 ? s.weight : s.bias) = true;
+      s.operands.push_back(n.args[k]);
+    }
+    return s;
+  }
+  if (op == "aten::_safe_softmax") {
+    return fail("_safe_softmax: its fully masked rows are 0, the row engine's softmax gives NaN there");
+  }
+  if (op == "aten::_softmax") {
+    if (n.args.size() != 3 || !n.args[0].isValue()) return std::nullopt;
+    const auto* xs = u::staticShape(g, u::valueOf(n.args[0]));
+    if (!xs || xs->empty()) return fail("softmax of a value without a static shape (dynamic shapes)");
+    if (n.args[1].kind != Arg::Kind::Int || !isLastDim(n.args[1].i, xs->size())) {
+      return fail("softmax over dim " + std::to_string(n.args[1].i) + ", not the last dim");
+    }
+    if (n.args[2].kind != Arg::Kind::Bool || n.args[2].i != 0) return fail("softmax with half_to_float");
+    s.kind = Kind::Softmax;
+    s.operands = {n.args[0]};
+    return s;
+  }
+  if (op == "aten::cat") {
+    std::vector<NodeId> internal;
+    auto x = rotateHalfInput(g, n, &internal);
+    if (!x) return std::nullopt;  // another concatenation
+    s.kind = Kind::RotateHalf;
+    s.operands = {Arg::value(*x)};
+    s.internal = std::move(internal);
+    return s;
+  }
+  return std::nullopt;
+}
+
+// ---- matching: the chain ------------------------------------------------------------------------
+
+/// \p a broadcasts to \p s (numpy rules).
+bool broadcastsTo(const std::vector<int64_t>& a, const std::vector<int64_t>& s) {
+  if (a.size() > s.size()) return false;
+  for (size_t k = 0; k < a.size(); ++k) {
+    const int64_t d = a[a.size() - 1 - k], t = s[s.size() - 1 - k];
+    if (d != 1 && d != t) return false;
+  }
+  return true;
+}
+
+/// Node \p n as a member of a chain whose row shape is \p s: its spec, or nullopt with a reason.
+std::optional<OpSpec> memberSpec(const Graph& g, const Node& n, const std::vector<int64_t>& s, std::string* why) {
+  auto spec = specOf(g, n, why);
+  if (!spec) return std::nullopt;
+  auto fail = [&](const std::string& reason) -> std::optional<OpSpec> {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
+  const ir::Value& out = g.value(n.outputs[0]);
+  if (out.dtype != DType::Float32) {
+    return fail(n.qualifiedName() + (out.dtype == DType::Undefined ? " whose dtype is unknown" : " whose result is not float32") +
+                " (the row engine computes float32)");
+  }
+  if (!out.hasStaticShape()) return fail(n.qualifiedName() + " without a static output shape (dynamic shapes)");
+  if (!broadcastsTo(out.shape, s)) return fail("its result does not broadcast to the chain's shape");
+  for (size_t k = 0; k < spec->operands.size(); ++k) {
+    const Arg& a = spec->operands[k];
+    if (u::numberArg(a)) continue;
+    if (!isTensor(a)) return fail(n.qualifiedName() + " with an operand that is neither a tensor nor a number");
+    const DType want = spec->kind == Kind::Where && k == 0 ? DType::Bool : DType::Float32;
+    const DType have = dtypeOf(g, a);
+    if (have != want) return fail(n.qualifiedName() + " with an operand that is not " + (want == DType::Bool ? "bool" : "float32"));
+    const auto* as = shapeOf(g, a);
+    if (!as) return fail(n.qualifiedName() + " with an operand without a static shape (dynamic shapes)");
+    if (!broadcastsTo(*as, s)) return fail(n.qualifiedName() + " with an operand that does not broadcast to the chain's shape");
+  }
+  if (readsRow(spec->kind)) {
+    const auto* xs = shapeOf(g, spec->operands[0]);
+    if (xs->empty() || s.empty() || xs->back() != s.back()) {
+      return fail(n.qualifiedName() + " reads a row of length " + (xs->empty() ? std::string("1") : std::to_string(xs->back())) +
+                  " in a chain of rows of " + std::to_string(s.empty() ? 1 : s.back()) +
+                  ": the engine cannot broadcast a row it reduces");
+    }
+  }
+  return spec;
+}
+
+struct Chain {
+  std::vector<int64_t> shape;                 ///< S, the sink's
+  std::vector<NodeId> members;                ///< graph order; the sink last
+  std::map<NodeId, OpSpec> specs;
+  std::vector<NodeId> stored;                 ///< members other than the sink kept as outputs, graph order
+  std::vector<Arg> inputs;                    ///< leaves, first-use order
+  RowProgram program;
+};
+
+/// The readers of \p v (node ids).
+bool readOutside(const Graph& g, ValueId v, const std::set<NodeId>& inside, NodeId sink, bool* before, bool* any) {
+  for (NodeId r : g.users(v)) {
+    if (inside.count(r)) continue;
+    *any = true;
+    if (r < sink) *before = true;
+  }
+  if (g.isGraphOutput(v)) *any = true;
+  return *any;
+}
+
+/// Gathers the chain ending at \p sink (already known to be a member with shape S).
+std::optional<Chain> gatherChain(const Graph& g, NodeId sink, const OpSpec& sinkSpec, Bug bug) {
+  Chain c;
+  c.shape = g.value(g.node(sink).outputs[0]).shape;
+  std::map<NodeId, OpSpec> cand = {{sink, sinkSpec}};
+  std::set<NodeId> excluded;
+  // Candidates: producers of operands, transitively, that are members for S.
+  std::vector<NodeId> work = {sink};
+  while (!work.empty()) {
+    const NodeId id = work.back();
+    work.pop_back();
+    for (const Arg& a : cand.at(id).operands) {
+      const Node* p = u::producerOf(g, a);
+      if (!p || cand.count(p->id) || excluded.count(p->id)) continue;
+      auto spec = memberSpec(g, *p, c.shape, nullptr);
+      if (!spec) {
+        excluded.insert(p->id);
+        continue;
+      }
+      cand.emplace(p->id, *spec);
+      work.push_back(p->id);
+    }
+  }
+  // Fixpoint: drop members read outside the chain before the sink, or read outside with another
+  // shape than S (they could not be stored); the rest of what they read stays only if still reached.
+  std::set<NodeId> reach;
+  while (true) {
+    reach.clear();
+    std::vector<NodeId> stack = {sink};
+    while (!stack.empty()) {
+      const NodeId id = stack.back();
+      stack.pop_back();
+      if (!reach.insert(id).second) continue;
+      for (const Arg& a : cand.at(id).operands) {
+        const Node* p = u::producerOf(g, a);
+        if (p && cand.count(p->id)) stack.push_back(p->id);
+      }
+    }
+    std::set<NodeId> inside = reach;
+    for (NodeId id : reach) inside.insert(cand.at(id).internal.begin(), cand.at(id).internal.end());
+    std::vector<NodeId> drop;
+    c.stored.clear();
+    for (NodeId id : reach) {
+      if (id == sink) continue;
+      bool before = false, any = false;
+      const ValueId v = g.node(id).outputs[0];
+      readOutside(g, v, inside, sink, &before, &any);
+      if (!any) continue;
+      if (before || g.value(v).shape != c.shape) drop.push_back(id);
+      else c.stored.push_back(id);
+    }
+    if (drop.empty()) break;
+    for (NodeId id : drop) cand.erase(id);
+  }
+  c.members.assign(reach.begin(), reach.end());  // std::set: ascending ids = graph order
+  std::sort(c.stored.begin(), c.stored.end());
+  for (NodeId id : c.members) c.specs.emplace(id, cand.at(id));
+  // Worth a node: two ops, or one that is itself a row computation.
+  const bool composite = std::any_of(c.members.begin(), c.members.end(), [&](NodeId id) { return isComposite(c.specs.at(id).kind); });
+  if (c.members.size() < 2 && !composite) return std::nullopt;
+  // The program, op by op in graph order.
+  std::map<ValueId, RowValue> memberValue;
+  std::map<std::pair<int, int64_t>, RowValue> loaded;  // (kind, id) of a leaf -> its load
+  for (NodeId id : c.members) {
+    const OpSpec& spec = c.specs.at(id);
+    std::vector<RowValue> in;
+    for (const Arg& a : spec.operands) {
+      if (auto num = u::numberArg(a)) {
+        in.push_back(c.program.constant(static_cast<float>(*num)));
+        continue;
+      }
+      if (a.isValue() && memberValue.count(u::valueOf(a))) {
+        in.push_back(memberValue.at(u::valueOf(a)));
+        continue;
+      }
+      const auto key = std::make_pair(a.isConstant() ? 1 : 0, a.i);
+      auto it = loaded.find(key);
+      if (it == loaded.end()) {
+        it = loaded.emplace(key, c.program.load(static_cast<int>(c.inputs.size()))).first;
+        c.inputs.push_back(a);
+      }
+      in.push_back(it->second);
+    }
+    memberValue[g.node(id).outputs[0]] = emit(c.program, spec, in, bug);
+  }
+  c.program.store(0, memberValue.at(g.node(sink).outputs[0]));
+  for (size_t k = 0; k < c.stored.size(); ++k) {
+    c.program.store(static_cast<int>(k + 1), memberValue.at(g.node(c.stored[k]).outputs[0]));
+  }
+  if (!c.program.validate().isOk()) return std::nullopt;
+  return c;
+}
+
+/// Whether reader \p r would take \p v (a member for its own shape) into its chain: then \p v is
+/// not a sink, the reader's chain gathers it.
+bool readerTakes(const Graph& g, const Node& r, ValueId v) {
+  if (r.outputs.empty()) return false;
+  const ir::Value& out = g.value(r.outputs[0]);
+  if (!out.hasStaticShape()) return false;
+  auto spec = memberSpec(g, r, out.shape, nullptr);
+  if (!spec) return false;
+  const Node& producer = g.node(g.value(v).producer);
+  if (!memberSpec(g, producer, out.shape, nullptr)) return false;
+  for (const Arg& a : spec->operands) {
+    if (a.isValue() && u::valueOf(a) == v) return true;
+  }
+  return false;
+}
+
+std::optional<Chain> matchChain(const Graph& g, NodeId id, std::string* whyNot, Bug bug) {
+  const Node& n = g.node(id);
+  if (n.outputs.empty()) return std::nullopt;
+  std::string why;
+  auto spec = specOf(g, n, &why);
+  const bool rowOp = n.op == "aten::mean" || n.op == "aten::sum" || n.op == "aten::amax" ||
+                     n.op == "aten::native_layer_norm" || n.op == "aten::_softmax" || n.op == "aten::_safe_softmax" ||
+                     n.op == "aten::where";
+  // A failed guard is a near miss for the row ops and for float32 elementwise ops; an int or
+  // unknown-dtype elementwise op (index arithmetic) is simply not this rule's pattern.
+  const bool reportable = rowOp || g.value(n.outputs[0]).dtype == DType::Float32;
+  if (!spec) {
+    if (reportable && !why.empty()) u::why(whyNot, why);
+    return std::nullopt;
+  }
+  const ir::Value& out = g.value(n.outputs[0]);
+  if (!out.hasStaticShape() || out.shape.empty()) {
+    if (reportable) u::why(whyNot, n.qualifiedName() + " without a static shape of rank >= 1 (dynamic shapes)");
+    return std::nullopt;
+  }
+  why.clear();
+  auto member = memberSpec(g, n, out.shape, &why);
+  if (!member) {
+    if (reportable) u::why(whyNot, why);
+    return std::nullopt;
+  }
+  // Not a sink when a reader will take it into its own chain.
+  for (NodeId r : g.users(n.outputs[0])) {
+    if (readerTakes(g, g.node(r), n.outputs[0])) return std::nullopt;
+  }
+  return gatherChain(g, id, *member, bug);
+}
+
+std::optional<Match> matchRowFusion(const Graph& g, NodeId id, std::string* whyNot) {
+  if (!matchChain(g, id, whyNot, Bug::None)) return std::nullopt;
+  return Match{id, id, 0};
+}
+
+Status rewriteRowFusion(Graph& g, const Match& m, FusionRecord& record) {
+  auto c = matchChain(g, m.anchor, nullptr, Bug::None);
+  if (!c) return internalError("row chain no longer matches");
+  for (NodeId id : c->members) {
+    if (id != m.anchor) record.nodes.push_back(g.node(id).qualifiedName());
+  }
+  // Stored members: their readers (all after the sink) read the rowwise node's extra outputs.
+  std::vector<std::pair<ValueId, ValueId>> moved;
+  for (NodeId id : c->stored) {
+    const ValueId nv = ir::addNodeOutput(g, m.anchor, ir::ValueType::Tensor);
+    g.mutableValue(nv).setShape(c->shape);
+    g.mutableValue(nv).dtype = DType::Float32;
+    moved.emplace_back(g.node(id).outputs[0], nv);
+  }
+  Node& n = g.mutableNode(m.anchor);
+  std::vector<ValueId> outs = {n.outputs[0]};
+  for (size_t k = 1; k < n.outputs.size(); ++k) {
+    // A layer norm sink's unread mean/rstd outputs are dropped; the extra outputs just added stay.
+    if (g.value(n.outputs[k]).type == ir::ValueType::Tensor && g.value(n.outputs[k]).shape == c->shape &&
+        std::any_of(moved.begin(), moved.end(), [&](const auto& p) { return p.second == n.outputs[k]; })) {
+      outs.push_back(n.outputs[k]);
+    }
+  }
+  n.outputs = outs;
+  for (size_t k = 0; k < n.outputs.size(); ++k) g.mutableValue(n.outputs[k]).outputIndex = static_cast<int32_t>(k);
+  n.op = kRowwise;
+  n.overload = "";
+  n.args = c->inputs;
+  n.args.push_back(Arg::string(c->program.toString()));
+  g.mutableValue(n.outputs[0]).dtype = DType::Float32;
+  for (const auto& [from, to] : moved) g.replaceAllUses(from, to);
+  // The other members are read only inside the chain now (or by the node itself, never).
+  for (NodeId id : c->members) {
+    if (id != m.anchor) g.eraseNode(id);
+  }
+  return Status::ok();
+}
+
+// ---- obligation: the table entries and the composed patterns, on small symbolic rows ------------
+
+/// A small [R, C] tensor of expressions; a per-row value has C == 1, a per-column one R == 1.
+struct Grid {
+  int64_t r = 1, c = 1;
+  std::vector<Expr> e;
+  Expr at(int64_t i, int64_t j) const { return e[static_cast<size_t>((r == 1 ? 0 : i) * c + (c == 1 ? 0 : j))]; }
+};
+
+Grid vars(const std::string& name, int64_t r, int64_t c) {
+  Grid g{r, c, {}};
+  for (int64_t i = 0; i < r; ++i) {
+    for (int64_t j = 0; j < c; ++j) g.e.push_back(Expr::var(name + "[" + std::to_string(i) + "," + std::to_string(j) + "]"));
+  }
+  return g;
+}
+
+template <typename F>
+Grid map2(int64_t r, int64_t c, F f) {
+  Grid g{r, c, {}};
+  for (int64_t i = 0; i < r; ++i) {
+    for (int64_t j = 0; j < c; ++j) g.e.push_back(f(i, j));
+  }
+  return g;
+}
+
+// Functions the obligations leave uninterpreted (besides sem's exp/erf/tanh/sigmoid/gelu): both
+// sides use the same function for the same real function, so a proof holds for every
+// interpretation, the real one included; a swapped function (tanh for erf) is refuted.
+Expr ufLog(Expr x) { return Expr::apply("log", {std::move(x)}); }
+Expr ufSqrt(Expr x) { return Expr::apply("sqrt_fn", {std::move(x)}); }
+Expr ufRsqrt(Expr x) { return Expr::apply("rsqrt_fn", {std::move(x)}); }
+Expr ufPow(Expr x, float e) { return Expr::apply("pow_fn", {std::move(x), sem::floatValue(e)}); }
+Expr maxOf(const std::vector<Expr>& xs) {
+  Expr m = xs[0];
+  for (size_t k = 1; k < xs.size(); ++k) m = Expr::max(m, xs[k]);
+  return m;
+}
+
+/// x ** e over the reals as torch.pow(tensor, scalar) means it (special exponents spelled out).
+Expr powReal(Expr x, float e) {
+  if (e == 2.f) return x * x;
+  if (e == 3.f) return x * x * x;
+  if (e == 1.f) return x;
+  if (e == 0.5f) return ufSqrt(x);
+  if (e == -0.5f) return ufRsqrt(x);
+  if (e == -1.f) return 1 / x;
+  return ufPow(x, e);
+}
+
+/// The row program over the reals, rows of \p cols elements: \p inputs[k] is input k (a grid that
+/// broadcasts to [R, cols]; a bool input is given as its 0/1 value).
+std::vector<Grid> interpret(const RowProgram& p, const std::vector<Grid>& inputs, int64_t rows, int64_t cols) {
+  const auto& code = p.instructions();
+  std::vector<Grid> v(code.size());
+  std::vector<Grid> out(static_cast<size_t>(p.numOutputs()));
+  for (size_t k = 0; k < code.size(); ++k) {
+    const RowInstr& in = code[k];
+    auto A = [&]() -> const Grid& { return v[static_cast<size_t>(in.a)]; };
+    auto B = [&]() -> const Grid& { return v[static_cast<size_t>(in.b)]; };
+    auto shapeAB = [&](int64_t* r, int64_t* c) {
+      *r = std::max(A().r, B().r);
+      *c = std::max(A().c, B().c);
+    };
+    auto unary = [&](auto f) { return map2(A().r, A().c, [&](int64_t i, int64_t j) { return f(A().at(i, j)); }); };
+    auto binary = [&](auto f) {
+      int64_t r, c;
+      shapeAB(&r, &c);
+      return map2(r, c, [&](int64_t i, int64_t j) { return f(A().at(i, j), B().at(i, j)); });
+    };
+    auto rowReduce = [&](auto f) {
+      Grid g{A().r, 1, {}};
+      for (int64_t i = 0; i < A().r; ++i) {
+        std::vector<Expr> row;
+        for (int64_t j = 0; j < cols; ++j) row.push_back(A().at(i, j));
+        g.e.push_back(f(row));
+      }
+      return g;
+    };
+    switch (in.op) {
+      case RowOp::kLoad: v[k] = inputs.at(static_cast<size_t>(in.index)); break;
+      case RowOp::kConst: v[k] = Grid{1, 1, {sem::floatValue(in.f0)}}; break;
+      case RowOp::kAdd: v[k] = binary([](Expr a, Expr b) { return a + b; }); break;
+      case RowOp::kSub: v[k] = binary([](Expr a, Expr b) { return a - b; }); break;
+      case RowOp::kMul: v[k] = binary([](Expr a, Expr b) { return a * b; }); break;
+      case RowOp::kDiv: v[k] = binary([](Expr a, Expr b) { return a / b; }); break;
+      case RowOp::kMax: v[k] = binary([](Expr a, Expr b) { return Expr::max(a, b); }); break;
+      case RowOp::kMin: v[k] = binary([](Expr a, Expr b) { return Expr::min(a, b); }); break;
+      case RowOp::kPow: v[k] = unary([&](Expr a) { return powReal(a, in.f0); }); break;
+      case RowOp::kNeg: v[k] = unary([](Expr a) { return -a; }); break;
+      case RowOp::kExp: v[k] = unary([](Expr a) { return sem::exp(a); }); break;
+      case RowOp::kLog: v[k] = unary([](Expr a) { return ufLog(a); }); break;
+      case RowOp::kSqrt: v[k] = unary([](Expr a) { return ufSqrt(a); }); break;
+      case RowOp::kRsqrt: v[k] = unary([](Expr a) { return ufRsqrt(a); }); break;
+      case RowOp::kReciprocal: v[k] = unary([](Expr a) { return 1 / a; }); break;
+      case RowOp::kSquare: v[k] = unary([](Expr a) { return a * a; }); break;
+      case RowOp::kRelu: v[k] = unary([](Expr a) { return sem::relu(a); }); break;
+      case RowOp::kGeluErf: v[k] = unary([](Expr a) { return sem::geluErf(a); }); break;
+      case RowOp::kGeluTanh: v[k] = unary([](Expr a) { return sem::geluTanh(a); }); break;
+      case RowOp::kSilu: v[k] = unary([](Expr a) { return sem::silu(a); }); break;
+      case RowOp::kSigmoid: v[k] = unary([](Expr a) { return sem::sigmoid(a); }); break;
+      case RowOp::kTanh: v[k] = unary([](Expr a) { return sem::tanh(a); }); break;
+      case RowOp::kErf: v[k] = unary([](Expr a) { return sem::erf(a); }); break;
+      case RowOp::kClamp:
+        v[k] = unary([&](Expr a) {
+          if (std::isfinite(in.f0)) a = Expr::max(a, sem::floatValue(in.f0));
+          if (std::isfinite(in.f1)) a = Expr::min(a, sem::floatValue(in.f1));
+          return a;
+        });
+        break;
+      case RowOp::kWhere: {
+        const Grid& m = A();
+        const Grid& c = v[static_cast<size_t>(in.c)];
+        const int64_t r = std::max({m.r, B().r, c.r}), cc = std::max({m.c, B().c, c.c});
+        v[k] = map2(r, cc, [&](int64_t i, int64_t j) { return Expr::ite(m.at(i, j) != 0, B().at(i, j), c.at(i, j)); });
+        break;
+      }
+      case RowOp::kSum: v[k] = rowReduce([](const std::vector<Expr>& row) { return verify::sum(row); }); break;
+      case RowOp::kMean:
+        v[k] = rowReduce([&](const std::vector<Expr>& row) { return verify::sum(row) / Expr(static_cast<int>(cols)); });
+        break;
+      case RowOp::kRowMax: v[k] = rowReduce([](const std::vector<Expr>& row) { return maxOf(row); }); break;
+      case RowOp::kRowMin:
+        v[k] = rowReduce([](const std::vector<Expr>& row) {
+          Expr m = row[0];
+          for (size_t q = 1; q < row.size(); ++q) m = Expr::min(m, row[q]);
+          return m;
+        });
+        break;
+      case RowOp::kRotateHalf: {
+        const int64_t h = cols / 2;
+        v[k] = map2(A().r, cols, [&](int64_t i, int64_t j) { return j < h ? -A().at(i, j + h) : A().at(i, j - h); });
+        break;
+      }
+      case RowOp::kStore: {
+        const Grid& a = A();
+        out[static_cast<size_t>(in.index)] = map2(rows, cols, [&](int64_t i, int64_t j) { return a.at(i, j); });
+        break;
+      }
+      default: v[k] = unary([](Expr a) { return Expr::apply("unmodelled", {a}); }); break;
+    }
+  }
+  return out;
+}
+
+/// Builds the program for the entries \p steps (each reading earlier step results or inputs by
+/// index: negative = input -1-k, numbers as constants) and interprets it.
+struct Step {
+  OpSpec spec;
+  std::vector<int> operands;  ///< >= 0: step k's result; < 0: input (-1 - k)
+  std::vector<std::optional<double>> numbers;  ///< a number in place of an operand
+};
+
+Grid runSteps(const std::vector<Step>& steps, const std::vector<Grid>& inputs, int64_t rows, int64_t cols, Bug bug) {
+  RowProgram p;
+  std::vector<RowValue> loads, results;
+  for (size_t k = 0; k < inputs.size(); ++k) loads.push_back(p.load(static_cast<int>(k)));
+  for (const Step& s : steps) {
+    std::vector<RowValue> in;
+    for (size_t k = 0; k < s.operands.size(); ++k) {
+      if (k < s.numbers.size() && s.numbers[k]) {
+        in.push_back(p.constant(static_cast<float>(*s.numbers[k])));
+      } else {
+        const int o = s.operands[k];
+        in.push_back(o >= 0 ? results[static_cast<size_t>(o)] : loads[static_cast<size_t>(-1 - o)]);
+      }
+    }
+    results.push_back(emit(p, s.spec, in, bug));
+  }
+  p.store(0, results.back());
+  return interpret(p, inputs, rows, cols).at(0);
+}
+
+void proveGrid(ObligationBuilder& ob, const std::string& label, const Grid& src, const Grid& tgt, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      ob.prove(label + "[" + std::to_string(i) + "," + std::to_string(j) + "]", src.at(i, j), tgt.at(i, j));
+    }
+  }
+}
+
+OpSpec spec(Kind k) {
+  OpSpec s;
+  s.kind = k;
+  return s;
+}
+
+/// ATen's semantics of one elementwise entry, for operands given as grids.
+Expr atenUnary(Kind k, Expr x, const OpSpec& s) {
+  switch (k) {
+    case Kind::Neg: return -x;
+    case Kind::Exp: return sem::exp(x);
+    case Kind::Log: return ufLog(x);
+    case Kind::Sqrt: return ufSqrt(x);
+    case Kind::Rsqrt: return ufRsqrt(x);
+    case Kind::Reciprocal: return 1 / x;
+    case Kind::Pow: return powReal(x, static_cast<float>(s.exponent));
+    case Kind::Relu: return sem::relu(x);
+    case Kind::GeluErf: return sem::geluErf(x);
+    case Kind::GeluTanh: return sem::geluTanh(x);
+    case Kind::Silu: return sem::silu(x);
+    case Kind::Sigmoid: return sem::sigmoid(x);
+    case Kind::Tanh: return sem::tanh(x);
+    case Kind::Erf: return sem::erf(x);
+    case Kind::Identity: return x;
+    case Kind::Clamp: {
+      Expr y = x;
+      if (std::isfinite(s.lo)) y = Expr::max(y, sem::floatValue(static_cast<float>(s.lo)));
+      if (std::isfinite(s.hi)) y = Expr::min(y, sem::floatValue(static_cast<float>(s.hi)));
+      return y;
+    }
+    default: return x;
+  }
+}
+
+/// ATen reductions over \p dim (0 or 1) of an [R, C] grid, keepdim.
+Grid atenReduce(Kind k, const Grid& x, int dim) {
+  const int64_t n = dim == 1 ? x.c : x.r;
+  const int64_t outer = dim == 1 ? x.r : x.c;
+  std::vector<Expr> red;
+  for (int64_t o = 0; o < outer; ++o) {
+    std::vector<Expr> xs;
+    for (int64_t q = 0; q < n; ++q) xs.push_back(dim == 1 ? x.at(o, q) : x.at(q, o));
+    red.push_back(k == Kind::Sum ? verify::sum(xs) : k == Kind::Mean ? verify::sum(xs) / Expr(static_cast<int>(n)) : maxOf(xs));
+  }
+  return dim == 1 ? Grid{x.r, 1, red} : Grid{1, x.c, red};
+}
+
+/// The ground instances of exp's axiom exp(a - m) * exp(m) = exp(a), exp(m) > 0 that connect the
+/// engine's max-shifted softmax with sem::softmax's exp(x)/Σ exp(x); m is the row max the program
+/// computes (same expression as the interpreter's).
+void softmaxShiftFacts(ObligationBuilder& ob, const Grid& s, int64_t cols) {
+  for (int64_t i = 0; i < s.r; ++i) {
+    std::vector<Expr> row;
+    for (int64_t j = 0; j < cols; ++j) row.push_back(s.at(i, j));
+    Expr m = maxOf(row);
+    ob.assume(sem::exp(m) > 0);
+    for (const Expr& a : row) {
+      ob.assume(sem::exp(a - m) * sem::exp(m) == sem::exp(a));
+      ob.assume(sem::exp(a) > 0);
+    }
+  }
+}
+
+Grid softmaxRef(ObligationBuilder& ob, const Grid& s, int dim) {
+  sem::ElementTensor t = sem::ElementTensor::fromFunction({s.r, s.c}, [s](const sem::Index& i) { return s.at(i[0], i[1]); });
+  sem::ElementTensor y = sem::softmax(ob, t, dim);
+  return map2(s.r, s.c, [&](int64_t i, int64_t j) { return y.at({i, j}); });
+}
+
+/// Which obligation pieces a case builds: all of them for the rule, one for a mutant.
+enum class Piece { All, Entries, RmsNorm, Reduction, Rotary, Softmax, Gelu, LayerNorm };
+
+Obligation rowFusionObligation(Bug bug, Piece piece) {
+  ObligationBuilder ob("row-fusion");
+  const int64_t R = 2, C = 3;
+  const bool all = piece == Piece::All;
+  Grid x = vars("x", R, C), y = vars("y", R, C);
+  Grid rowv = vars("r", R, 1), colv = vars("w", 1, C);
+  if (all || piece == Piece::Entries || piece == Piece::Gelu) {
+    // Each elementwise entry, on [R, C] inputs.
+    std::vector<Kind> unaries = {Kind::Neg, Kind::Exp, Kind::Log, Kind::Sqrt, Kind::Rsqrt, Kind::Reciprocal, Kind::Relu,
+                                 Kind::GeluErf, Kind::GeluTanh, Kind::Silu, Kind::Sigmoid, Kind::Tanh, Kind::Erf,
+                                 Kind::Identity};
+    if (piece == Piece::Gelu) unaries = {Kind::GeluErf};
+    for (Kind k : unaries) {
+      OpSpec s = spec(k);
+      Grid src = map2(R, C, [&](int64_t i, int64_t j) { return atenUnary(k, x.at(i, j), s); });
+      proveGrid(ob, "entry" + std::to_string(static_cast<int>(k)), src, runSteps({{s, {-1}, {}}}, {x}, R, C, bug), R, C);
+    }
+  }
+  if (all || piece == Piece::Entries) {
+    for (float e : {2.f, 3.f, 1.f, 0.5f, -0.5f, -1.f, 1.5f}) {
+      OpSpec s = spec(Kind::Pow);
+      s.exponent = e;
+      Grid src = map2(R, C, [&](int64_t i, int64_t j) { return atenUnary(Kind::Pow, x.at(i, j), s); });
+      proveGrid(ob, "pow(" + std::to_string(e) + ")", src, runSteps({{s, {-1}, {}}}, {x}, R, C, bug), R, C);
+    }
+    for (auto [lo, hi] : std::vector<std::pair<double, double>>{{-1.5, 2.0}, {0.0, INFINITY}, {-INFINITY, 6.0}}) {
+      OpSpec s = spec(Kind::Clamp);
+      s.lo = lo;
+      s.hi = hi;
+      Grid src = map2(R, C, [&](int64_t i, int64_t j) { return atenUnary(Kind::Clamp, x.at(i, j), s); });
+      proveGrid(ob, "clamp", src, runSteps({{s, {-1}, {}}}, {x}, R, C, bug), R, C);
+    }
+    // Binary entries with every broadcast the engine loads: [R,C] with [R,C], [R,1], [1,C].
+    Expr alpha = sem::floatValue(2.5f);
+    for (const Grid* b : {&y, &rowv, &colv}) {
+      for (Kind k : {Kind::Add, Kind::Sub, Kind::Rsub, Kind::Mul, Kind::Div}) {
+        OpSpec s = spec(k);
+        const bool withAlpha = k == Kind::Add || k == Kind::Sub || k == Kind::Rsub;
+        if (withAlpha) s.alpha = 2.5;
+        Expr al = withAlpha ? alpha : Expr(1);
+        Grid src = map2(R, C, [&](int64_t i, int64_t j) {
+          Expr a = x.at(i, j), bb = b->at(i, j);
+          switch (k) {
+            case Kind::Add: return a + al * bb;
+            case Kind::Sub: return a - al * bb;
+            case Kind::Rsub: return bb - al * a;
+            case Kind::Mul: return a * bb;
+            default: return a / bb;
+          }
+        });
+        proveGrid(ob, "binary" + std::to_string(static_cast<int>(k)), src, runSteps({{s, {-1, -2}, {}}}, {x, *b}, R, C, bug), R, C);
+      }
+    }
+    // A number operand (add.Scalar / mul by a literal): the literal's float32 value.
+    {
+      Grid src = map2(R, C, [&](int64_t i, int64_t j) { return x.at(i, j) + sem::floatValue(0.125f); });
+      proveGrid(ob, "add-number", src, runSteps({{spec(Kind::Add), {-1, 0}, {std::nullopt, 0.125}}}, {x}, R, C, bug), R, C);
+    }
+    // where(mask, a, b), the mask a bool input loaded as 0/1.
+    {
+      Grid mb{R, C, {}}, m01{R, C, {}};
+      for (int64_t i = 0; i < R; ++i) {
+        for (int64_t j = 0; j < C; ++j) {
+          Expr v = Expr::var("cond[" + std::to_string(i) + "," + std::to_string(j) + "]", verify::Sort::Bool);
+          mb.e.push_back(v);
+          m01.e.push_back(Expr::ite(v, 1, 0));
+        }
+      }
+      Grid src = map2(R, C, [&](int64_t i, int64_t j) { return Expr::ite(mb.at(i, j), x.at(i, j), rowv.at(i, j)); });
+      proveGrid(ob, "where", src, runSteps({{spec(Kind::Where), {-1, -2, -3}, {}}}, {m01, x, rowv}, R, C, bug), R, C);
+    }
+    for (Kind k : {Kind::Sum, Kind::Amax}) {
+      Grid src = atenReduce(k, x, 1);
+      proveGrid(ob, k == Kind::Sum ? "sum" : "amax", src, runSteps({{spec(k), {-1}, {}}}, {x}, R, C, bug), R, 1);
+    }
+  }
+  if (all || piece == Piece::Reduction) {
+    // mean over the last dim (the mutant: a mean over dim 0 taken for it).
+    const int dim = bug == Bug::ReductionWrongAxis ? 0 : 1;
+    Grid src = atenReduce(Kind::Mean, x, dim);
+    Grid tgt = runSteps({{spec(Kind::Mean), {-1}, {}}}, {x}, R, C, bug);
+    if (dim == 0) proveGrid(ob, "mean", Grid{R, 1, {src.at(0, 0), src.at(0, 1)}}, tgt, R, 1);
+    else proveGrid(ob, "mean", src, tgt, R, 1);
+  }
+  if (all || piece == Piece::RmsNorm) {
+    // HF Llama/T5 RMSNorm: w * (x * rsqrt(mean(x^2, -1, keepdim) + eps)), eps > 0.
+    Expr eps = ob.var("eps");
+    ob.assume(eps > 0);
+    Grid ms = atenReduce(Kind::Mean, map2(R, C, [&](int64_t i, int64_t j) { return x.at(i, j) * x.at(i, j); }), 1);
+    Grid src = map2(R, C, [&](int64_t i, int64_t j) { return colv.at(i, j) * (x.at(i, j) * ufRsqrt(ms.at(i, 0) + eps)); });
+    OpSpec pw = spec(Kind::Pow);
+    pw.exponent = 2;
+    std::vector<Step> steps = {{pw, {-1}, {}}, {spec(Kind::Mean), {0}, {}}, {spec(Kind::Add), {1, -3}, {}},
+                               {spec(Kind::Rsqrt), {2}, {}}, {spec(Kind::Mul), {-1, 3}, {}}, {spec(Kind::Mul), {-2, 4}, {}}};
+    if (bug == Bug::EpsOutsideRsqrt) {
+      steps = {{pw, {-1}, {}}, {spec(Kind::Mean), {0}, {}}, {spec(Kind::Rsqrt), {1}, {}},
+               {spec(Kind::Add), {2, -3}, {}}, {spec(Kind::Mul), {-1, 3}, {}}, {spec(Kind::Mul), {-2, 4}, {}}};
+    }
+    Grid epsGrid{1, 1, {eps}};
+    proveGrid(ob, "rms_norm", src, runSteps(steps, {x, colv, epsGrid}, R, C, bug), R, C);
+  }
+  if (all || piece == Piece::LayerNorm) {
+    // aten::native_layer_norm(x, [C], w, b, eps)[0] = (x - mean) * rsqrt(var + eps) * w + b, var biased.
+    const float epsF = 1e-5f;
+    Expr eps = sem::floatValue(epsF);
+    Grid mean = atenReduce(Kind::Mean, x, 1);
+    Grid var = map2(R, 1, [&](int64_t i, int64_t) {
+      std::vector<Expr> sq;
+      for (int64_t j = 0; j < C; ++j) sq.push_back((x.at(i, j) - mean.at(i, 0)) * (x.at(i, j) - mean.at(i, 0)));
+      return verify::sum(sq) / Expr(static_cast<int>(C));
+    });
+    Grid bias = vars("b", 1, C);
+    Grid src = map2(R, C, [&](int64_t i, int64_t j) {
+      return (x.at(i, j) - mean.at(i, 0)) * ufRsqrt(var.at(i, 0) + eps) * colv.at(i, j) + bias.at(i, j);
+    });
+    OpSpec ln = spec(Kind::LayerNorm);
+    ln.eps = epsF;
+    ln.weight = ln.bias = true;
+    proveGrid(ob, "layer_norm", src, runSteps({{ln, {-1, -2, -3}, {}}}, {x, colv, bias}, R, C, bug), R, C);
+  }
+  if (all || piece == Piece::Softmax) {
+    // softmax(x * c + mask, -1), mask [R, C] additive, c a literal; also a bare softmax and the
+    // mutants' axis.
+    const float cF = 0.125f;
+    Expr cc = sem::floatValue(cF);
+    Grid mask = vars("mask", R, C);
+    Grid s = map2(R, C, [&](int64_t i, int64_t j) { return x.at(i, j) * cc + mask.at(i, j); });
+    std::vector<Step> steps = {{spec(Kind::Mul), {-1, 0}, {std::nullopt, cF}}, {spec(Kind::Add), {0, -2}, {}},
+                               {spec(Kind::Softmax), {1}, {}}};
+    Grid tgt;
+    if (bug == Bug::MaskAfterSoftmax) {
+      steps = {{spec(Kind::Mul), {-1, 0}, {std::nullopt, cF}}, {spec(Kind::Softmax), {0}, {}}, {spec(Kind::Add), {1, -2}, {}}};
+      Grid scaled = map2(R, C, [&](int64_t i, int64_t j) { return x.at(i, j) * cc; });
+      softmaxShiftFacts(ob, scaled, C);
+    } else {
+      softmaxShiftFacts(ob, s, C);
+    }
+    tgt = runSteps(steps, {x, mask}, R, C, bug);
+    proveGrid(ob, "softmax", softmaxRef(ob, s, bug == Bug::SoftmaxWrongAxis ? 0 : 1), tgt, R, C);
+  }
+  if (all || piece == Piece::Rotary) {
+    // HF rotary: q * cos + cat(-q[..., C/2:], q[..., :C/2]) * sin, C = 4; cos/sin per column.
+    const int64_t C4 = 4, h = 2;
+    Grid q = vars("q", R, C4), cs = vars("cos", 1, C4), sn = vars("sin", 1, C4);
+    const bool swapped = bug == Bug::RotaryHalvesSwapped;  // the guard took the halves the other way
+    auto sliceCat = [&](int64_t i, int64_t j) {
+      // cat([neg(slice(q, a, b)), slice(q, c, d)], -1) as ATen's slice and cat define it.
+      const int64_t first = swapped ? 0 : h, second = swapped ? h : 0;
+      return j < h ? -q.at(i, first + j) : q.at(i, second + (j - h));
+    };
+    Grid src = map2(R, C4, [&](int64_t i, int64_t j) { return q.at(i, j) * cs.at(i, j) + sliceCat(i, j) * sn.at(i, j); });
+    std::vector<Step> steps = {{spec(Kind::Mul), {-1, -2}, {}}, {spec(Kind::RotateHalf), {-1}, {}},
+                               {spec(Kind::Mul), {1, -3}, {}}, {spec(Kind::Add), {0, 2}, {}}};
+    proveGrid(ob, "rotary", src, runSteps(steps, {q, cs, sn}, R, C4, bug), R, C4);
+  }
+  return ob.build();
+}
+
+}  // namespace
+
+std::vector<RuleDeclaration> rowFusion() {
+  auto mutant = [](Bug b, Piece p) { return u::bindNoModel(rowFusionObligation, b, p); };
+  std::vector<RuleDeclaration> rules;
+  rules.push_back({
+      .id = "row-fusion",
+      .summary = "a chain of float32 elementwise ops and last-dim row reductions -> one verifuse::rowwise node",
+      .math = "each table entry ATen op = its row instructions, on [2,3] rows with [2,3]/[2,1]/[1,3] operands "
+              "(add/sub/rsub with alpha, mul, div, a number operand, unary ops, pow 2/3/1/0.5/-0.5/-1/1.5, clamp, "
+              "where(bool mask), sum, amax, mean over the last dim); composed: RMSNorm w*(x*rsqrt(mean(x^2)+eps)), "
+              "layer norm (x-mean)*rsqrt(var+eps)*w+b, softmax(x*c+mask) with the max shift (exp(a-m)exp(m)=exp(a)), "
+              "rotary q*cos + cat(-q[C/2:], q[:C/2])*sin; exp, erf, tanh, sigmoid, gelu, log, sqrt, rsqrt, pow "
+              "uninterpreted; a chain is the composition of its entries in graph order",
+      .phase = Phase::kRowFusion,
+      .anchors = {"aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div", "aten::neg", "aten::exp",
+                  "aten::log", "aten::sqrt", "aten::rsqrt", "aten::reciprocal", "aten::pow", "aten::relu",
+                  "aten::gelu", "aten::silu", "aten::sigmoid", "aten::tanh", "aten::erf", "aten::clamp",
+                  "aten::clamp_min", "aten::clamp_max", "aten::where", "aten::_to_copy", "aten::mean", "aten::sum",
+                  "aten::amax", "aten::native_layer_norm", "aten::_softmax", "aten::_safe_softmax", "aten::cat"},
+      // Rooted at the chain's sink; the chain, guards and stores are in the file comment.
+      .match = matchRowFusion,
+      .rewrite = rewriteRowFusion,
+      .obligation = mutant(Bug::None, Piece::All),
+      .mutants = {{"rms-eps-dropped", "add(v, eps) translated as v: RMSNorm without eps", mutant(Bug::AddNumberDropped, Piece::RmsNorm)},
+                  {"rms-eps-outside-rsqrt", "RMSNorm composed as rsqrt(mean(x^2)) + eps",
+                   mutant(Bug::EpsOutsideRsqrt, Piece::RmsNorm)},
+                  {"reduction-wrong-axis", "a mean over dim 0 accepted as the row mean", mutant(Bug::ReductionWrongAxis, Piece::Reduction)},
+                  {"rotary-sign-flipped", "rotate_half translated as [h2, -h1]", mutant(Bug::RotarySignFlipped, Piece::Rotary)},
+                  {"rotary-halves-swapped", "cat(-x[..., :C/2], x[..., C/2:]) accepted as rotate_half",
+                   mutant(Bug::RotaryHalvesSwapped, Piece::Rotary)},
+                  {"softmax-wrong-axis", "a softmax over dim 0 accepted as the row softmax", mutant(Bug::SoftmaxWrongAxis, Piece::Softmax)},
+                  {"mask-after-softmax", "softmax(x*c + mask) composed as softmax(x*c) + mask",
+                   mutant(Bug::MaskAfterSoftmax, Piece::Softmax)},
+                  {"gelu-erf-tanh-swapped", "gelu(approximate='none') translated to the tanh GELU", mutant(Bug::GeluSwapped, Piece::Gelu)},
+                  {"layer-norm-without-mean", "layer norm translated without the mean subtraction",
+                   mutant(Bug::LayerNormNoMean, Piece::LayerNorm)}},
+  });
+  return rules;
+}
+
+}  // namespace verifuse::rules::families
