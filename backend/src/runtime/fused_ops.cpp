@@ -522,14 +522,31 @@ class RowwiseOp final : public FusedOp {
     for (const at::Tensor& t : in) inPtrs.push_back(t.data_ptr());
     c10::SmallVector<void*, 4> outPtrs;
     out.reserve(numOutputs_);
+    const std::vector<int64_t> strides = outputStrides(in);
     for (size_t j = 0; j < numOutputs_; ++j) {
-      out.push_back(at::empty(outShape_, at::TensorOptions().dtype(at::kFloat)));
+      out.push_back(at::empty_strided(outShape_, strides, at::TensorOptions().dtype(at::kFloat)));
       outPtrs.push_back(out.back().data_ptr());
     }
     Status s = kernel->execute(std::span<const void* const>(inPtrs.data(), inPtrs.size()),
                                std::span<void* const>(outPtrs.data(), outPtrs.size()));
     TORCH_CHECK(s.isOk(), "verifuse: row engine failed: ", s.toString());
     return true;
+  }
+
+  /// The outputs' strides: dense, in the dim order of the first input of the output's shape, as
+  /// the chain's eager elementwise ops (TensorIterator) would lay their result out. Readers
+  /// traced against eager's strides (a view of a permute of SDPA's output, whose layout follows its
+  /// query) then stay valid; contiguous when no input has the output's shape or the order would
+  /// not put the row last (the kernel writes dense rows).
+  std::vector<int64_t> outputStrides(const std::vector<at::Tensor>& in) const {
+    const auto contiguous = c10::contiguous_strides(outShape_);
+    for (const at::Tensor& t : in) {
+      if (t.sizes() != c10::IntArrayRef(outShape_)) continue;
+      const auto dense = at::infer_dense_strides(t.sizes(), t.strides());
+      if (dense.empty() || dense.back() != 1) break;
+      return std::vector<int64_t>(dense.begin(), dense.end());
+    }
+    return std::vector<int64_t>(contiguous.begin(), contiguous.end());
   }
 
   /// A kernel for these inputs' layouts, or null when the row engine refuses them.
@@ -545,11 +562,11 @@ class RowwiseOp final : public FusedOp {
       d.strides = t.strides().vec();
       inputs.push_back(std::move(d));
     }
+    const std::vector<int64_t> strides = outputStrides(in);
     for (size_t j = 0; j < numOutputs_; ++j) {
       kernels::rowwise::TensorDesc d;
       d.sizes = outShape_;
-      const auto strides = c10::contiguous_strides(outShape_);
-      d.strides.assign(strides.begin(), strides.end());
+      d.strides = strides;
       outputs.push_back(std::move(d));
     }
     auto k = kernels::rowwise::createRowKernel(program_, inputs, outputs);
@@ -613,9 +630,12 @@ class RowwiseOp final : public FusedOp {
           v[i] = at::cat({at::neg(A().slice(-1, half)), A().slice(-1, 0, half)}, -1);
           break;
         }
-        case RowOp::kStore:
-          out.at(static_cast<size_t>(ins.index)) = A().expand(outShape_).contiguous();
+        case RowOp::kStore: {
+          at::Tensor o = at::empty_strided(outShape_, outputStrides(in), at::TensorOptions().dtype(at::kFloat));
+          o.copy_(A().expand(outShape_));
+          out.at(static_cast<size_t>(ins.index)) = std::move(o);
           break;
+        }
       }
     }
     return out;
