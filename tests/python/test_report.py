@@ -238,10 +238,11 @@ def test_constant_only_nodes_sit_above_their_first_reader():
     assert boxes[1][1] == boxes[2][1]  # the weight permute shares the row of addmm's other input
 
 
-def test_report_states_the_weight_copies_each_engine_holds(monkeypatch):
+def test_report_states_the_weight_copies_each_engine_holds(tmp_path):
     """The memory price of an engine decision is reported per partition: oneDNN reading a
-    linear's weights in place costs nothing extra; oneDNN's prepacked copy (VERIFUSE_LINEAR_WEIGHTS=
-    packed) costs N*K float32 per kernel; the own GEMM's packed copy at least N*K (padded panels)."""
+    linear's weights in place costs nothing extra; a prepacked copy costs N*K float32 per kernel;
+    the own GEMM's packed copy at least N*K (padded panels). linear_weights chooses the layout;
+    "auto" times both per shape when autotuning and records the decision in the tuning database."""
     import torch
 
     import verifuse
@@ -257,20 +258,33 @@ def test_report_states_the_weight_copies_each_engine_holds(monkeypatch):
         (p,) = [p for p in report.to_dict()["partitions"] if p["ops"] == ["verifuse::linear"]]
         return p, report.to_dict()["graphs"][0]["weight_copy_bytes"]
 
-    monkeypatch.delenv("VERIFUSE_LINEAR_WEIGHTS", raising=False)
-    model = fresh_model()
-    plain, total = partition_of(verifuse.explain(model, x, autotune=False))
-    if plain["engine"] == "onednn":
-        assert plain["weight_layout"] == "in place" and plain["weight_copy_bytes"] == 0 == total
-    else:  # the own GEMM (AVX2 machines without AVX-512)
-        assert plain["engine"] == "gemm" and plain["weight_layout"] == "packed"
-        assert plain["weight_copy_bytes"] >= 96 * 64 * 4 and total == plain["weight_copy_bytes"]
+    for layout, expected, copy in (("in-place", "in place", 0), ("packed", "prepacked", 96 * 64 * 4)):
+        model = fresh_model()
+        with torch.no_grad():
+            want = model(x)
+        with torch.no_grad():
+            got = torch.compile(model, backend="verifuse", options={"linear_weights": layout, "autotune": False,
+                                                                    "strict": True})(x)
+        torch.testing.assert_close(got, want)
+        p, total = partition_of(verifuse.explain(fresh_model(), x, autotune=False, linear_weights=layout,
+                                                 strict=True))
+        if p["engine"] == "gemm":  # the own GEMM (AVX2 machines without AVX-512)
+            assert p["weight_layout"] == "packed" and p["weight_copy_bytes"] >= 96 * 64 * 4
+            continue
+        assert p["engine"] == "onednn" and p["weight_layout"] == expected, p
+        assert p["weight_copy_bytes"] == copy == total
     # Explaining the same module again reports the plan that runs (Dynamo reuses its compile).
+    model = fresh_model()
+    verifuse.explain(model, x, autotune=False)
     again = verifuse.explain(model, x, autotune=False)
     assert len(again.graphs) == 1 and "weights (copy)" in str(again)
 
-    monkeypatch.setenv("VERIFUSE_LINEAR_WEIGHTS", "packed")
-    monkeypatch.setenv("VERIFUSE_ENGINE", "onednn")
-    packed, total = partition_of(verifuse.explain(fresh_model(), x, autotune=False))
-    assert packed["engine"] == "onednn" and packed["weight_layout"] == "prepacked"
-    assert packed["weight_copy_bytes"] == 96 * 64 * 4 == total
+    # "auto" with autotuning: both layouts timed on the real shape, the decision kept per shape.
+    cache = tmp_path / "cache"
+    p, _ = partition_of(verifuse.explain(fresh_model(), x, autotune=True, cache_dir=str(cache), strict=True))
+    if p["engine"] == "onednn":
+        assert p["weight_layout"] in ("in place", "prepacked")
+        records = b"".join(f.read_bytes() for f in cache.rglob("*") if f.is_file())
+        assert b"verifuse::linear weights n=96 k=64" in records and b"in-place" in records
+    with pytest.raises(verifuse.OptionsError, match="linear_weights"):
+        verifuse.explain(fresh_model(), x, linear_weights="blocked")

@@ -273,6 +273,7 @@ class CompiledGraphRunner:
                 cache_dir=str(opts.cache_dir) if opts.cache_dir else "",
                 planted_bug=os.environ.get("VERIFUSE_TEST_PLANTED_BUG") == "1",
                 autotune=opts.autotune, layer_check_weights=opts.layer_check_weights,
+                linear_weights=opts.linear_weights,
                 shape_facts=facts.cpp if facts is not None else None)
 
     def __call__(self, args: list) -> list:

@@ -13,6 +13,7 @@ __all__ = ["Options", "OptionsError"]
 
 _VERIFY_LEVELS = ("off", "rules", "instances")
 _DTYPES = ("float32", "bfloat16")
+_LINEAR_WEIGHTS = ("auto", "packed", "in-place")
 
 
 class OptionsError(ValueError):
@@ -34,6 +35,11 @@ class Options:
     # many weights one compile may check, in graph order. It costs about 0.06 ms per weight, so the
     # default covers one full-size layer (ResNet-50's 64x64 conv); -1: no limit, 0: off.
     layer_check_weights: int = 4096
+    # How linears on oneDNN hold their weights: "packed" (a prepacked copy: faster on AVX-512 CPUs,
+    # twice the weight memory), "in-place" (the parameters themselves: weights held once), or
+    # "auto" (timed per shape when autotuning; packed on AVX-512 otherwise). explain() reports the
+    # copies each partition holds.
+    linear_weights: str = "auto"
 
     @classmethod
     def valid_names(cls) -> list[str]:
@@ -68,5 +74,8 @@ class Options:
                 or self.layer_check_weights < -1:
             raise OptionsError("verifuse: option layer_check_weights must be an int >= -1 "
                                f"(-1: no limit), got {self.layer_check_weights!r}")
+        if self.linear_weights not in _LINEAR_WEIGHTS:
+            raise OptionsError(f"verifuse: option linear_weights={self.linear_weights!r}; expected one of "
+                               f"{_LINEAR_WEIGHTS}")
         if not isinstance(self.cache_dir, (str, os.PathLike)):
             raise OptionsError(f"verifuse: option cache_dir must be a path, got {self.cache_dir!r}")

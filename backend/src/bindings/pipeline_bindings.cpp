@@ -146,6 +146,13 @@ driver::EnginePolicy parseEngines(const std::string& name) {
   throw py::value_error("engines must be auto, aten or onednn");
 }
 
+runtime::LinearWeights parseLinearWeights(const std::string& name) {
+  if (name == "auto") return runtime::LinearWeights::kAuto;
+  if (name == "packed") return runtime::LinearWeights::kPacked;
+  if (name == "in-place") return runtime::LinearWeights::kInPlace;
+  throw py::value_error("linear_weights must be auto, packed or in-place");
+}
+
 passes::VerifyLevel parseVerify(const std::string& name) {
   if (name == "off") return passes::VerifyLevel::kOff;
   if (name == "rules") return passes::VerifyLevel::kRules;
@@ -159,7 +166,7 @@ void registerPipeline(py::module_& m) {
       [](ir::Graph graph, std::vector<int32_t> inputArgIndex, const std::vector<std::pair<int32_t, int32_t>>& frozen,
          int32_t numArgs, const std::string& verify, bool fuse, const std::string& engines, bool bf16,
          const std::string& cacheDir, bool plantedBug, bool autotune, int64_t layerCheckWeights,
-         const py::object& shapeFacts) {
+         const py::object& shapeFacts, const std::string& linearWeights) {
         driver::CompileRequest request;
         request.inputArgIndex = std::move(inputArgIndex);
         for (const auto& [arg, constant] : frozen) request.frozen.push_back({arg, constant});
@@ -172,6 +179,7 @@ void registerPipeline(py::module_& m) {
         request.plantedBug = plantedBug;
         request.autotune = autotune;
         request.layerCheckWeights = layerCheckWeights;
+        request.linearWeights = parseLinearWeights(linearWeights);
         request.shapeFacts = shapeFactsFrom(shapeFacts);
         StatusOr<driver::CompiledModel> compiled = [&] {
           py::gil_scoped_release release;
@@ -185,7 +193,7 @@ void registerPipeline(py::module_& m) {
       py::arg("graph"), py::arg("input_arg_index"), py::arg("frozen"), py::arg("num_args"),
       py::arg("verify") = "instances", py::arg("fuse") = true, py::arg("engines") = "auto", py::arg("bf16") = false,
       py::arg("cache_dir") = "", py::arg("planted_bug") = false, py::arg("autotune") = true,
-      py::arg("layer_check_weights") = 4096, py::arg("shape_facts") = py::none(),
+      py::arg("layer_check_weights") = 4096, py::arg("shape_facts") = py::none(), py::arg("linear_weights") = "auto",
       "Runs the compile driver (rules, partitions, plan): returns (CompiledGraph, report dict).");
 }
 

@@ -78,7 +78,7 @@ ProofMemo& proofMemo() {
 }
 
 /// Benchmarking knobs, read once per compile: VERIFUSE_ENGINE=aten|onednn|auto and
-/// VERIFUSE_LINEAR_WEIGHTS=packed (the default reads linear weights in place).
+/// VERIFUSE_LINEAR_WEIGHTS=packed|in-place (the default chooses per shape).
 EnginePolicy engineOverride(EnginePolicy requested) {
   if (requested != EnginePolicy::kAuto) return requested;
   const char* e = std::getenv("VERIFUSE_ENGINE");
@@ -171,8 +171,11 @@ StatusOr<CompiledModel> compile(ir::Graph graph, const CompileRequest& request) 
   plan.bf16 = request.bf16;
   plan.autotune = request.autotune && engines == EnginePolicy::kAuto;
   plan.releaseWeights = plan.useOnednn && request.fuse;
-  const char* linearWeights = std::getenv("VERIFUSE_LINEAR_WEIGHTS");
-  plan.borrowLinearWeights = linearWeights == nullptr || std::string(linearWeights) != "packed";
+  plan.linearWeights = request.linearWeights;
+  if (const char* knob = std::getenv("VERIFUSE_LINEAR_WEIGHTS"); knob && plan.linearWeights == runtime::LinearWeights::kAuto) {
+    if (std::string(knob) == "packed") plan.linearWeights = runtime::LinearWeights::kPacked;
+    if (std::string(knob) == "in-place") plan.linearWeights = runtime::LinearWeights::kInPlace;
+  }
   partition::PartitionOptions po;
   po.engineClass = engineClass;
   po.dropUnprofitable = false;  // whether a partition pays is measured by the planner, not guessed

@@ -41,6 +41,9 @@ struct CompileRequest {
   std::string cacheDir;                      ///< proofs and tuning decisions persist here ("" = none)
   bool autotune = true;
   int64_t layerCheckWeights = 4096;          ///< -1: no limit, 0: off
+  /// Linear weights on oneDNN: read in place, prepacked, or chosen per shape (runtime::LinearWeights).
+  /// VERIFUSE_LINEAR_WEIGHTS=packed|in-place (a benchmarking knob) overrides kAuto.
+  runtime::LinearWeights linearWeights = runtime::LinearWeights::kAuto;
   bool plantedBug = false;                   ///< test only: the deliberately wrong rule joins in
   /// Dynamic shapes: Dynamo's shape guards, sent once by Python (verifuse/guards.py). With
   /// shapeFacts.dynamic the plan's shape assumptions are derived and decided (report.shapes).

@@ -86,6 +86,9 @@ struct ExecutorStats {
   int64_t weightCopyBytes = 0;    ///< every partition's PartitionDecision::weightCopyBytes
 };
 
+/// The linear weight layout policy (CompileOptions::linearWeights).
+enum class LinearWeights : uint8_t { kAuto, kPacked, kInPlace };
+
 /// How fused ops run.
 struct CompileOptions {
   bool useOnednn = true;  ///< false: the ATen composition of every fused op (autotuning baseline)
@@ -111,11 +114,12 @@ struct CompileOptions {
   /// Split a tuned partition when the best mix of per-member engines beats the best whole-
   /// partition engine by more than this fraction.
   double splitMargin = 0.05;
-  /// float32 linears on oneDNN read their weights in place, in the plain [N, K] layout the graph
-  /// holds (the user's parameter itself when nothing was folded into it), instead of a packed copy:
-  /// a transformer's weights are then held once, and a new row count (dynamic shapes) creates a
-  /// kernel without another copy. false: packed weights (benchmarking, VERIFUSE_LINEAR_WEIGHTS=packed).
-  bool borrowLinearWeights = true;
+  /// How float32 linears on oneDNN hold their weights at a static shape: read in place (the plain
+  /// [N, K] layout the graph holds, the user's parameter itself when nothing was folded into it:
+  /// weights held once) or a prepacked copy (faster on AVX-512 CPUs, twice the weight memory).
+  /// kAuto times both per shape when autotuning (else: packed on AVX-512); dynamic shapes read in
+  /// place unless kPacked (a new row count then creates a kernel without another copy).
+  LinearWeights linearWeights = LinearWeights::kAuto;
 };
 
 class CompiledGraph;
