@@ -77,6 +77,13 @@ class GeluBiasResidual(nn.Module):
         return F.gelu(x + b) + r, F.gelu(x, approximate="tanh") * 0.5
 
 
+class MaskedFill(nn.Module):
+    """where with a bool mask inside a chain (a padding mask applied to scores)."""
+
+    def forward(self, x, keep, y):
+        return torch.where(keep, x * 2.0, y).sigmoid() + 1.0
+
+
 class NearMiss(nn.Module):
     def forward(self, x):
         return (x - x.mean(0, keepdim=True)) * 2.0
@@ -146,6 +153,12 @@ def test_gelu_bias_residual_chains():
     torch.manual_seed(0)
     args = (torch.randn(4, 24), torch.randn(24), torch.randn(4, 24))
     _check(GeluBiasResidual(), args, min_rowwise=2)
+
+
+def test_where_with_a_bool_mask():
+    torch.manual_seed(0)
+    args = (torch.randn(3, 10), torch.rand(3, 10) > 0.5, torch.randn(1, 10))
+    _check(MaskedFill(), args, min_rowwise=1)
 
 
 def test_near_miss_mean_over_dim0_is_not_fused_and_explained():
