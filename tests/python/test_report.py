@@ -288,3 +288,22 @@ def test_report_states_the_weight_copies_each_engine_holds(tmp_path):
         assert b"verifuse::linear weights n=96 k=64" in records and b"in-place" in records
     with pytest.raises(verifuse.OptionsError, match="linear_weights"):
         verifuse.explain(fresh_model(), x, linear_weights="blocked")
+
+
+def test_profiler_sees_each_engine_run():
+    """torch.profiler names each fused op's run with its engine ("verifuse::linear@onednn"), so
+    a profile says where the time goes inside the plan, not only inside ATen's ops."""
+    import torch
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.ReLU(), torch.nn.Linear(48, 8)).eval()
+    compiled = torch.compile(model, backend="verifuse", options={"strict": True, "autotune": False})
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        compiled(x)
+        with torch.profiler.profile() as prof:
+            compiled(x)
+    names = [e.key for e in prof.key_averages()]
+    runs = [n for n in names if n.startswith("verifuse::linear@")]
+    assert runs and all(n.split("@")[1] in ("onednn", "gemm", "aten") for n in runs), names

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 
 #include <cmath>
@@ -1101,6 +1102,9 @@ Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vec
       if (step.donatedResidual != ir::kNoValue && !keepValues) slots[static_cast<size_t>(step.donatedResidual)] = c10::IValue();
       const Engine ran = engine ? *engine : (exact ? Engine::kAten : step.fused->engine());
       gEngineRuns[static_cast<size_t>(ran)].fetch_add(1, std::memory_order_relaxed);
+      // torch.profiler sees each engine run as "verifuse::linear@onednn" etc. (ATen steps record
+      // themselves); the name is built only while a profiler is active.
+      RECORD_FUNCTION(step.name + "@" + engineName(ran), std::vector<c10::IValue>());
       if (step.outputs.size() == 1) {
         slots[static_cast<size_t>(step.outputs[0])] = step.fused->runOn(ran, fusedInputs);
       } else {
