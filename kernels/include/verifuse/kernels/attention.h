@@ -1,0 +1,56 @@
+// Scaled dot-product attention (inference, float32) on oneDNN matmuls with a vectorized row
+// softmax in between: the kernel behind the runtime's attention engine op (ATen's
+// _scaled_dot_product_flash_attention_for_cpu, no dropout). Why our own: on CPUs where MKL's
+// sgemm takes no AVX-512 path (AMD), ATen's fused CPU kernel runs its GEMMs at about half the
+// speed of oneDNN's matmul; the runtime times both and keeps the faster.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "verifuse/support/status.h"
+
+namespace verifuse::kernels {
+
+/// out[b,h,i,:] = softmax_j(scale * q[b,h,i,:]·k[b,h,j,:] + mask[b,h,i,j]) · v[b,h,j,:].
+/// Every tensor is given by its sizes (implied by the fields below) and element strides, so
+/// permuted views of [B,S,H,D] projections are read in place. Requirements (else kUnimplemented,
+/// and the caller runs ATen): the last dim of q, k, v and out has stride 1 (oneDNN's matmul
+/// kernels read rows), the mask's key stride is 1 or 0. Causal attention is not supported here
+/// (the runtime leaves is_causal to ATen).
+struct AttentionParams {
+  int64_t batch = 0, heads = 0, seq = 0, kvSeq = 0, headDim = 0, valueDim = 0;
+  std::array<int64_t, 4> qStrides{}, kStrides{}, vStrides{}, outStrides{};  ///< [B,H,*,*]
+  /// Additive float32 mask broadcast to [B,H,S,KV]: stride 0 along broadcast dims.
+  bool hasMask = false;
+  std::array<int64_t, 4> maskStrides{};
+  float scale = 1.f;
+  bool causal = false;  ///< unsupported (kUnimplemented)
+  /// Also write logsumexp[b,h,i] = max_j + log(sum_j exp(x_j - max_j)) with these strides.
+  bool logsumexp = false;
+  std::array<int64_t, 3> lseStrides{};
+  /// Query rows per block; 0: chosen so the [rows, KV] score tile stays well inside L2.
+  int64_t blockRows = 0;
+};
+
+/// Created once per shape and stride set (the oneDNN primitives are made here); execute() is
+/// const, thread-safe, and creates no primitive. Parallel over (batch, head, row block) with
+/// OpenMP (omp_get_max_threads(), 1 inside a parallel region); each thread's matmuls run
+/// single-threaded. Results do not depend on the thread count (each row is computed by one thread
+/// in a fixed order).
+class AttentionKernel {
+ public:
+  virtual ~AttentionKernel() = default;
+  /// \p mask may be null when !hasMask; \p lse may be null when !logsumexp.
+  virtual Status execute(const float* q, const float* k, const float* v, const float* mask, float* out,
+                         float* lse) const = 0;
+  /// "attention: qk <impl> / pv <impl>, rows <n>".
+  virtual std::string implInfo() const = 0;
+  virtual int64_t blockRows() const = 0;
+};
+
+StatusOr<std::unique_ptr<AttentionKernel>> createAttention(const AttentionParams& p);
+
+}  // namespace verifuse::kernels

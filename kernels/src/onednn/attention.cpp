@@ -1,0 +1,192 @@
+// Scaled dot-product attention: per (batch, head, block of query rows) S = Q_blk·K^T (oneDNN
+// matmul), the row softmax (cpu/attention_rows.h), O_blk = P·V (oneDNN matmul), O rows times
+// 1/sum. The score tile [rows, KV] is sized to stay in L2 next to K and V, so it never goes to
+// memory between the two matmuls.
+#include "verifuse/kernels/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include "common.h"
+#include "cpu/attention_rows.h"
+
+namespace verifuse::kernels {
+using namespace onednn;
+
+namespace {
+
+/// Per-thread score tile slot in threadScratch (slot 0 is the primitives' scratchpad).
+constexpr int kScoreSlot = 7;
+/// Score tile budget: a quarter of this CPU class's 1 MiB L2, leaving room for K and V
+/// ([KV, D] each, read by every block of the head) and the matmuls' packed panels.
+constexpr int64_t kScoreTileBytes = 256 * 1024;
+
+struct MatmulPair {
+  dnnl::matmul prim;
+  dnnl::memory::desc src, wei, dst;
+  size_t scratch = 0;
+  std::string impl;
+};
+
+MatmulPair makeMatmul(const dnnl::memory::desc& src, const dnnl::memory::desc& wei, const dnnl::memory::desc& dst) {
+  dnnl::matmul::primitive_desc pd(engine(), src, wei, dst, userScratchAttr());
+  MatmulPair m{makePrimitive<dnnl::matmul>(pd), src, wei, dst, pd.scratchpad_desc().get_size(), pd.impl_info_str()};
+  return m;
+}
+
+class OnednnAttention final : public AttentionKernel {
+ public:
+  AttentionParams p;
+  int64_t rows = 0;  // query rows per block
+  // [0]: full block, [1]: the last, shorter block (when seq % rows != 0).
+  std::optional<MatmulPair> qk[2], pv[2];
+
+  Status execute(const float* q, const float* k, const float* v, const float* mask, float* out,
+                 float* lse) const override {
+    if (!q || !k || !v || !out || (p.hasMask && !mask) || (p.logsumexp && !lse)) {
+      return invalidArgument("attention: null buffer");
+    }
+    const int64_t blocks = (p.seq + rows - 1) / rows;
+    const int64_t units = p.batch * p.heads * blocks;
+    const int maxThreads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    const int threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(maxThreads, units)));
+    std::atomic<bool> failed{false};
+    std::string error;
+    std::mutex errorMu;
+    size_t scratch = 0;
+    for (int t = 0; t < 2; ++t) {
+      if (qk[t]) scratch = std::max({scratch, qk[t]->scratch, pv[t]->scratch});
+    }
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+      try {
+        const dnnl::engine& eng = engine();
+        dnnl::stream& s = threadStream();
+        float* tile = static_cast<float*>(
+            threadScratch(kScoreSlot, static_cast<size_t>(rows * p.kvSeq + 2 * rows) * sizeof(float)));
+        float* rowMax = tile + rows * p.kvSeq;
+        float* rowSum = rowMax + rows;
+        // Memory objects made once per thread and call; each block only swaps pointers.
+        struct Mems {
+          dnnl::memory qm, km, sm, vm, om, sp;
+        };
+        std::optional<Mems> mems[2];
+        for (int t = 0; t < 2; ++t) {
+          if (!qk[t]) continue;
+          mems[t] = Mems{dnnl::memory(qk[t]->src, eng, nullptr), dnnl::memory(qk[t]->wei, eng, nullptr),
+                         dnnl::memory(qk[t]->dst, eng, tile), dnnl::memory(pv[t]->wei, eng, nullptr),
+                         dnnl::memory(pv[t]->dst, eng, nullptr), dnnl::memory()};
+          if (scratch > 0) {
+            dnnl::memory::desc spMd({static_cast<int64_t>(scratch)}, dt::u8, tag::a);
+            mems[t]->sp = dnnl::memory(spMd, eng, threadScratch(0, scratch));
+          }
+        }
+#pragma omp for schedule(static)
+        for (int64_t u = 0; u < units; ++u) {
+          if (failed.load(std::memory_order_relaxed)) continue;
+          const int64_t blk = u % blocks, bh = u / blocks;
+          const int64_t b = bh / p.heads, h = bh % p.heads;
+          const int64_t r0 = blk * rows;
+          const int64_t n = std::min(rows, p.seq - r0);
+          const int t = n == rows ? 0 : 1;
+          Mems& m = *mems[t];
+          m.qm.set_data_handle(const_cast<float*>(q + b * p.qStrides[0] + h * p.qStrides[1] + r0 * p.qStrides[2]));
+          m.km.set_data_handle(const_cast<float*>(k + b * p.kStrides[0] + h * p.kStrides[1]));
+          m.vm.set_data_handle(const_cast<float*>(v + b * p.vStrides[0] + h * p.vStrides[1]));
+          float* o = out + b * p.outStrides[0] + h * p.outStrides[1] + r0 * p.outStrides[2];
+          m.om.set_data_handle(o);
+          std::unordered_map<int, dnnl::memory> args{
+              {DNNL_ARG_SRC, m.qm}, {DNNL_ARG_WEIGHTS, m.km}, {DNNL_ARG_DST, m.sm}};
+          if (scratch > 0) args.emplace(DNNL_ARG_SCRATCHPAD, m.sp);
+          qk[t]->prim.execute(s, args);
+          s.wait();
+          const float* maskBase =
+              p.hasMask ? mask + b * p.maskStrides[0] + h * p.maskStrides[1] + r0 * p.maskStrides[2] : nullptr;
+          for (int64_t i = 0; i < n; ++i) {
+            rowMax[i] = cpu::attentionSoftmaxRow(tile + i * p.kvSeq, maskBase ? maskBase + i * p.maskStrides[2] : nullptr,
+                                                 p.maskStrides[3], p.kvSeq, p.scale, &rowSum[i]);
+          }
+          args[DNNL_ARG_SRC] = m.sm;
+          args[DNNL_ARG_WEIGHTS] = m.vm;
+          args[DNNL_ARG_DST] = m.om;
+          pv[t]->prim.execute(s, args);
+          s.wait();
+          // Normalize the (short) output rows instead of the (long) probability rows; times the
+          // reciprocal, as ATen's kernel does.
+          for (int64_t i = 0; i < n; ++i) {
+            // A fully masked row (sum 0) stays 0, as ATen's kernel leaves it (not 0 * 1/0 = NaN).
+            const float r = rowSum[i] > 0.f ? 1.f / rowSum[i] : 0.f;
+            float* row = o + i * p.outStrides[2];
+            for (int64_t d = 0; d < p.valueDim; ++d) row[d] *= r;
+          }
+          if (p.logsumexp) {
+            float* l = lse + b * p.lseStrides[0] + h * p.lseStrides[1] + r0 * p.lseStrides[2];
+            for (int64_t i = 0; i < n; ++i) {
+              // ATen 2.13 reports 0 for a fully masked row (measured), not -inf.
+              l[i * p.lseStrides[2]] = rowSum[i] > 0.f ? rowMax[i] + std::log(rowSum[i]) : 0.f;
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        failed = true;
+        std::lock_guard<std::mutex> lock(errorMu);
+        if (error.empty()) error = e.what();
+      }
+    }
+    if (failed) return Status(StatusCode::kInternal, "attention: " + error);
+    return Status::ok();
+  }
+
+  std::string implInfo() const override {
+    return "attention: qk " + qk[0]->impl + " / pv " + pv[0]->impl + ", rows " + std::to_string(rows);
+  }
+  int64_t blockRows() const override { return rows; }
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<AttentionKernel>> createAttention(const AttentionParams& p) {
+  if (p.batch < 1 || p.heads < 1 || p.seq < 1 || p.kvSeq < 1 || p.headDim < 1 || p.valueDim < 1) {
+    return invalidArgument("attention: every size must be >= 1");
+  }
+  if (p.causal) return unimplemented("attention: causal attention runs on ATen");
+  if (p.qStrides[3] != 1 || p.kStrides[3] != 1 || p.vStrides[3] != 1 || p.outStrides[3] != 1) {
+    return unimplemented("attention: the last dim of q, k, v and out must be dense");
+  }
+  if (p.hasMask && p.maskStrides[3] != 0 && p.maskStrides[3] != 1) {
+    return unimplemented("attention: the mask's key stride must be 0 or 1");
+  }
+  return guarded("attention", [&]() -> StatusOr<std::unique_ptr<AttentionKernel>> {
+    auto kern = std::make_unique<OnednnAttention>();
+    kern->p = p;
+    int64_t rows = p.blockRows > 0 ? p.blockRows : kScoreTileBytes / (p.kvSeq * static_cast<int64_t>(sizeof(float)));
+    rows = std::clamp<int64_t>(rows, 8, 512);
+    if (p.blockRows <= 0 && rows > 16) rows -= rows % 16;  // whole register tiles for the matmuls
+    rows = std::min(rows, p.seq);
+    kern->rows = rows;
+    const int64_t tail = p.seq % rows;
+    for (int t = 0; t < 2; ++t) {
+      const int64_t n = t == 0 ? rows : tail;
+      if (n == 0) continue;
+      dnnl::memory::desc qMd({n, p.headDim}, dt::f32, {p.qStrides[2], 1});
+      dnnl::memory::desc kMd({p.headDim, p.kvSeq}, dt::f32, {1, p.kStrides[2]});
+      dnnl::memory::desc sMd({n, p.kvSeq}, dt::f32, {p.kvSeq, 1});
+      dnnl::memory::desc vMd({p.kvSeq, p.valueDim}, dt::f32, {p.vStrides[2], 1});
+      dnnl::memory::desc oMd({n, p.valueDim}, dt::f32, {p.outStrides[2], 1});
+      kern->qk[t] = makeMatmul(qMd, kMd, sMd);
+      kern->pv[t] = makeMatmul(sMd, vMd, oMd);
+      if (kern->qk[t]->impl.rfind("ref", 0) == 0 || kern->pv[t]->impl.rfind("ref", 0) == 0) {
+        return unimplemented("attention: oneDNN has only a reference matmul for these strides");
+      }
+    }
+    return std::unique_ptr<AttentionKernel>(std::move(kern));
+  });
+}
+
+}  // namespace verifuse::kernels
