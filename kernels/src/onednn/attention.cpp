@@ -109,8 +109,13 @@ class OnednnAttention final : public AttentionKernel {
           const float* maskBase =
               p.hasMask ? mask + b * p.maskStrides[0] + h * p.maskStrides[1] + r0 * p.maskStrides[2] : nullptr;
           for (int64_t i = 0; i < n; ++i) {
-            rowMax[i] = cpu::attentionSoftmaxRow(tile + i * p.kvSeq, maskBase ? maskBase + i * p.maskStrides[2] : nullptr,
-                                                 p.maskStrides[3], p.kvSeq, p.scale, &rowSum[i]);
+            // Causal (top-left aligned, as ATen's is_causal): query r0 + i sees keys 0..r0 + i; the
+            // rest of its row gets weight 0.
+            const int64_t seen = p.causal ? std::min(p.kvSeq, r0 + i + 1) : p.kvSeq;
+            float* row = tile + i * p.kvSeq;
+            rowMax[i] = cpu::attentionSoftmaxRow(row, maskBase ? maskBase + i * p.maskStrides[2] : nullptr,
+                                                 p.maskStrides[3], seen, p.scale, &rowSum[i]);
+            std::fill(row + seen, row + p.kvSeq, 0.f);
           }
           args[DNNL_ARG_SRC] = m.sm;
           args[DNNL_ARG_WEIGHTS] = m.vm;
@@ -155,7 +160,6 @@ StatusOr<std::unique_ptr<AttentionKernel>> createAttention(const AttentionParams
   if (p.batch < 1 || p.heads < 1 || p.seq < 1 || p.kvSeq < 1 || p.headDim < 1 || p.valueDim < 1) {
     return invalidArgument("attention: every size must be >= 1");
   }
-  if (p.causal) return unimplemented("attention: causal attention runs on ATen");
   if (p.qStrides[3] != 1 || p.kStrides[3] != 1 || p.vStrides[3] != 1 || p.outStrides[3] != 1) {
     return unimplemented("attention: the last dim of q, k, v and out must be dense");
   }

@@ -50,6 +50,7 @@ struct Case {
   int mask;
   bool lse;
   int64_t blockRows;
+  bool causal = false;
 };
 
 class AttentionTest : public ::testing::TestWithParam<Case> {};
@@ -72,7 +73,7 @@ TEST_P(AttentionTest, MatchesReference) {
     std::mt19937 gen(9);
     std::uniform_real_distribution<float> dist(-2.f, 2.f);
     for (float& x : mask) x = dist(gen);
-    // A padding-style mask: the last keys of batch 0 get the most negative float (transformers).
+    // A padding-style entry: every row's last key gets the most negative float (transformers).
     for (int64_t r = 0; r < mh * msq; ++r) mask[static_cast<size_t>(r * c.KV + c.KV - 1)] = std::numeric_limits<float>::lowest();
     ms = {mb > 1 ? mh * msq * c.KV : 0, mh > 1 ? msq * c.KV : 0, msq > 1 ? c.KV : 0, 1};
   }
@@ -85,6 +86,7 @@ TEST_P(AttentionTest, MatchesReference) {
   p.hasMask = c.mask != 0, p.maskStrides = ms;
   p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
   p.logsumexp = c.lse, p.lseStrides = ls;
+  p.causal = c.causal;
   p.blockRows = c.blockRows;
   auto kern = createAttention(p);
   ASSERT_TRUE(kern.isOk()) << kern.status().toString();
@@ -107,6 +109,7 @@ TEST_P(AttentionTest, MatchesReference) {
           for (int64_t d = 0; d < c.D; ++d) a += double(at(q, b, h, i, d)) * at(k, b, h, j, d);
           a *= p.scale;
           if (c.mask) a += mask[static_cast<size_t>(b * ms[0] + h * ms[1] + i * ms[2] + j)];
+          if (c.causal && j > i) a = -INFINITY;
           sc[static_cast<size_t>(j)] = a;
           mx = std::max(mx, a);
         }
@@ -138,16 +141,16 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"TailBlock", 1, 2, 45, 50, 16, Order::kBRHC, 3, false, 16},
         Case{"FullMask", 2, 2, 9, 11, 4, Order::kBHRC, 4, true, 4},
         Case{"OneRowBlocks", 1, 3, 5, 7, 8, Order::kBRHC, 1, false, 1},
-        Case{"LongKv", 1, 2, 70, 300, 32, Order::kBRHC, 0, true, 0}),
+        Case{"LongKv", 1, 2, 70, 300, 32, Order::kBRHC, 0, true, 0},
+        Case{"Causal", 2, 2, 37, 37, 16, Order::kBRHC, 0, true, 8, true},
+        Case{"CausalMaskKvLonger", 1, 3, 20, 29, 8, Order::kPaddedBRHC, 1, true, 16, true},
+        Case{"CausalKvShorter", 1, 2, 30, 12, 8, Order::kBHRC, 2, false, 8, true}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 TEST(AttentionKernel, RefusesWhatItCannotRun) {
   AttentionParams p;
   p.batch = p.heads = 1, p.seq = p.kvSeq = 4, p.headDim = p.valueDim = 4;
   p.qStrides = p.kStrides = p.vStrides = p.outStrides = {16, 16, 4, 1};
-  p.causal = true;
-  EXPECT_EQ(createAttention(p).status().code(), StatusCode::kUnimplemented);
-  p.causal = false;
   p.qStrides = {16, 16, 1, 4};  // head dim not dense
   EXPECT_EQ(createAttention(p).status().code(), StatusCode::kUnimplemented);
   p.qStrides = {16, 16, 4, 1};

@@ -18,8 +18,7 @@ namespace verifuse::kernels {
 /// Every tensor is given by its sizes (implied by the fields below) and element strides, so
 /// permuted views of [B,S,H,D] projections are read in place. Requirements (else kUnimplemented,
 /// and the caller runs ATen): the last dim of q, k, v and out has stride 1 (oneDNN's matmul
-/// kernels read rows), the mask's key stride is 1 or 0. Causal attention is not supported here
-/// (the runtime leaves is_causal to ATen).
+/// kernels read rows), the mask's key stride is 1 or 0.
 struct AttentionParams {
   int64_t batch = 0, heads = 0, seq = 0, kvSeq = 0, headDim = 0, valueDim = 0;
   std::array<int64_t, 4> qStrides{}, kStrides{}, vStrides{}, outStrides{};  ///< [B,H,*,*]
@@ -27,7 +26,8 @@ struct AttentionParams {
   bool hasMask = false;
   std::array<int64_t, 4> maskStrides{};
   float scale = 1.f;
-  bool causal = false;  ///< unsupported (kUnimplemented)
+  /// Top-left aligned, as ATen's is_causal: query i sees keys j <= i (with the mask, if any).
+  bool causal = false;
   /// Also write logsumexp[b,h,i] = max_j + log(sum_j exp(x_j - max_j)) with these strides.
   bool logsumexp = false;
   std::array<int64_t, 3> lseStrides{};
