@@ -51,6 +51,7 @@ struct Case {
   bool lse;
   int64_t blockRows;
   bool causal = false;
+  int64_t kvHeads = 0;  ///< grouped-query attention: k and v have fewer heads
 };
 
 class AttentionTest : public ::testing::TestWithParam<Case> {};
@@ -58,8 +59,9 @@ class AttentionTest : public ::testing::TestWithParam<Case> {};
 TEST_P(AttentionTest, MatchesReference) {
   const Case& c = GetParam();
   Buf q = makeBuf(c.B, c.H, c.S, c.D, c.order, 1);
-  Buf k = makeBuf(c.B, c.H, c.KV, c.D, c.order, 2);
-  Buf v = makeBuf(c.B, c.H, c.KV, c.D, c.order, 3);
+  const int64_t HK = c.kvHeads ? c.kvHeads : c.H, group = c.H / HK;
+  Buf k = makeBuf(c.B, HK, c.KV, c.D, c.order, 2);
+  Buf v = makeBuf(c.B, HK, c.KV, c.D, c.order, 3);
   // Output as ATen lays it out: dense in q's dim order.
   Buf o;
   o.data.assign(static_cast<size_t>(c.B * c.H * c.S * c.D), std::nanf(""));
@@ -87,6 +89,7 @@ TEST_P(AttentionTest, MatchesReference) {
   p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
   p.logsumexp = c.lse, p.lseStrides = ls;
   p.causal = c.causal;
+  p.kvHeads = c.kvHeads;
   p.blockRows = c.blockRows;
   auto kern = createAttention(p);
   ASSERT_TRUE(kern.isOk()) << kern.status().toString();
@@ -106,7 +109,7 @@ TEST_P(AttentionTest, MatchesReference) {
         double mx = -INFINITY;
         for (int64_t j = 0; j < c.KV; ++j) {
           double a = 0;
-          for (int64_t d = 0; d < c.D; ++d) a += double(at(q, b, h, i, d)) * at(k, b, h, j, d);
+          for (int64_t d = 0; d < c.D; ++d) a += double(at(q, b, h, i, d)) * at(k, b, h / group, j, d);
           a *= p.scale;
           if (c.mask) a += mask[static_cast<size_t>(b * ms[0] + h * ms[1] + i * ms[2] + j)];
           if (c.causal && j > i) a = -INFINITY;
@@ -117,7 +120,7 @@ TEST_P(AttentionTest, MatchesReference) {
         for (double& a : sc) sum += (a = std::exp(a - mx));
         for (int64_t d = 0; d < c.D; ++d) {
           double acc = 0;
-          for (int64_t j = 0; j < c.KV; ++j) acc += sc[static_cast<size_t>(j)] * at(v, b, h, j, d);
+          for (int64_t j = 0; j < c.KV; ++j) acc += sc[static_cast<size_t>(j)] * at(v, b, h / group, j, d);
           const double want = acc / sum;
           const float got = at(o, b, h, i, d);
           ASSERT_TRUE(std::isfinite(got)) << b << "," << h << "," << i << "," << d;
@@ -144,7 +147,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"LongKv", 1, 2, 70, 300, 32, Order::kBRHC, 0, true, 0},
         Case{"Causal", 2, 2, 37, 37, 16, Order::kBRHC, 0, true, 8, true},
         Case{"CausalMaskKvLonger", 1, 3, 20, 29, 8, Order::kPaddedBRHC, 1, true, 16, true},
-        Case{"CausalKvShorter", 1, 2, 30, 12, 8, Order::kBHRC, 2, false, 8, true}),
+        Case{"CausalKvShorter", 1, 2, 30, 12, 8, Order::kBHRC, 2, false, 8, true},
+        Case{"GroupedQuery", 2, 4, 12, 12, 16, Order::kBRHC, 0, true, 0, true, 2},
+        Case{"GroupedQueryOneKvHead", 1, 3, 10, 14, 8, Order::kBHRC, 1, false, 4, false, 1}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 TEST(AttentionKernel, RefusesWhatItCannotRun) {
@@ -154,6 +159,9 @@ TEST(AttentionKernel, RefusesWhatItCannotRun) {
   p.qStrides = {16, 16, 1, 4};  // head dim not dense
   EXPECT_EQ(createAttention(p).status().code(), StatusCode::kUnimplemented);
   p.qStrides = {16, 16, 4, 1};
+  p.heads = 3, p.kvHeads = 2;  // heads not a multiple of kv heads
+  EXPECT_EQ(createAttention(p).status().code(), StatusCode::kInvalidArgument);
+  p.heads = 1, p.kvHeads = 0;
   p.seq = 0;
   EXPECT_EQ(createAttention(p).status().code(), StatusCode::kInvalidArgument);
 }

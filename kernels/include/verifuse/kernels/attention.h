@@ -14,13 +14,17 @@
 
 namespace verifuse::kernels {
 
-/// out[b,h,i,:] = softmax_j(scale * q[b,h,i,:]·k[b,h,j,:] + mask[b,h,i,j]) · v[b,h,j,:].
+/// out[b,h,i,:] = softmax_j(scale * q[b,h,i,:]·k[b,g,j,:] + mask[b,h,i,j]) · v[b,g,j,:], g = h (or h's
+/// group with kvHeads).
 /// Every tensor is given by its sizes (implied by the fields below) and element strides, so
 /// permuted views of [B,S,H,D] projections are read in place. Requirements (else kUnimplemented,
 /// and the caller runs ATen): the last dim of q, k, v and out has stride 1 (oneDNN's matmul
 /// kernels read rows), the mask's key stride is 1 or 0.
 struct AttentionParams {
   int64_t batch = 0, heads = 0, seq = 0, kvSeq = 0, headDim = 0, valueDim = 0;
+  /// Heads of k and v (grouped-query attention, as ATen's enable_gqa and HF's repeat_kv): query head
+  /// h reads key/value head h / (heads / kvHeads). 0: heads.
+  int64_t kvHeads = 0;
   std::array<int64_t, 4> qStrides{}, kStrides{}, vStrides{}, outStrides{};  ///< [B,H,*,*]
   /// Additive float32 mask broadcast to [B,H,S,KV]: stride 0 along broadcast dims.
   bool hasMask = false;
