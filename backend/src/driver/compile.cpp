@@ -88,10 +88,12 @@ EnginePolicy engineOverride(EnginePolicy requested) {
 }
 
 /// The engine class a node's partition is formed in: 0 keeps it on ATen alone; conv/linear chains
-/// (oneDNN, the own GEMM or ATen) and row-engine programs are formed apart.
+/// (oneDNN, the own GEMM or ATen) and row-engine programs are formed apart; SDPA nodes form
+/// their own (the attention kernel or ATen), so their timing is never mixed with a linear's.
 int engineClass(const ir::Node& n) {
   if (rules::isFusedOp(n)) return 1;
   if (n.op == "verifuse::rowwise") return 2;
+  if (runtime::isAttentionEngineOp(n)) return 3;
   return 0;
 }
 

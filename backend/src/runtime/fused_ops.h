@@ -59,13 +59,23 @@ class FusedOp {
 
 inline constexpr const char* kRowwiseOp = "verifuse::rowwise";
 
-/// True for the nodes the planner runs on an engine: verifuse::conv, verifuse::linear (createFusedOp)
-/// and verifuse::rowwise (createRowwiseOp).
+inline constexpr const char* kAttentionOp = "aten::_scaled_dot_product_flash_attention_for_cpu";
+
+/// True for the nodes the planner runs on an engine: verifuse::conv, verifuse::linear (createFusedOp),
+/// verifuse::rowwise (createRowwiseOp) and SDPA (isAttentionEngineOp, createAttentionOp).
 bool isEngineOp(const ir::Node& node);
 
 /// verifuse::rowwise(v0..vN-1, program): the row engine, with the program's ATen composition.
 StatusOr<std::unique_ptr<FusedOp>> createRowwiseOp(const ir::Graph& graph, const ir::Node& node,
                                                    const CompileOptions& options);
+
+/// aten::_scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, attn_mask,
+/// scale): ATen (the node itself, exact) and oneDNN (kernels/attention.h) when q, k, v have static
+/// 4-d shapes, dropout is 0 and the mask is float32 or absent. Its run inputs are
+/// the node's tensor arguments (q, k, v, then the mask if any). The logsumexp is computed only when
+/// something reads it (\p graph says).
+StatusOr<std::unique_ptr<FusedOp>> createAttentionOp(const ir::Graph& graph, const ir::Node& node,
+                                                     const CompileOptions& options);
 
 /// Builds the executor for a fused node. \p inputShape: the static shape of x when known (the
 /// kernel is then created and weights prepacked right away). \p channelsLastOutput: a 2-D/3-D

@@ -31,6 +31,10 @@ enum class Engine : uint8_t {
 };
 /// "aten", "onednn", "gemm", "rowwise".
 const char* engineName(Engine engine);
+/// ATen's CPU SDPA node (attention-to-sdpa's result, or SDPA traced as such) in the form the
+/// attention engine op reads (q, k, v, dropout_p, is_causal, attn_mask, scale): planned as an
+/// engine op of its own partition class (ATen, or the oneDNN attention kernel when it can run).
+bool isAttentionEngineOp(const ir::Node& node);
 /// Every engine, in a fixed order (tuning candidates are tried in this order).
 const std::vector<Engine>& allEngines();
 /// Process-wide count of fused-op runs per engine name since start: what really ran, for tests
