@@ -33,6 +33,11 @@ int main(int argc, char** argv) {
     p.batch = B, p.heads = H, p.seq = S, p.kvSeq = KV, p.headDim = D, p.valueDim = D;
     p.qStrides = p.outStrides = {S * H * D, D, H * D, 1};
     p.kStrides = p.vStrides = {KV * H * D, D, H * D, 1};
+    if (std::getenv("ATTN_BENCH_DENSE_KV")) p.kStrides = p.vStrides = {KV * H * D, KV * D, D, 1};
+    if (std::getenv("ATTN_BENCH_DENSE_HEADS")) {  // [B,H,S,D] contiguous instead
+      p.qStrides = p.outStrides = {S * H * D, S * D, D, 1};
+      p.kStrides = p.vStrides = {KV * H * D, KV * D, D, 1};
+    }
     p.scale = 0.125f;
     p.blockRows = rows;
     auto kern = createAttention(p);

@@ -48,6 +48,10 @@ class OnednnAttention final : public AttentionKernel {
   int64_t rows = 0;  // query rows per block
   // [0]: full block, [1]: the last, shorter block (when seq % rows != 0).
   std::optional<MatmulPair> qk[2], pv[2];
+  // Operands whose rows are not dense are copied per block (q, out) or per head (k, v) into dense
+  // per-thread buffers: oneDNN's brgemm matmul takes only dense operands and is measurably faster
+  // than the gemm:jit it picks for strided ones (createAttention).
+  bool packQ = false, packKV = false, packO = false;
 
   Status execute(const float* q, const float* k, const float* v, const float* mask, float* out,
                  float* lse) const override {
@@ -71,10 +75,23 @@ class OnednnAttention final : public AttentionKernel {
       try {
         const dnnl::engine& eng = engine();
         dnnl::stream& s = threadStream();
-        float* tile = static_cast<float*>(
-            threadScratch(kScoreSlot, static_cast<size_t>(rows * p.kvSeq + 2 * rows) * sizeof(float)));
-        float* rowMax = tile + rows * p.kvSeq;
-        float* rowSum = rowMax + rows;
+        // The thread's buffers, each 64-byte aligned: score tile, row max and sum, and the packed
+        // copies of operands whose rows are not dense (see createAttention).
+        const int64_t D = p.headDim, Dv = p.valueDim, KV = p.kvSeq;
+        auto pad = [](int64_t n) { return (n + 15) / 16 * 16; };
+        const int64_t sizes[] = {rows * KV, rows, rows, packQ ? rows * D : 0, packKV ? KV * D : 0,
+                                 packKV ? KV * Dv : 0, packO ? rows * Dv : 0};
+        int64_t total = 0;
+        for (int64_t n : sizes) total += pad(n);
+        float* buf = static_cast<float*>(threadScratch(kScoreSlot, static_cast<size_t>(total) * sizeof(float)));
+        float* parts[7];
+        for (int i = 0; i < 7; ++i) {
+          parts[i] = buf;
+          buf += pad(sizes[i]);
+        }
+        float *tile = parts[0], *rowMax = parts[1], *rowSum = parts[2], *qPack = parts[3], *kPack = parts[4],
+              *vPack = parts[5], *oPack = parts[6];
+        int64_t packedB = -1, packedG = -1;  // whose k/v the packs hold (static schedule: runs of blocks)
         // Memory objects made once per thread and call; each block only swaps pointers.
         struct Mems {
           dnnl::memory qm, km, sm, vm, om, sp;
@@ -99,12 +116,29 @@ class OnednnAttention final : public AttentionKernel {
           const int64_t n = std::min(rows, p.seq - r0);
           const int t = n == rows ? 0 : 1;
           Mems& m = *mems[t];
-          m.qm.set_data_handle(const_cast<float*>(q + b * p.qStrides[0] + h * p.qStrides[1] + r0 * p.qStrides[2]));
+          const float* qBlk = q + b * p.qStrides[0] + h * p.qStrides[1] + r0 * p.qStrides[2];
+          if (packQ) {
+            for (int64_t i = 0; i < n; ++i) std::copy_n(qBlk + i * p.qStrides[2], D, qPack + i * D);
+            qBlk = qPack;
+          }
+          m.qm.set_data_handle(const_cast<float*>(qBlk));
           const int64_t g = h / group;
-          m.km.set_data_handle(const_cast<float*>(k + b * p.kStrides[0] + g * p.kStrides[1]));
-          m.vm.set_data_handle(const_cast<float*>(v + b * p.vStrides[0] + g * p.vStrides[1]));
+          const float* kHead = k + b * p.kStrides[0] + g * p.kStrides[1];
+          const float* vHead = v + b * p.vStrides[0] + g * p.vStrides[1];
+          if (packKV) {
+            if (b != packedB || g != packedG) {
+              for (int64_t j = 0; j < KV; ++j) {
+                std::copy_n(kHead + j * p.kStrides[2], D, kPack + j * D);
+                std::copy_n(vHead + j * p.vStrides[2], Dv, vPack + j * Dv);
+              }
+              packedB = b, packedG = g;
+            }
+            kHead = kPack, vHead = vPack;
+          }
+          m.km.set_data_handle(const_cast<float*>(kHead));
+          m.vm.set_data_handle(const_cast<float*>(vHead));
           float* o = out + b * p.outStrides[0] + h * p.outStrides[1] + r0 * p.outStrides[2];
-          m.om.set_data_handle(o);
+          m.om.set_data_handle(packO ? oPack : o);
           std::unordered_map<int, dnnl::memory> args{
               {DNNL_ARG_SRC, m.qm}, {DNNL_ARG_WEIGHTS, m.km}, {DNNL_ARG_DST, m.sm}};
           if (scratch > 0) args.emplace(DNNL_ARG_SCRATCHPAD, m.sp);
@@ -128,11 +162,13 @@ class OnednnAttention final : public AttentionKernel {
           s.wait();
           // Normalize the (short) output rows instead of the (long) probability rows; times the
           // reciprocal, as ATen's kernel does.
+          // A packed output is scaled on its way to the caller's strided rows.
           for (int64_t i = 0; i < n; ++i) {
             // A fully masked row (sum 0) stays 0, as ATen's kernel leaves it (not 0 * 1/0 = NaN).
             const float r = rowSum[i] > 0.f ? 1.f / rowSum[i] : 0.f;
             float* row = o + i * p.outStrides[2];
-            for (int64_t d = 0; d < p.valueDim; ++d) row[d] *= r;
+            const float* from = packO ? oPack + i * Dv : row;
+            for (int64_t d = 0; d < Dv; ++d) row[d] = from[d] * r;
           }
           if (p.logsumexp) {
             float* l = lse + b * p.lseStrides[0] + h * p.lseStrides[1] + r0 * p.lseStrides[2];
@@ -181,15 +217,22 @@ StatusOr<std::unique_ptr<AttentionKernel>> createAttention(const AttentionParams
     if (p.blockRows <= 0 && rows > 16) rows -= rows % 16;  // whole register tiles for the matmuls
     rows = std::min(rows, p.seq);
     kern->rows = rows;
+    // Measured (kernels/bench/attention_bench.cpp, Zen 5, 1 thread): with rows of stride H·D (the
+    // heads' permuted views) oneDNN 3.2 picks gemm:jit for both matmuls, 23.1 ms at [1,6,1500,64]
+    // and 0.342 ms at [1,12,128,64]; with dense rows brg:avx512_core, 21.1 and 0.321 ms. Copying
+    // the rows costs O(S·D + KV·D) per head against O(S·KV·D) of matmul work.
+    kern->packQ = p.qStrides[2] != p.headDim;
+    kern->packKV = p.kStrides[2] != p.headDim || p.vStrides[2] != p.valueDim;
+    kern->packO = p.outStrides[2] != p.valueDim;
     const int64_t tail = p.seq % rows;
     for (int t = 0; t < 2; ++t) {
       const int64_t n = t == 0 ? rows : tail;
       if (n == 0) continue;
-      dnnl::memory::desc qMd({n, p.headDim}, dt::f32, {p.qStrides[2], 1});
-      dnnl::memory::desc kMd({p.headDim, p.kvSeq}, dt::f32, {1, p.kStrides[2]});
+      dnnl::memory::desc qMd({n, p.headDim}, dt::f32, {p.headDim, 1});
+      dnnl::memory::desc kMd({p.headDim, p.kvSeq}, dt::f32, {1, p.headDim});
       dnnl::memory::desc sMd({n, p.kvSeq}, dt::f32, {p.kvSeq, 1});
-      dnnl::memory::desc vMd({p.kvSeq, p.valueDim}, dt::f32, {p.vStrides[2], 1});
-      dnnl::memory::desc oMd({n, p.valueDim}, dt::f32, {p.outStrides[2], 1});
+      dnnl::memory::desc vMd({p.kvSeq, p.valueDim}, dt::f32, {p.valueDim, 1});
+      dnnl::memory::desc oMd({n, p.valueDim}, dt::f32, {p.valueDim, 1});
       kern->qk[t] = makeMatmul(qMd, kMd, sMd);
       kern->pv[t] = makeMatmul(sMd, vMd, oMd);
       if (kern->qk[t]->impl.rfind("ref", 0) == 0 || kern->pv[t]->impl.rfind("ref", 0) == 0) {
