@@ -8,8 +8,12 @@
 namespace verifuse::kernels::cpu {
 
 float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64_t n, float scale, float* sum) {
+  static const bool avx512 = hasAvx512() && hasAvx2Fma();
   static const bool avx2 = hasAvx2Fma();
-  if (avx2 && (mask == nullptr || maskStride == 1)) return detail::attentionSoftmaxRowAvx2(s, mask, n, scale, sum);
+  if (mask == nullptr || maskStride == 1) {
+    if (avx512) return detail::attentionSoftmaxRowAvx512(s, mask, n, scale, sum);
+    if (avx2) return detail::attentionSoftmaxRowAvx2(s, mask, n, scale, sum);
+  }
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) {
     float x = s[j] * scale;

@@ -9,11 +9,12 @@ namespace verifuse::kernels::cpu {
 /// 0 = one value for the whole row), then s_j = exp(x_j - max) in place. Returns max and sets
 /// *sum = sum_j s_j. A row whose every x_j is -inf gets s = 0, sum 0 and max -inf (the kernel then
 /// writes a zero output row, as ATen's CPU flash attention does). exp is the row engine's
-/// (vecmath, < 1 ulp) on AVX2, std::exp otherwise.
+/// (vecmath, < 1 ulp) on AVX-512 or AVX2, std::exp otherwise.
 float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64_t n, float scale, float* sum);
 
 namespace detail {
 float attentionSoftmaxRowAvx2(float* s, const float* mask, int64_t n, float scale, float* sum);
+float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float scale, float* sum);
 }  // namespace detail
 
 }  // namespace verifuse::kernels::cpu

@@ -1,0 +1,85 @@
+// AVX-512 row step of the attention kernel (16 floats a vector, masked tails): vecmath's exp
+// (vecmath_avx2.h: the same range reduction, polynomial and two-step scaling, < 1 ulp) on __m512.
+// Why a second ISA: on this Zen 5 the row step is the part of attention outside oneDNN, and
+// 512-bit vectors run at full width.
+#include <immintrin.h>
+
+#include <cmath>
+#include <limits>
+
+#include "cpu/attention_rows.h"
+#include "cpu/vecmath_avx2.h"  // the exp coefficients
+
+namespace verifuse::kernels::cpu::detail {
+
+namespace {
+
+namespace c = avx2::detail;
+
+inline __m512 splat(float v) { return _mm512_set1_ps(v); }
+
+inline __m512 pow2i(__m512 n) {
+  __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+}
+
+/// vecmath's exp on 16 floats (operand order of the clamps as there: NaN passes through).
+inline __m512 exp512(__m512 x) {
+  x = _mm512_min_ps(splat(89.0f), _mm512_max_ps(splat(-104.0f), x));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, splat(c::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, splat(c::kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, splat(c::kLn2Lo), r);
+  constexpr int kN = sizeof(c::kExpP) / sizeof(c::kExpP[0]);
+  __m512 p = splat(c::kExpP[kN - 1]);
+  for (int i = kN - 2; i >= 0; --i) p = _mm512_fmadd_ps(p, r, splat(c::kExpP[i]));
+  p = _mm512_add_ps(splat(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(r, r), p, r));
+  __m512 n1 = _mm512_roundscale_ps(_mm512_mul_ps(n, splat(0.5f)), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 n2 = _mm512_sub_ps(n, n1);
+  return _mm512_mul_ps(_mm512_mul_ps(p, pow2i(n1)), pow2i(n2));
+}
+
+// Horizontal max / sum through two 256-bit halves (GCC 12 warns about its own
+// _mm512_reduce_max_ps / _mm512_reduce_add_ps: -Wmaybe-uninitialized inside the intrinsics).
+inline __m128 halves(__m512 v, __m128 (*op)(__m128, __m128), __m256 (*op8)(__m256, __m256)) {
+  __m256 h = op8(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 m = op(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  m = op(m, _mm_movehl_ps(m, m));
+  return op(m, _mm_shuffle_ps(m, m, 1));
+}
+inline float hmax(__m512 v) { return _mm_cvtss_f32(halves(v, _mm_max_ps, _mm256_max_ps)); }
+inline float hsum(__m512 v) { return _mm_cvtss_f32(halves(v, _mm_add_ps, _mm256_add_ps)); }
+
+}  // namespace
+
+float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float scale, float* sum) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const __m512 vs = splat(scale);
+  __m512 vmax = splat(ninf);
+  // x = s * scale + mask, rounded twice as ATen's CPU kernel does (no fused multiply-add).
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1);
+    __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), vs);
+    if (mask) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(k, mask + j));
+    _mm512_mask_storeu_ps(s + j, k, x);
+    vmax = _mm512_mask_max_ps(vmax, k, vmax, x);
+  }
+  const float mx = hmax(vmax);
+  if (mx == ninf) {
+    // exp(-inf - -inf) would be NaN: a fully masked row has no weight anywhere.
+    for (int64_t j = 0; j < n; ++j) s[j] = 0.f;
+    *sum = 0.f;
+    return mx;
+  }
+  const __m512 vm = splat(mx);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1);
+    __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm));
+    _mm512_mask_storeu_ps(s + j, k, e);
+    acc = _mm512_mask_add_ps(acc, k, acc, e);
+  }
+  *sum = hsum(acc);
+  return mx;
+}
+
+}  // namespace verifuse::kernels::cpu::detail
