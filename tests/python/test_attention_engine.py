@@ -155,7 +155,7 @@ def test_aten_knob_and_heuristic_keep_small_attention_on_aten(monkeypatch):
     x = torch.randn(2, 9, 32)
     _check(Projected().eval(), (x, x), engine="aten", monkeypatch=monkeypatch)
     torch._dynamo.reset()
-    # Untimed and unforced: 9 x 9 keys x (8 + 8) per head is below the measured crossover (2^18).
+    # Untimed and unforced: 9 x 9 keys x (8 + 8) per head is below the measured crossover (2^17).
     monkeypatch.delenv("VERIFUSE_ATTENTION")
     m = Projected().eval()
     report = verifuse.explain(m, x, x, strict=True, autotune=False)

@@ -691,13 +691,13 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     const ir::Node& first = graph.nodes()[u.nodes[0]];
     if (u.nodes.size() == 1 && isAttentionEngineOp(first)) {
       // SDPA: oneDNN where it was measured faster than ATen's fused kernel (Zen 5, 1 thread, q/k/v
-      // permuted views, compiled call each way: [1,12,16,64] ATen 0.040 ms vs 0.054, [1,12,32,64]
-      // 0.076 vs 0.078, [1,12,64,64] 0.211 vs 0.154, BERT's [1,12,128,64] 0.66 vs 0.39,
-      // [1,6,1500,64] 40 vs 24 ms): the kernel pays two matmul calls per (batch, head, block), so
-      // it needs at least 2^18 multiply-adds per (batch, head).
+      // permuted views, compiled call each way: [1,12,16,64] ATen 0.038 ms vs 0.045, [1,12,32,64]
+      // 0.074 vs 0.064, [1,12,64,64] 0.202 vs 0.131, BERT's [1,12,128,64] 0.66 vs 0.35,
+      // [1,6,1500,64] 39-40 vs 19.3 ms): the kernel pays two matmul calls and some copies per
+      // (batch, head, block), so it needs at least 2^17 multiply-adds per (batch, head).
       const ir::Value& q = graph.value(static_cast<ValueId>(first.args[0].i));
       const double heads = q.shape.size() == 4 ? static_cast<double>(q.shape[0] * q.shape[1]) : 1.0;
-      heuristicEngine[p] = partitionStatic[p] && partitionMacs[p] >= 262144.0 * heads ? Engine::kOnednn : Engine::kAten;
+      heuristicEngine[p] = partitionStatic[p] && partitionMacs[p] >= 131072.0 * heads ? Engine::kOnednn : Engine::kAten;
       if (partitionForced[p]) heuristicEngine[p] = forcedAttention == "onednn" ? Engine::kOnednn : Engine::kAten;
     } else if (allRows) {
       heuristicEngine[p] = Engine::kRowwise;
