@@ -211,3 +211,38 @@ def test_dtype_fallback_is_reported_and_strict_refuses():
     torch._dynamo.reset()
     with pytest.raises(Exception, match="float64"), torch.no_grad():
         torch.compile(model, backend="verifuse", options={"strict": True})(x)
+
+
+def test_huge_finite_inputs_keep_the_fast_path():
+    """An additive attention mask holds finfo.min in many places: finite, so the fused ops run on
+    their engines (the NaN/Inf check sums in double; a float32 sum would overflow to -inf and send
+    every call down the slow exact plan). NaN still takes the exact plan."""
+    from verifuse import _C
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Linear(256, 256).eval()
+
+    def f(x, mask):
+        return model(x) + mask
+
+    compiled = torch.compile(f, backend="verifuse", options={"strict": True, "autotune": False})
+    x = torch.randn(8, 256)
+    mask = torch.zeros(8, 256)
+    mask[:, ::2] = torch.finfo(torch.float32).min
+    with torch.no_grad():
+        compiled(x, mask)
+        before = _C.engine_run_counts()
+        got = compiled(x, mask)
+        after = _C.engine_run_counts()
+        want = f(x, mask)
+    ran = {e: after[e] - before.get(e, 0) for e in after if after[e] != before.get(e, 0)}
+    assert ran and "aten" not in ran, ran
+    torch.testing.assert_close(got, want)
+    mask[0, 1] = float("nan")
+    with torch.no_grad():
+        before = _C.engine_run_counts()
+        got = compiled(x, mask)
+        after = _C.engine_run_counts()
+    assert after.get("aten", 0) - before.get("aten", 0) == 1
+    assert torch.equal(torch.isnan(got), torch.isnan(f(x, mask)))

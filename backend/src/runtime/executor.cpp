@@ -1237,8 +1237,9 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
   }
   for (const auto& [v, value] : p.folded) slots[static_cast<size_t>(v)] = value;
   // NaN/Inf inputs run every fused op as its ATen composition: oneDNN's clip-based post-ops turn
-  // NaN into a bound where torch propagates it. One reduction per input detects them (an overflow
-  // to Inf in the sum only costs the fast path, never correctness).
+  // NaN into a bound where torch propagates it. One reduction per input detects them, summed in
+  // double: a float32 sum overflows on an attention mask holding finfo.min twice, which would send
+  // every such call down the slow exact plan (an overflow would cost only speed, never correctness).
   bool exact = false;
   if (p.stats.fusedSteps > 0) {
     try {
@@ -1247,7 +1248,7 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
         if (!v.isTensor()) continue;
         const at::Tensor& t = v.toTensor();
         if (!t.is_floating_point() || t.numel() == 0 || !t.device().is_cpu()) continue;
-        if (!std::isfinite(t.sum().item<double>())) {
+        if (!std::isfinite(t.sum(at::kDouble).item<double>())) {
           exact = true;
           break;
         }
