@@ -153,6 +153,36 @@ class KernelCache {
   mutable std::string implInfo_;
 };
 
+/// Kernels of one op keyed by the layout of its inputs (sizes, strides, dtypes as int64s), made
+/// on first use under a lock and kept; a layout whose kernel could not be made is remembered as
+/// null (the op runs ATen for it). Lookups allocate nothing.
+template <typename K>
+class KernelsByLayout {
+ public:
+  /// \p create() -> std::pair<std::unique_ptr<K>, std::string>: the kernel (or null) and its
+  /// description for implInfo() (an empty one keeps the previous description).
+  template <typename Create>
+  const K* get(c10::IntArrayRef key, Create create) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [k, kernel] : entries_) {
+      if (c10::IntArrayRef(k) == key) return kernel.get();
+    }
+    auto [kernel, info] = create();
+    if (!info.empty()) info_ = std::move(info);
+    entries_.emplace_back(key.vec(), std::move(kernel));
+    return entries_.back().second.get();
+  }
+  std::string info() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return info_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<K>>> entries_;
+  mutable std::string info_;
+};
+
 class FusedBase : public FusedOp {
  public:
   Engine engine() const override { return engine_; }
@@ -349,11 +379,9 @@ class FusedLinear final : public FusedBase {
   void chooseWeightLayout() {
     if (layoutPolicy_ != LinearWeights::kAuto) {
       borrowWeights_ = layoutPolicy_ == LinearWeights::kInPlace;
-      layoutHow_ = "option";
       return;
     }
     borrowWeights_ = !kernels::cpu::hasAvx512();
-    layoutHow_ = "heuristic";
     // Timing costs 8 runs of the GEMM once per shape (then the tuning database answers): not for
     // products so big that compile time would grow with them.
     if (!autotune_ || tuningDb_ == nullptr || compute_ != kernels::ComputeType::kF32 || macs_ > 2.0e9) return;
@@ -376,7 +404,6 @@ class FusedLinear final : public FusedBase {
     // place by more than 5% (within noise, the weights are held once).
     const double inPlaceMs = decision->msOf("in-place"), packedMs = decision->msOf("packed");
     borrowWeights_ = !(packedMs > 0 && (inPlaceMs < 0 || packedMs < inPlaceMs * 0.95));
-    layoutHow_ = "tuned";
   }
 
   bool canRun(Engine e) const override {
@@ -496,7 +523,6 @@ class FusedLinear final : public FusedBase {
   bool autotune_ = false;
   kernels::TuningDb* tuningDb_ = nullptr;  // planning only (compileGraph's caller owns it)
   int tuneRepeats_ = 3;
-  std::string layoutHow_;                  // how chooseWeightLayout decided; empty: not yet
   bool gemmOk_ = false;                  // the own GEMM can run this op (AVX2, f32, post-ops)
   kernels::gemm::Epilogue gemmEpilogue_;  // bias pointer set once packed() kept the bias alive
   mutable std::mutex gemmMu_;
@@ -522,8 +548,7 @@ class RowwiseOp final : public FusedOp {
   void releaseWeights() override {}
   double macs() const override { return 0; }
   std::string implInfo() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return implInfo_;
+    return kernels_.info();
   }
   size_t numOutputs() const override { return numOutputs_; }
 
@@ -554,21 +579,11 @@ class RowwiseOp final : public FusedOp {
       key.append(t.sizes().begin(), t.sizes().end());
       key.append(t.strides().begin(), t.strides().end());
     }
-    const kernels::rowwise::RowKernel* kernel = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [k, kern] : kernels_) {
-        if (c10::IntArrayRef(k) == c10::IntArrayRef(key)) {
-          kernel = kern.get();
-          break;
-        }
-      }
-      if (kernel == nullptr) {
-        kernels_.emplace_back(std::vector<int64_t>(key.begin(), key.end()), create(in));
-        kernel = kernels_.back().second.get();
-        if (kernel) implInfo_ = kernel->describe();
-      }
-    }
+    const kernels::rowwise::RowKernel* kernel = kernels_.get(key, [&] {
+      std::unique_ptr<kernels::rowwise::RowKernel> made = create(in);
+      std::string info = made ? made->describe() : "";
+      return std::make_pair(std::move(made), std::move(info));
+    });
     if (kernel == nullptr) return false;
     c10::SmallVector<const void*, 8> inPtrs;
     for (const at::Tensor& t : in) inPtrs.push_back(t.data_ptr());
@@ -696,9 +711,7 @@ class RowwiseOp final : public FusedOp {
   kernels::rowwise::RowProgram program_;
   size_t numOutputs_;
   std::vector<int64_t> outShape_;
-  mutable std::mutex mu_;
-  mutable std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<kernels::rowwise::RowKernel>>> kernels_;
-  mutable std::string implInfo_;
+  KernelsByLayout<kernels::rowwise::RowKernel> kernels_;
 };
 
 // ---- attention -----------------------------------------------------------------------------------
@@ -717,8 +730,7 @@ class AttentionOp final : public FusedOp {
   void releaseWeights() override {}
   double macs() const override { return macs_; }
   std::string implInfo() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return implInfo_;
+    return kernels_.info();
   }
   size_t numOutputs() const override { return 2; }
 
@@ -793,16 +805,7 @@ class AttentionOp final : public FusedOp {
     key.append(k.strides().begin(), k.strides().end());
     key.append(v.strides().begin(), v.strides().end());
     key.append(ms.begin(), ms.end());
-    const kernels::AttentionKernel* kernel = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [kk, kern] : kernels_) {
-        if (c10::IntArrayRef(kk) == c10::IntArrayRef(key)) {
-          kernel = kern.get();
-          break;
-        }
-      }
-      if (kernel == nullptr) {
+    const kernels::AttentionKernel* kernel = kernels_.get(key, [&] {
         kernels::AttentionParams p;
         p.batch = qShape_[0], p.heads = qShape_[1], p.seq = qShape_[2], p.kvSeq = kShape_[2];
         p.headDim = qShape_[3], p.valueDim = vShape_[3], p.kvHeads = kShape_[1];
@@ -817,12 +820,12 @@ class AttentionOp final : public FusedOp {
         p.causal = causal_;
         p.lseStrides = {qShape_[2] * qShape_[1], 1, qShape_[1]};
         auto made = kernels::createAttention(p);
-        kernels_.emplace_back(std::vector<int64_t>(key.begin(), key.end()),
-                              made.isOk() ? std::move(made).value() : nullptr);
-        kernel = kernels_.back().second.get();
-        implInfo_ = kernel ? kernel->implInfo() : "aten (" + made.status().toString() + ")";
-      }
-    }
+        if (!made.isOk()) {
+          return std::make_pair(std::unique_ptr<kernels::AttentionKernel>(), "aten (" + made.status().toString() + ")");
+        }
+        std::string info = (*made)->implInfo();
+        return std::make_pair(std::move(made).value(), std::move(info));
+    });
     if (kernel == nullptr) return false;
     const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat);
     at::Tensor o = at::empty_strided(q.sizes(), outStrides, f32);
@@ -839,9 +842,7 @@ class AttentionOp final : public FusedOp {
     return true;
   }
 
-  mutable std::mutex mu_;
-  mutable std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<kernels::AttentionKernel>>> kernels_;
-  mutable std::string implInfo_;
+  KernelsByLayout<kernels::AttentionKernel> kernels_;
 };
 
 at::Tensor constantArg(const ir::Arg& a, const std::vector<at::Tensor>& constants) {
