@@ -64,20 +64,21 @@ def test_str_shows_partition_table_and_reorders():
     text = str(synthetic_report())
     assert "layout conversions (reorders): 5" in text
     header = next(line for line in text.splitlines() if "decided by" in line)
-    assert header.split() == ["graph", "part", "nodes", "engine", "layout", "conv", "in/out", "weights", "(copy)",
+    assert header.split() == ["graph", "part", "nodes", "engine", "dtype", "layout", "conv", "in/out", "weights", "(copy)",
                               "timed", "(ms", "per", "run)", "decided", "by"]
     rows = [line.split() for line in text.splitlines() if re.match(r"\s+7\s+\d\s", line)]
     # The chosen engine's time comes first, then the other candidates.
-    assert rows == [["7", "0", "0,2", "onednn", "channels_last", "1/1", "-", "onednn", "0.2100,", "aten", "0.3500",
-                     "tuned"],
-                    ["7", "1", "3", "aten", "plain", "0/0", "-", "aten", "0.0200,", "onednn", "0.0500", "tuning-db"]]
+    assert rows == [["7", "0", "0,2", "onednn", "-", "channels_last", "1/1", "-", "onednn", "0.2100,", "aten",
+                     "0.3500", "tuned"],
+                    ["7", "1", "3", "aten", "-", "plain", "0/0", "-", "aten", "0.0200,", "onednn", "0.0500",
+                     "tuning-db"]]
 
 
 def test_str_with_untimed_partitions():
     g = GraphReport(graph_id=1, partitions=[{"nodes": 40, "engine": "aten"}, {"nodes": [1], "onednn_ms": -1.0}])
     text = str(Report([g], 0.1))
-    assert re.search(r"1\s+0\s+40\s+aten\s+-\s+0/0\s+-\s+-\s+-", text)
-    assert re.search(r"1\s+1\s+1\s+aten\s+-\s+0/0\s+-\s+onednn n/a\s+-", text)
+    assert re.search(r"1\s+0\s+40\s+aten\s+-\s+-\s+0/0\s+-\s+-\s+-", text)
+    assert re.search(r"1\s+1\s+1\s+aten\s+-\s+-\s+0/0\s+-\s+onednn n/a\s+-", text)
 
 
 def _svg_nodes(svg: str) -> dict[str, ET.Element]:

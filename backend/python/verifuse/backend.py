@@ -80,8 +80,32 @@ def _inference_problem(example_inputs: Sequence[Any], names: Sequence[str]) -> O
             return f"input {name} has layout {t.layout}; verifuse supports strided tensors"
         # 0-d tensors are Python scalars Dynamo wrapped under dynamic=True (e.g. a batch norm's
         # momentum as float64); they are not model data.
-        if (t.is_floating_point() or t.is_complex()) and t.dtype != torch.float32 and t.dim() > 0:
-            return f"input {name} has dtype {t.dtype}; verifuse supports float32 models"
+        if (t.is_floating_point() or t.is_complex()) and t.dtype not in _MODEL_DTYPES and t.dim() > 0:
+            return f"input {name} has dtype {t.dtype}; {_dtype_support(t.dtype)}"
+    return None
+
+
+# Model dtypes verifuse plans. bfloat16 runs its linears on oneDNN's bf16 kernels, which need
+# native bf16 arithmetic (avx512_bf16 or AMX); without it they are slower than eager's.
+_MODEL_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _dtype_support(dtype: torch.dtype) -> str:
+    if dtype == torch.float16:
+        return ("verifuse supports float32 and bfloat16 models: float16 has no native arithmetic on "
+                "this CPU for oneDNN (it needs avx512_fp16 or AMX-FP16), so its kernels would be "
+                "reference code slower than eager")
+    return "verifuse supports float32 and bfloat16 models"
+
+
+def _bf16_problem(example_inputs: Sequence[Any], names: Sequence[str]) -> Optional[str]:
+    """A bfloat16 model on a CPU without native bf16: the reason to run it eagerly, or None."""
+    from . import _C
+
+    bf16 = any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 and t.dim() > 0 for t in example_inputs)
+    if bf16 and not _C.cpu_has_bf16():
+        return ("bfloat16 model on a CPU without native bf16 arithmetic (avx512_bf16 or AMX): "
+                "oneDNN's bf16 kernels would be slower than eager")
     return None
 
 
@@ -112,7 +136,7 @@ def verifuse_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options:
     graph_report = _report.GraphReport(graph_id=_report.next_graph_id())
     names = _input_names(gm)
     try:
-        problem = _inference_problem(example_inputs, names)
+        problem = _inference_problem(example_inputs, names) or _bf16_problem(example_inputs, names)
         if problem is not None:
             compiled = _fallback(gm, problem, opts, graph_report)
         else:

@@ -204,9 +204,9 @@ class Report:
         lines.append(f"  partitions: {len(data['partitions'])}, layout conversions (reorders): {data['reorders']}, "
                      f"weight copies held by engines: {_mib(copies)}")
         lines.extend("    " + row for row in _text_table(
-            ["graph", "part", "nodes", "engine", "layout", "conv in/out", "weights (copy)", "timed (ms per run)",
-             "decided by"],
-            [[p["graph"], p["id"], _nodes_cell(p["nodes"]), p["engine"], p.get("layout", "-"),
+            ["graph", "part", "nodes", "engine", "dtype", "layout", "conv in/out", "weights (copy)",
+             "timed (ms per run)", "decided by"],
+            [[p["graph"], p["id"], _nodes_cell(p["nodes"]), p["engine"], p.get("dtype") or "-", p.get("layout", "-"),
               f"{p.get('input_conversions', 0)}/{p.get('output_conversions', 0)}", _weights_cell(p),
               _candidates_cell(p), p.get("how", "-")] for p in data["partitions"]]))
         if self.verbose:

@@ -9,6 +9,7 @@
 
 #include "bindings/registry.h"
 #include "verifuse/ir/graph.h"
+#include "verifuse/kernels/kernel.h"
 #include "verifuse/runtime/executor.h"
 
 namespace py = pybind11;
@@ -170,6 +171,9 @@ void registerCore(py::module_& m) {
       .def("graph_text", [](const runtime::CompiledGraph& cg) { return ir::printGraph(cg.graph()); })
       .def("stats", &statsDict);
 
+  m.def("cpu_has_bf16", &kernels::cpuHasBf16,
+        "True if oneDNN uses native bf16 instructions (avx512_bf16 or AMX) on this CPU.");
+  m.def("cpu_isa", &kernels::cpuIsaName, "The ISA oneDNN dispatches to, e.g. \"avx512_core_bf16\".");
   m.def("engine_run_counts", &runtime::engineRunCounts,
         "Fused-op runs per engine since the process started (what plans really executed).");
   m.def(

@@ -82,6 +82,8 @@ py::dict toDict(const driver::CompileReport& r, const runtime::CompiledGraph& pl
     x["output_conversions"] = p.outputConversions;
     x["weight_copy_bytes"] = p.weightCopyBytes;
     x["weight_layout"] = p.weightLayout;
+    x["dtype"] = p.dtype;
+    x["impl"] = p.impl;
     partitions.append(x);
   }
   d["partitions"] = partitions;

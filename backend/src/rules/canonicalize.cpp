@@ -47,16 +47,17 @@ const ir::ConstantTensor* transposedWeight(const Graph& g, const Arg& a, Arg* we
   const bool permute = p->op == "aten::permute" && p->args.size() == 2 && isIntList(p->args[1], {1, 0});
   const bool t = (p->op == "aten::t" || p->op == "aten::numpy_T") && p->args.size() == 1;
   if (!permute && !t) return nullptr;
-  const ir::ConstantTensor* w = u::f32Constant(g, p->args[0]);
+  const ir::ConstantTensor* w = u::floatConstant(g, p->args[0]);
   if (!w || w->sizes.size() != 2) return nullptr;
   *weight = p->args[0];
   return w;
 }
 
-bool validBias(const Graph& g, const Arg& b, int64_t n) {
+/// No bias, or a constant [n] of the weight's dtype \p dtype.
+bool validBias(const Graph& g, const Arg& b, int64_t n, ir::DType dtype) {
   if (b.kind == Arg::Kind::None) return true;
-  const ir::ConstantTensor* c = u::f32Constant(g, b);
-  return c && c->sizes.size() == 1 && c->sizes[0] == n;
+  const ir::ConstantTensor* c = u::floatConstant(g, b);
+  return c && c->dtype == dtype && c->sizes.size() == 1 && c->sizes[0] == n;
 }
 
 /// view / reshape / _unsafe_view of a graph value to a size list.
@@ -72,8 +73,8 @@ void toLinear(Node& n, Arg x, Arg w, Arg b) {
 }
 
 const char* const kNotTransposedWeight =
-    "the weight operand is not permute(W, [1, 0]) / t(W) of a 2-D float32 constant";
-const char* const kBadBias = "the bias is not a float32 constant of N (C_out) elements";
+    "the weight operand is not permute(W, [1, 0]) / t(W) of a 2-D float32 or bfloat16 constant";
+const char* const kBadBias = "the bias is not a constant of N (C_out) elements in the weight's dtype";
 
 // ---- canonicalize-convolution ---------------------------------------------------------------------
 
@@ -97,7 +98,7 @@ std::optional<Match> matchConvolution(const Graph& g, NodeId id, std::string* wh
     return u::why(whyNot, "stride, padding or dilation is not an int list"), std::nullopt;
   }
   if (n.args[8].kind != Arg::Kind::Int) return u::why(whyNot, "groups is not an int"), std::nullopt;
-  if (!validBias(g, n.args[2], w->sizes[0])) return u::why(whyNot, kBadBias), std::nullopt;
+  if (!validBias(g, n.args[2], w->sizes[0], w->dtype)) return u::why(whyNot, kBadBias), std::nullopt;
   return Match{id, id, 0};
 }
 
@@ -168,7 +169,7 @@ std::optional<Match> matchAddmm(const Graph& g, NodeId id, std::string* whyNot) 
   if (!w) return u::why(whyNot, kNotTransposedWeight), std::nullopt;
   auto beta = u::numberArg(n.args[3]), alpha = u::numberArg(n.args[4]);
   if (!beta || !alpha || *beta != 1.0 || *alpha != 1.0) return u::why(whyNot, "beta or alpha is not 1"), std::nullopt;
-  if (n.args[0].kind == Arg::Kind::None || !validBias(g, n.args[0], w->sizes[0])) {
+  if (n.args[0].kind == Arg::Kind::None || !validBias(g, n.args[0], w->sizes[0], w->dtype)) {
     return u::why(whyNot, kBadBias), std::nullopt;
   }
   return Match{id, id, 0};
@@ -188,7 +189,8 @@ Status rewriteAddmm(Graph& g, const Match& m, FusionRecord&) {
 const ir::ConstantTensor* knWeight(const Graph& g, const Arg& a) {
   if (!a.isConstant()) return nullptr;
   const ir::ConstantTensor& c = g.constants().at(static_cast<size_t>(a.i));
-  return c.dtype == ir::DType::Float32 && c.sizes.size() == 2 && c.strides.size() == 2 ? &c : nullptr;
+  const bool floatDtype = c.dtype == ir::DType::Float32 || c.dtype == ir::DType::BFloat16;
+  return floatDtype && c.sizes.size() == 2 && c.strides.size() == 2 ? &c : nullptr;
 }
 
 std::optional<Match> matchAddmmKn(const Graph& g, NodeId id, std::string* whyNot) {
@@ -196,12 +198,12 @@ std::optional<Match> matchAddmmKn(const Graph& g, NodeId id, std::string* whyNot
   if (n.args.size() != 5 || !n.args[1].isValue()) return std::nullopt;
   if (!n.args[2].isConstant()) return std::nullopt;  // permute(W) is canonicalize-addmm's pattern
   const ir::ConstantTensor* w = knWeight(g, n.args[2]);
-  if (!w) return u::why(whyNot, "the [K, N] weight is not a 2-D float32 constant"), std::nullopt;
+  if (!w) return u::why(whyNot, "the [K, N] weight is not a 2-D float32 or bfloat16 constant"), std::nullopt;
   if (w->sizes[0] == 0 || w->sizes[1] == 0) return u::why(whyNot, "empty weight"), std::nullopt;
   auto beta = u::numberArg(n.args[3]), alpha = u::numberArg(n.args[4]);
   if (!beta || !alpha || *beta != 1.0 || *alpha != 1.0) return u::why(whyNot, "beta or alpha is not 1"), std::nullopt;
-  if (n.args[0].kind == Arg::Kind::None || !validBias(g, n.args[0], w->sizes[1])) {
-    return u::why(whyNot, "the bias is not a float32 constant of N (= the weight's dim 1) elements"), std::nullopt;
+  if (n.args[0].kind == Arg::Kind::None || !validBias(g, n.args[0], w->sizes[1], w->dtype)) {
+    return u::why(whyNot, "the bias is not a constant of N (= the weight's dim 1) elements in its dtype"), std::nullopt;
   }
   const auto* x = u::knownShape(g, u::valueOf(n.args[1]));
   if (x && (x->size() != 2 || ((*x)[1] >= 0 && (*x)[1] != w->sizes[0]))) {
@@ -272,9 +274,11 @@ Status rewriteMm(Graph& g, const Match& m, FusionRecord&) {
 std::optional<Match> matchLinear(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
   if (n.args.size() != 3 || !n.args[0].isValue()) return std::nullopt;
-  const ir::ConstantTensor* w = u::f32Constant(g, n.args[1]);
-  if (!w || w->sizes.size() != 2) return u::why(whyNot, "the weight is not a 2-D float32 constant"), std::nullopt;
-  if (!validBias(g, n.args[2], w->sizes[0])) return u::why(whyNot, kBadBias), std::nullopt;
+  const ir::ConstantTensor* w = u::floatConstant(g, n.args[1]);
+  if (!w || w->sizes.size() != 2) {
+    return u::why(whyNot, "the weight is not a 2-D float32 or bfloat16 constant"), std::nullopt;
+  }
+  if (!validBias(g, n.args[2], w->sizes[0], w->dtype)) return u::why(whyNot, kBadBias), std::nullopt;
   return Match{id, id, 0};
 }
 
@@ -436,7 +440,7 @@ std::vector<RuleDeclaration> canonicalizeOps() {
               "(bounded: x [2,2] and [1,3])",
       .phase = Phase::kCanonicalize,
       .anchors = {"aten::addmm"},
-      // addmm($b, %x, permute($W, [1, 0]) | t($W), 1, 1): W a 2-D float32 constant, b of N elements.
+      // addmm($b, %x, permute($W, [1, 0]) | t($W), 1, 1): W a 2-D float32 or bfloat16 constant (b of its dtype), b of N elements.
       .match = matchAddmm,
       .rewrite = rewriteAddmm,
       .obligation = u::bindNoModel(addmmCanonical, LinearBug::None),
@@ -453,7 +457,7 @@ std::vector<RuleDeclaration> canonicalizeOps() {
               "T[n,k] = V[k,n] a transposed view of V (bounded: x [2,2] with N 3, x [1,3] with N 2)",
       .phase = Phase::kCanonicalize,
       .anchors = {"aten::addmm"},
-      // addmm($b, %x, $V, 1, 1): V a 2-D float32 constant [K, N] read as is, b of N elements, x
+      // addmm($b, %x, $V, 1, 1): V a 2-D float32 or bfloat16 constant [K, N] read as is, b of N elements, x
       // [M, K] when its shape is known. The weight becomes the constant view $V_t: sizes [N, K],
       // V's strides swapped ([1, N]), V's buffer (ir::addConstantView).
       .match = matchAddmmKn,
@@ -471,7 +475,7 @@ std::vector<RuleDeclaration> canonicalizeOps() {
       .math = "mm(x, permute(W,[1,0]))[m,n] = sum_k x[m,k]*W[n,k] = linear(x, W)  (bounded: x [2,2] and [1,3])",
       .phase = Phase::kCanonicalize,
       .anchors = {"aten::mm"},
-      // mm(%x, permute($W, [1, 0]) | t($W)): W a 2-D float32 constant.
+      // mm(%x, permute($W, [1, 0]) | t($W)): W a 2-D float32 or bfloat16 constant.
       .match = matchMm,
       .rewrite = rewriteMm,
       .obligation = u::bindNoModel(mmCanonical, LinearBug::None),

@@ -47,6 +47,16 @@ inline const ir::ConstantTensor* f32Constant(const ir::Graph& g, const ir::Arg& 
   return &c;
 }
 
+/// A contiguous constant of a model's float dtype, float32 or bfloat16 (a bf16 model's weights):
+/// for rewrites that only re-express the op (canonicalization, post-op fusion), never for folds,
+/// which compute new values and validate them in float32.
+inline const ir::ConstantTensor* floatConstant(const ir::Graph& g, const ir::Arg& a) {
+  if (!a.isConstant()) return nullptr;
+  const ir::ConstantTensor& c = g.constants().at(static_cast<size_t>(a.i));
+  if ((c.dtype != ir::DType::Float32 && c.dtype != ir::DType::BFloat16) || !c.isContiguous()) return nullptr;
+  return &c;
+}
+
 inline std::optional<double> numberArg(const ir::Arg& a) {
   if (a.kind == ir::Arg::Kind::Double) return a.d;
   if (a.kind == ir::Arg::Kind::Int) return static_cast<double>(a.i);

@@ -25,7 +25,9 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <thread>
+#include <typeinfo>
 
 namespace verifuse::runtime {
 
@@ -986,7 +988,9 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         for (const ArgSlot& a : impl->steps[st].args) {
           if (a.kind != ArgSlot::Kind::Value || produced.count(a.value) || !slots[static_cast<size_t>(a.value)].isNone()) continue;
           const ir::Value& v = graph.value(a.value);
-          at::Tensor t = at::randn(v.shape, at::TensorOptions().dtype(at::kFloat));
+          // A bf16 model's activations are bf16; everything else is timed on float32 as before.
+          const at::ScalarType type = v.dtype == ir::DType::BFloat16 ? at::kBFloat16 : at::kFloat;
+          at::Tensor t = at::randn(v.shape, at::TensorOptions().dtype(type));
           if (channelsLast[static_cast<size_t>(a.value)] && v.shape.size() == 4) t = t.contiguous(at::MemoryFormat::ChannelsLast);
           if (channelsLast[static_cast<size_t>(a.value)] && v.shape.size() == 5) t = t.contiguous(at::MemoryFormat::ChannelsLast3d);
           slots[static_cast<size_t>(a.value)] = std::move(t);
@@ -1103,7 +1107,15 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       }
     }
     d.layout = anyConv ? "channels_last" : "plain";
+    for (size_t k : unit.nodes) {
+      const ir::Node& n = graph.nodes()[k];
+      if (n.outputs.empty()) continue;
+      const ir::DType t = graph.value(n.outputs[0]).dtype;
+      const std::string name = t == ir::DType::Undefined ? "f32" : ir::dtypeShortName(t);  // text graphs: f32
+      d.dtype = d.dtype.empty() || d.dtype == name ? name : "mixed";
+    }
     for (FusedOp* op : members) {
+      if (d.impl.empty() && op->engine() != Engine::kAten) d.impl = op->implInfo();
       d.weightCopyBytes += op->weightCopyBytes();
       const std::string layout = op->weightLayout();
       if (layout.empty()) continue;
@@ -1267,6 +1279,10 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
     return invalidArgument(e.what_without_backtrace());
   } catch (const std::exception& e) {
     // ATen's own message (shape mismatch, bad dtype, ...), exactly as eager would report it.
+    // Except a Python exception (torch's python_error: a Python kernel or dispatch mode raised,
+    // e.g. under aot_autograd's runtime wrapper): its message lives in the Python error object,
+    // what() is empty, so it goes up as is and Python sees eager's own exception.
+    if (std::string_view(typeid(e).name()).find("python_error") != std::string_view::npos) throw;
     return invalidArgument(e.what());
   }
   std::vector<c10::IValue> outputs;

@@ -209,7 +209,7 @@ class FusedBase : public FusedOp {
   /// oneDNN's copies: a prepacked weight per kernel unless the kernels read weight_ in place.
   int64_t onednnWeightBytes() const {
     if (engine_ != Engine::kOnednn || kernelsBorrowWeights_) return 0;
-    const int64_t elem = compute_ == kernels::ComputeType::kBF16 ? 2 : 4;
+    const int64_t elem = compute_ == kernels::ComputeType::kBF16 || io_ == at::kBFloat16 ? 2 : 4;
     return static_cast<int64_t>(cache_.size()) * weightNumel_ * elem;
   }
   int64_t weightCopyBytes() const override {
@@ -236,8 +236,11 @@ class FusedBase : public FusedOp {
   bool borrowWeights_ = false;                // ask kernels to read weight_ in place
   mutable std::atomic<bool> kernelsBorrowWeights_{false};  // a created kernel does: weight_ must stay
 
-  mutable at::Tensor weight_;  // float32; made contiguous by weights() on first use
+  mutable at::Tensor weight_;  // float32 (a bf16 model's weights widened: exact); made contiguous by weights() on first use
   at::Tensor bias_;            // contiguous float32
+  /// The model's dtype at this op: float32, or bfloat16 for a bf16 model (kernels then read and
+  /// write bf16; atenWeight_/atenBias_ stay the model's bf16 constants, so the ATen path is eager's).
+  at::ScalarType io_ = at::kFloat;
   at::Tensor atenWeight_, atenBias_;  // kept only for the ATen path
 
   /// The buffer the kernel writes: fresh, or holding the residual of a sum post-op (the residual
@@ -247,7 +250,7 @@ class FusedBase : public FusedOp {
                           const at::TensorOptions& options) const {
     if (!hasSum_) return at::empty(dims, options);
     const at::Tensor& r = in.at(1);
-    if (r.sizes() != dims || r.scalar_type() != at::kFloat) return at::Tensor();
+    if (r.sizes() != dims || r.scalar_type() != options.dtype().toScalarType()) return at::Tensor();
     if (donatedResidual(r, strides)) return r;
     at::Tensor out = at::empty(dims, options);
     out.copy_(r);
@@ -358,6 +361,7 @@ class FusedLinear final : public FusedBase {
       p.postOps.push_back(op);
     }
     p.compute = compute_;
+    p.io = io_ == at::kBFloat16 ? kernels::DataType::kBF16 : kernels::DataType::kF32;
     p.borrowWeights = borrow;
     return kernels::createLinear(p);
   }
@@ -384,7 +388,10 @@ class FusedLinear final : public FusedBase {
     borrowWeights_ = !kernels::cpu::hasAvx512();
     // Timing costs 8 runs of the GEMM once per shape (then the tuning database answers): not for
     // products so big that compile time would grow with them.
-    if (!autotune_ || tuningDb_ == nullptr || compute_ != kernels::ComputeType::kF32 || macs_ > 2.0e9) return;
+    if (!autotune_ || tuningDb_ == nullptr || compute_ != kernels::ComputeType::kF32 || io_ != at::kFloat ||
+        macs_ > 2.0e9) {
+      return;
+    }
     auto inPlace = makeKernel(m_, true);
     auto packedKernel = makeKernel(m_, false);
     if (!inPlace.isOk() || !packedKernel.isOk() || !(*inPlace)->borrowsWeights()) return;
@@ -490,7 +497,7 @@ class FusedLinear final : public FusedBase {
 
   at::Tensor runOn(Engine engine, const std::vector<at::Tensor>& in) const override {
     const at::Tensor& x = in.at(0);
-    if (engine == Engine::kAten || x.scalar_type() != at::kFloat || x.dim() < 1 || !x.device().is_cpu() ||
+    if (engine == Engine::kAten || x.scalar_type() != io_ || x.dim() < 1 || !x.device().is_cpu() ||
         x.layout() != at::kStrided || x.numel() == 0 || x.size(-1) != outFeaturesIn_) {
       return runAten(in);
     }
@@ -756,6 +763,9 @@ class AttentionOp final : public FusedOp {
   Engine engine_ = Engine::kAten;
   double macs_ = 0;
   std::vector<int64_t> qShape_, kShape_, vShape_;
+  /// q, k, v, the mask and the output: float32, or bfloat16 for a bf16 model (the logsumexp is
+  /// float32 either way, as ATen's).
+  at::ScalarType dtype_ = at::kFloat;
 
  private:
   std::vector<at::Tensor> runAten(const std::vector<at::Tensor>& in) const {
@@ -788,7 +798,7 @@ class AttentionOp final : public FusedOp {
   bool runKernel(const std::vector<at::Tensor>& in, std::vector<at::Tensor>& out) const {
     if (in.size() != (hasMask_ ? 4u : 3u)) return false;
     for (const at::Tensor& t : in) {
-      if (!t.device().is_cpu() || t.layout() != at::kStrided || t.scalar_type() != at::kFloat) return false;
+      if (!t.device().is_cpu() || t.layout() != at::kStrided || t.scalar_type() != dtype_) return false;
     }
     const at::Tensor &q = in[0], &k = in[1], &v = in[2];
     if (q.sizes() != c10::IntArrayRef(qShape_) || k.sizes() != c10::IntArrayRef(kShape_) ||
@@ -819,6 +829,7 @@ class AttentionOp final : public FusedOp {
         p.logsumexp = lseRead_;
         p.causal = causal_;
         p.lseStrides = {qShape_[2] * qShape_[1], 1, qShape_[1]};
+        p.bf16 = dtype_ == at::kBFloat16;
         auto made = kernels::createAttention(p);
         if (!made.isOk()) {
           return std::make_pair(std::unique_ptr<kernels::AttentionKernel>(), "aten (" + made.status().toString() + ")");
@@ -828,14 +839,14 @@ class AttentionOp final : public FusedOp {
     });
     if (kernel == nullptr) return false;
     const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat);
-    at::Tensor o = at::empty_strided(q.sizes(), outStrides, f32);
+    at::Tensor o = at::empty_strided(q.sizes(), outStrides, at::TensorOptions().dtype(dtype_));
     at::Tensor lse;
     if (lseRead_) {
       // ATen's layout: [B,S,H] transposed to [B,H,S].
       lse = at::empty_strided({qShape_[0], qShape_[1], qShape_[2]}, {qShape_[2] * qShape_[1], 1, qShape_[1]}, f32);
     }
-    Status s = kernel->execute(q.const_data_ptr<float>(), k.const_data_ptr<float>(), v.const_data_ptr<float>(),
-                               hasMask_ ? in[3].const_data_ptr<float>() : nullptr, o.mutable_data_ptr<float>(),
+    Status s = kernel->execute(q.const_data_ptr(), k.const_data_ptr(), v.const_data_ptr(),
+                               hasMask_ ? in[3].const_data_ptr() : nullptr, o.mutable_data_ptr(),
                                lseRead_ ? lse.mutable_data_ptr<float>() : nullptr);
     TORCH_CHECK(s.isOk(), "verifuse: attention kernel failed: ", s.toString());
     out = {o, lse};
@@ -859,11 +870,14 @@ void configureCommon(FusedBase& op, const at::Tensor& w, const at::Tensor& b, co
   op.postOps_ = postOps;
   op.hasSum_ = hasSum(postOps);
   op.compute_ = options.bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
+  op.io_ = w.scalar_type();
   op.atenWeight_ = w;
   op.atenBias_ = b;
   op.weightNumel_ = w.numel();
-  op.weight_ = w;
-  op.bias_ = b.defined() ? b.contiguous() : b;
+  // A bf16 model: the kernels take float32 weights (bf16 -> f32 -> bf16 packing is exact) and a
+  // float32 bias (oneDNN adds it in f32 before the one rounding to bf16, as eager's addmm does).
+  op.weight_ = w.scalar_type() == at::kFloat ? w : w.to(at::kFloat);
+  op.bias_ = b.defined() ? b.to(at::kFloat).contiguous() : b;
 }
 
 }  // namespace
@@ -906,10 +920,15 @@ StatusOr<std::unique_ptr<FusedOp>> createAttentionOp(const ir::Graph& g, const i
   const ir::Value& q = g.value(static_cast<ir::ValueId>(n.args[0].i));
   const ir::Value& k = g.value(static_cast<ir::ValueId>(n.args[1].i));
   const ir::Value& v = g.value(static_cast<ir::ValueId>(n.args[2].i));
-  auto f32 = [](ir::DType t) { return t == ir::DType::Float32 || t == ir::DType::Undefined; };
+  // float32 (or unknown: float32 graphs from text), or a bf16 model's bfloat16 on a CPU with
+  // native bf16 (otherwise oneDNN's bf16 matmul is reference code).
+  const bool bf16 = q.dtype == ir::DType::BFloat16;
+  const ir::DType want = bf16 ? ir::DType::BFloat16 : ir::DType::Float32;
+  auto ofType = [&](ir::DType t) { return t == want || (!bf16 && t == ir::DType::Undefined); };
   bool ok = options.useOnednn && q.hasStaticShape() && k.hasStaticShape() && v.hasStaticShape() && q.shape.size() == 4 &&
-            k.shape.size() == 4 && v.shape.size() == 4 && f32(q.dtype) && f32(k.dtype) && f32(v.dtype) &&
-            op->dropout_ == 0.0;
+            k.shape.size() == 4 && v.shape.size() == 4 && ofType(q.dtype) && ofType(k.dtype) && ofType(v.dtype) &&
+            op->dropout_ == 0.0 && (!bf16 || kernels::cpuHasBf16());
+  op->dtype_ = bf16 ? at::kBFloat16 : at::kFloat;
   if (ok) {
     // Same batch everywhere; q's heads a multiple of k's and v's (grouped-query attention, as
     // ATen's kernel reads it); keys and values agree.
@@ -922,9 +941,9 @@ StatusOr<std::unique_ptr<FusedOp>> createAttentionOp(const ir::Graph& g, const i
     const ir::Arg& m = n.args[5];
     if (m.isValue()) {
       const ir::Value& mv = g.value(static_cast<ir::ValueId>(m.i));
-      ok = mv.dtype == ir::DType::Float32 || mv.dtype == ir::DType::Undefined;  // bool masks: ATen
+      ok = ofType(mv.dtype);  // bool masks: ATen
     } else {
-      ok = g.constants()[static_cast<size_t>(m.i)].dtype == ir::DType::Float32;
+      ok = g.constants()[static_cast<size_t>(m.i)].dtype == want;
     }
   }
   op->onednnOk_ = ok;
@@ -957,7 +976,15 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
   VF_ASSIGN_OR_RETURN(std::vector<PostOpSpec> postOps, rules::parsePostOps(n.args.at(rules::postOpsArgIndex(n)).s));
   at::Tensor w = constantArg(n.args.at(1), constants);
   at::Tensor b = constantArg(n.args.at(2), constants);
-  if (!w.defined() || w.scalar_type() != at::kFloat) return unsupported(n.op + ": weight is not a float32 constant");
+  if (!w.defined() || (w.scalar_type() != at::kFloat && w.scalar_type() != at::kBFloat16)) {
+    return unsupported(n.op + ": weight is not a float32 or bfloat16 constant");
+  }
+  if (b.defined() && b.scalar_type() != w.scalar_type()) return unsupported(n.op + ": bias and weight dtypes differ");
+  if (w.scalar_type() == at::kBFloat16 && (n.op != rules::kLinearOp || !kernels::cpuHasBf16())) {
+    // bf16 convolutions are not planned yet; without native bf16 (avx512_bf16/AMX) oneDNN would
+    // run a reference kernel, slower than eager's.
+    return unsupported(n.op + ": bfloat16 needs a linear on a CPU with native bf16");
+  }
   std::unique_ptr<FusedBase> result;
   // A static shape creates the kernel (and prepacks the weights) now; whether oneDNN can run it
   // decides its candidates. Without one, kernels come per shape at run time.
@@ -993,7 +1020,7 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     op->onednnOk_ = options.useOnednn;
     // The own GEMM (AVX2, float32 compute) with the post-ops as its epilogue.
     op->gemmOk_ = options.useOnednn && options.ownGemm && kernels::gemm::available() &&
-                  op->compute_ == kernels::ComputeType::kF32;
+                  op->compute_ == kernels::ComputeType::kF32 && op->io_ == at::kFloat;
     for (const PostOpSpec& spec : postOps) {
       auto kop = toKernelPostOp(spec);
       if (!kop.isOk() || !kernels::gemm::supportsPostOp(*kop)) {

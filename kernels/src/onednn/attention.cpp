@@ -21,6 +21,8 @@ using namespace onednn;
 
 namespace {
 
+float bf16ToF32(uint16_t b) { return __builtin_bit_cast(float, static_cast<uint32_t>(b) << 16); }
+
 /// Per-thread score tile slot in threadScratch (slot 0 is the primitives' scratchpad).
 constexpr int kScoreSlot = 7;
 /// Score tile budget. Measured (kernels/bench/attention_bench.cpp, Zen 5, 1 thread, [1,6,1500,64]):
@@ -52,9 +54,21 @@ class OnednnAttention final : public AttentionKernel {
   // per-thread buffers: oneDNN's brgemm matmul takes only dense operands and is measurably faster
   // than the gemm:jit it picks for strided ones (createAttention).
   bool packQ = false, packKV = false, packO = false;
+  // bf16: the probabilities' f32 -> bf16 rounding and the output's (normalized f32 -> the caller's
+  // bf16 rows), per block height.
+  std::optional<dnnl::reorder> toBf16P[2], toBf16O[2];
+  dnnl::memory::desc outMd[2];  // bf16: the caller's output rows of a block
+  size_t esize = sizeof(float);  // bytes per element of q, k, v, mask and out
 
-  Status execute(const float* q, const float* k, const float* v, const float* mask, float* out,
+  Status execute(const void* qIn, const void* kIn, const void* vIn, const void* maskIn, void* outIn,
                  float* lse) const override {
+    // Byte-addressed: strides count elements of esize bytes.
+    const char* q = static_cast<const char*>(qIn);
+    const char* k = static_cast<const char*>(kIn);
+    const char* v = static_cast<const char*>(vIn);
+    const char* mask = static_cast<const char*>(maskIn);
+    char* out = static_cast<char*>(outIn);
+    const int64_t E = static_cast<int64_t>(esize);
     if (!q || !k || !v || !out || (p.hasMask && !mask) || (p.logsumexp && !lse)) {
       return invalidArgument("attention: null buffer");
     }
@@ -79,29 +93,37 @@ class OnednnAttention final : public AttentionKernel {
         // copies of operands whose rows are not dense (see createAttention).
         const int64_t D = p.headDim, Dv = p.valueDim, KV = p.kvSeq;
         auto pad = [](int64_t n) { return (n + 15) / 16 * 16; };
+        // Sizes in floats; bf16 also needs the probabilities in bf16, an f32 output block (P·V
+        // accumulates in f32) and an f32 mask row.
+        const bool bf16 = p.bf16;
         const int64_t sizes[] = {rows * KV, rows, rows, packQ ? rows * D : 0, packKV ? KV * D : 0,
-                                 packKV ? KV * Dv : 0, packO ? rows * Dv : 0};
+                                 packKV ? KV * Dv : 0, packO || bf16 ? rows * Dv : 0, bf16 ? (rows * KV + 1) / 2 : 0,
+                                 bf16 && p.hasMask ? KV : 0};
+        constexpr int kParts = 9;
         int64_t total = 0;
         for (int64_t n : sizes) total += pad(n);
         float* buf = static_cast<float*>(threadScratch(kScoreSlot, static_cast<size_t>(total) * sizeof(float)));
-        float* parts[7];
-        for (int i = 0; i < 7; ++i) {
+        float* parts[kParts];
+        for (int i = 0; i < kParts; ++i) {
           parts[i] = buf;
           buf += pad(sizes[i]);
         }
-        float *tile = parts[0], *rowMax = parts[1], *rowSum = parts[2], *qPack = parts[3], *kPack = parts[4],
-              *vPack = parts[5], *oPack = parts[6];
+        float *tile = parts[0], *rowMax = parts[1], *rowSum = parts[2], *oPack = parts[6], *maskRow = parts[8];
+        char *qPack = reinterpret_cast<char*>(parts[3]), *kPack = reinterpret_cast<char*>(parts[4]),
+             *vPack = reinterpret_cast<char*>(parts[5]), *pTile = reinterpret_cast<char*>(parts[7]);
         int64_t packedB = -1, packedG = -1;  // whose k/v the packs hold (static schedule: runs of blocks)
         // Memory objects made once per thread and call; each block only swaps pointers.
         struct Mems {
-          dnnl::memory qm, km, sm, vm, om, sp;
+          dnnl::memory qm, km, sm, vm, om, sp, pm, outm;  // pm, outm: bf16 only
         };
         std::optional<Mems> mems[2];
         for (int t = 0; t < 2; ++t) {
           if (!qk[t]) continue;
           mems[t] = Mems{dnnl::memory(qk[t]->src, eng, nullptr), dnnl::memory(qk[t]->wei, eng, nullptr),
                          dnnl::memory(qk[t]->dst, eng, tile), dnnl::memory(pv[t]->wei, eng, nullptr),
-                         dnnl::memory(pv[t]->dst, eng, nullptr), dnnl::memory()};
+                         dnnl::memory(pv[t]->dst, eng, bf16 ? oPack : nullptr), dnnl::memory(),
+                         bf16 ? dnnl::memory(pv[t]->src, eng, pTile) : dnnl::memory(),
+                         bf16 ? dnnl::memory(outMd[t], eng, nullptr) : dnnl::memory()};
           if (scratch > 0) {
             dnnl::memory::desc spMd({static_cast<int64_t>(scratch)}, dt::u8, tag::a);
             mems[t]->sp = dnnl::memory(spMd, eng, threadScratch(0, scratch));
@@ -116,46 +138,64 @@ class OnednnAttention final : public AttentionKernel {
           const int64_t n = std::min(rows, p.seq - r0);
           const int t = n == rows ? 0 : 1;
           Mems& m = *mems[t];
-          const float* qBlk = q + b * p.qStrides[0] + h * p.qStrides[1] + r0 * p.qStrides[2];
+          const char* qBlk = q + (b * p.qStrides[0] + h * p.qStrides[1] + r0 * p.qStrides[2]) * E;
           if (packQ) {
-            for (int64_t i = 0; i < n; ++i) std::copy_n(qBlk + i * p.qStrides[2], D, qPack + i * D);
+            for (int64_t i = 0; i < n; ++i) std::copy_n(qBlk + i * p.qStrides[2] * E, D * E, qPack + i * D * E);
             qBlk = qPack;
           }
-          m.qm.set_data_handle(const_cast<float*>(qBlk));
+          m.qm.set_data_handle(const_cast<char*>(qBlk));
           const int64_t g = h / group;
-          const float* kHead = k + b * p.kStrides[0] + g * p.kStrides[1];
-          const float* vHead = v + b * p.vStrides[0] + g * p.vStrides[1];
+          const char* kHead = k + (b * p.kStrides[0] + g * p.kStrides[1]) * E;
+          const char* vHead = v + (b * p.vStrides[0] + g * p.vStrides[1]) * E;
           if (packKV) {
             if (b != packedB || g != packedG) {
               for (int64_t j = 0; j < KV; ++j) {
-                std::copy_n(kHead + j * p.kStrides[2], D, kPack + j * D);
-                std::copy_n(vHead + j * p.vStrides[2], Dv, vPack + j * Dv);
+                std::copy_n(kHead + j * p.kStrides[2] * E, D * E, kPack + j * D * E);
+                std::copy_n(vHead + j * p.vStrides[2] * E, Dv * E, vPack + j * Dv * E);
               }
               packedB = b, packedG = g;
             }
             kHead = kPack, vHead = vPack;
           }
-          m.km.set_data_handle(const_cast<float*>(kHead));
-          m.vm.set_data_handle(const_cast<float*>(vHead));
-          float* o = out + b * p.outStrides[0] + h * p.outStrides[1] + r0 * p.outStrides[2];
-          m.om.set_data_handle(packO ? oPack : o);
+          m.km.set_data_handle(const_cast<char*>(kHead));
+          m.vm.set_data_handle(const_cast<char*>(vHead));
+          char* oCaller = out + (b * p.outStrides[0] + h * p.outStrides[1] + r0 * p.outStrides[2]) * E;
+          // f32 rows the P·V matmul writes: the caller's (f32, dense rows) or a packed block.
+          float* o = packO || bf16 ? oPack : reinterpret_cast<float*>(oCaller);
+          if (!bf16) m.om.set_data_handle(o);
           std::unordered_map<int, dnnl::memory> args{
               {DNNL_ARG_SRC, m.qm}, {DNNL_ARG_WEIGHTS, m.km}, {DNNL_ARG_DST, m.sm}};
           if (scratch > 0) args.emplace(DNNL_ARG_SCRATCHPAD, m.sp);
           qk[t]->prim.execute(s, args);
           s.wait();
-          const float* maskBase =
-              p.hasMask ? mask + b * p.maskStrides[0] + h * p.maskStrides[1] + r0 * p.maskStrides[2] : nullptr;
+          const char* maskBase =
+              p.hasMask ? mask + (b * p.maskStrides[0] + h * p.maskStrides[1] + r0 * p.maskStrides[2]) * E : nullptr;
           for (int64_t i = 0; i < n; ++i) {
             // Causal (top-left aligned, as ATen's is_causal): query r0 + i sees keys 0..r0 + i; the
             // rest of its row gets weight 0.
             const int64_t seen = p.causal ? std::min(p.kvSeq, r0 + i + 1) : p.kvSeq;
             float* row = tile + i * p.kvSeq;
-            rowMax[i] = cpu::attentionSoftmaxRow(row, maskBase ? maskBase + i * p.maskStrides[2] : nullptr,
-                                                 p.maskStrides[3], seen, p.scale, &rowSum[i]);
+            const float* maskOfRow = nullptr;
+            if (maskBase) {
+              const char* m0 = maskBase + i * p.maskStrides[2] * E;
+              if (bf16) {  // widened to f32 (exact), one value or the row
+                const uint16_t* mb = reinterpret_cast<const uint16_t*>(m0);
+                const int64_t count = p.maskStrides[3] == 0 ? 1 : seen;
+                for (int64_t j = 0; j < count; ++j) maskRow[j] = bf16ToF32(mb[j]);
+                maskOfRow = maskRow;
+              } else {
+                maskOfRow = reinterpret_cast<const float*>(m0);
+              }
+            }
+            rowMax[i] = cpu::attentionSoftmaxRow(row, maskOfRow, p.maskStrides[3], seen, p.scale, &rowSum[i]);
             std::fill(row + seen, row + p.kvSeq, 0.f);
           }
-          args[DNNL_ARG_SRC] = m.sm;
+          if (bf16) {  // P rounded to bf16 for the matmul (exp values in [0, 1])
+            toBf16P[t]->execute(s, {{DNNL_ARG_FROM, m.sm}, {DNNL_ARG_TO, m.pm}});
+            args[DNNL_ARG_SRC] = m.pm;
+          } else {
+            args[DNNL_ARG_SRC] = m.sm;
+          }
           args[DNNL_ARG_WEIGHTS] = m.vm;
           args[DNNL_ARG_DST] = m.om;
           pv[t]->prim.execute(s, args);
@@ -166,9 +206,15 @@ class OnednnAttention final : public AttentionKernel {
           for (int64_t i = 0; i < n; ++i) {
             // A fully masked row (sum 0) stays 0, as ATen's kernel leaves it (not 0 * 1/0 = NaN).
             const float r = rowSum[i] > 0.f ? 1.f / rowSum[i] : 0.f;
-            float* row = o + i * p.outStrides[2];
-            const float* from = packO ? oPack + i * Dv : row;
+            float* row = bf16 ? oPack + i * Dv : o + i * p.outStrides[2];
+            const float* from = packO || bf16 ? oPack + i * Dv : row;
+            if (!bf16 && packO) row = reinterpret_cast<float*>(oCaller) + i * p.outStrides[2];
             for (int64_t d = 0; d < Dv; ++d) row[d] = from[d] * r;
+          }
+          if (bf16) {  // the normalized f32 block to the caller's bf16 rows, rounded once
+            m.outm.set_data_handle(oCaller);
+            toBf16O[t]->execute(s, {{DNNL_ARG_FROM, m.om}, {DNNL_ARG_TO, m.outm}});
+            s.wait();
           }
           if (p.logsumexp) {
             float* l = lse + b * p.lseStrides[0] + h * p.lseStrides[1] + r0 * p.lseStrides[2];
@@ -225,16 +271,25 @@ StatusOr<std::unique_ptr<AttentionKernel>> createAttention(const AttentionParams
     kern->packKV = p.kStrides[2] != p.headDim || p.vStrides[2] != p.valueDim;
     kern->packO = p.outStrides[2] != p.valueDim;
     const int64_t tail = p.seq % rows;
+    const dt io = p.bf16 ? dt::bf16 : dt::f32;
+    kern->esize = p.bf16 ? 2 : sizeof(float);
     for (int t = 0; t < 2; ++t) {
       const int64_t n = t == 0 ? rows : tail;
       if (n == 0) continue;
-      dnnl::memory::desc qMd({n, p.headDim}, dt::f32, {p.headDim, 1});
-      dnnl::memory::desc kMd({p.headDim, p.kvSeq}, dt::f32, {1, p.headDim});
+      dnnl::memory::desc qMd({n, p.headDim}, io, {p.headDim, 1});
+      dnnl::memory::desc kMd({p.headDim, p.kvSeq}, io, {1, p.headDim});
       dnnl::memory::desc sMd({n, p.kvSeq}, dt::f32, {p.kvSeq, 1});
-      dnnl::memory::desc vMd({p.kvSeq, p.valueDim}, dt::f32, {p.valueDim, 1});
+      dnnl::memory::desc pMd({n, p.kvSeq}, io, {p.kvSeq, 1});
+      dnnl::memory::desc vMd({p.kvSeq, p.valueDim}, io, {p.valueDim, 1});
       dnnl::memory::desc oMd({n, p.valueDim}, dt::f32, {p.valueDim, 1});
       kern->qk[t] = makeMatmul(qMd, kMd, sMd);
-      kern->pv[t] = makeMatmul(sMd, vMd, oMd);
+      kern->pv[t] = makeMatmul(pMd, vMd, oMd);
+      if (p.bf16) {
+        kern->outMd[t] = dnnl::memory::desc({n, p.valueDim}, dt::bf16, {p.outStrides[2], 1});
+        kern->toBf16P[t] = makePrimitive<dnnl::reorder>(dnnl::reorder::primitive_desc(engine(), sMd, engine(), pMd));
+        kern->toBf16O[t] =
+            makePrimitive<dnnl::reorder>(dnnl::reorder::primitive_desc(engine(), oMd, engine(), kern->outMd[t]));
+      }
       if (kern->qk[t]->impl.rfind("ref", 0) == 0 || kern->pv[t]->impl.rfind("ref", 0) == 0) {
         return unimplemented("attention: oneDNN has only a reference matmul for these strides");
       }

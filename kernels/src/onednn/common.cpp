@@ -138,7 +138,7 @@ RuntimeInput makeInput(int arg, const dnnl::memory::desc& userMd,
 }
 
 StatusOr<dnnl::primitive_attr> makeAttr(const std::vector<PostOp>& postOps, const dims& dstDims,
-                                        std::vector<RuntimeInput>* binaryInputs) {
+                                        std::vector<RuntimeInput>* binaryInputs, dt operandType) {
   dnnl::primitive_attr attr = userScratchAttr();
   dnnl::post_ops po;
   for (size_t i = 0; i < postOps.size(); ++i) {
@@ -163,7 +163,7 @@ StatusOr<dnnl::primitive_attr> makeAttr(const std::vector<PostOp>& postOps, cons
                                    dimsToString(dstDims));
           }
         }
-        dnnl::memory::desc md(op.binaryDims, dt::f32, plainTag(static_cast<int>(dstDims.size())));
+        dnnl::memory::desc md(op.binaryDims, operandType, plainTag(static_cast<int>(dstDims.size())));
         po.append_binary(toDnnl(op.binaryAlg), md);
         binaryInputs->push_back(
             makeInput(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, md, md));

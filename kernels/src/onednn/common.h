@@ -97,7 +97,7 @@ RuntimeInput makeInput(int arg, const dnnl::memory::desc& userMd,
 /// primitive_attr with user scratchpad and the given post-ops; appends one RuntimeInput per
 /// binary post-op to \p binaryInputs. \p dstDims validates binary operand shapes.
 StatusOr<dnnl::primitive_attr> makeAttr(const std::vector<PostOp>& postOps, const dims& dstDims,
-                                        std::vector<RuntimeInput>* binaryInputs);
+                                        std::vector<RuntimeInput>* binaryInputs, dt operandType = dt::f32);
 /// Plain attr with user scratchpad.
 dnnl::primitive_attr userScratchAttr();
 

@@ -8,16 +8,17 @@ StatusOr<std::unique_ptr<Kernel>> createLinear(const LinearParams& p) {
   if (p.m < 1 || p.k < 1 || p.n < 1) return invalidArgument("linear: m, k, n must be >= 1");
   if (p.weights == nullptr) return invalidArgument("linear: weights are required");
   return guarded("linear", [&]() -> StatusOr<std::unique_ptr<Kernel>> {
-    const bool bf16 = p.compute == ComputeType::kBF16;
+    const dt io = toDnnl(p.io);
+    const bool bf16 = p.compute == ComputeType::kBF16 || p.io == DataType::kBF16;
     const dt cdt = bf16 ? dt::bf16 : dt::f32;
-    dnnl::memory::desc userSrc({p.m, p.k}, dt::f32, tag::ab);
+    dnnl::memory::desc userSrc({p.m, p.k}, io, tag::ab);
     dnnl::memory::desc primSrc({p.m, p.k}, cdt, tag::ab);
     dnnl::memory::desc userW({p.n, p.k}, dt::f32, tag::ab);
     dnnl::memory::desc primW({p.n, p.k}, cdt, tag::any);
     dnnl::memory::desc biasMd({p.n}, dt::f32, tag::a);
-    dnnl::memory::desc dstMd({p.m, p.n}, dt::f32, tag::ab);
+    dnnl::memory::desc dstMd({p.m, p.n}, io, tag::ab);
     std::vector<RuntimeInput> binaryInputs;
-    VF_ASSIGN_OR_RETURN(dnnl::primitive_attr attr, makeAttr(p.postOps, {p.m, p.n}, &binaryInputs));
+    VF_ASSIGN_OR_RETURN(dnnl::primitive_attr attr, makeAttr(p.postOps, {p.m, p.n}, &binaryInputs, io));
     using ip = dnnl::inner_product_forward;
     auto describe = [&](const dnnl::memory::desc& weightsMd) {
       return p.bias ? ip::primitive_desc(engine(), dnnl::prop_kind::forward_inference, primSrc, weightsMd,

@@ -76,6 +76,10 @@ struct PartitionDecision {
   /// the memory price of the decision, e.g. the own GEMM's packed copy vs oneDNN reading in place.
   int64_t weightCopyBytes = 0;
   std::string weightLayout;                 ///< "in place", "packed", "prepacked", "mixed" or ""
+  /// Element type its members compute in and write: "f32", "bf16" (a bf16 model), or "mixed".
+  std::string dtype;
+  /// The chosen engine's kernel implementation (oneDNN's name, e.g. "brg:avx512_core_bf16"), or "".
+  std::string impl;
 };
 
 struct ExecutorStats {

@@ -37,6 +37,10 @@ struct AttentionParams {
   std::array<int64_t, 3> lseStrides{};
   /// Query rows per block; 0: chosen so the [rows, KV] score tile stays well inside L2.
   int64_t blockRows = 0;
+  /// A bf16 model's attention: q, k, v, the mask and out are bf16. Scores, the softmax and the
+  /// P·V accumulation are f32; the probabilities are rounded to bf16 for the P·V matmul and the
+  /// output once at the end, as ATen's CPU flash attention does for reduced float types.
+  bool bf16 = false;
 };
 
 /// Created once per shape and stride set (the oneDNN primitives are made here); execute() is
@@ -48,7 +52,8 @@ class AttentionKernel {
  public:
   virtual ~AttentionKernel() = default;
   /// \p mask may be null when !hasMask; \p lse may be null when !logsumexp.
-  virtual Status execute(const float* q, const float* k, const float* v, const float* mask, float* out,
+  /// q, k, v, mask and out hold float, or bf16 (uint16 bit patterns) with AttentionParams::bf16.
+  virtual Status execute(const void* q, const void* k, const void* v, const void* mask, void* out,
                          float* lse) const = 0;
   /// "attention: qk <impl> / pv <impl>, rows <n>".
   virtual std::string implInfo() const = 0;

@@ -42,8 +42,8 @@ struct PostOp {
   float alpha = 0.f, beta = 0.f;
   /// kSum: dst = dst_result + scale * dst_before (residual add; the output buffer holds it).
   float scale = 1.f;
-  /// kBinary: dst = alg(dst, src1). src1 is a runtime input, dense row-major f32 with these dims
-  /// (same rank as dst, each dim 1 or equal: per-channel {1,C,1,1} or full shape).
+  /// kBinary: dst = alg(dst, src1). src1 is a runtime input, dense row-major in the kernel's I/O
+  /// dtype with these dims (same rank as dst, each dim 1 or equal: per-channel {1,C,1,1} or full).
   BinaryAlg binaryAlg = BinaryAlg::kAdd;
   std::vector<int64_t> binaryDims;
 
@@ -108,6 +108,11 @@ struct LinearParams {
   /// twice. The caller keeps them alive, at the same address, while the kernel exists. Otherwise
   /// (bf16, no such kernel) the weights are prepacked as usual; Kernel::borrowsWeights() says which.
   bool borrowWeights = false;
+  /// dtype of src, dst and the post-op operands (binary src1, the sum's residual). kBF16 is a bf16
+  /// model's linear: bf16 in and out, weights prepacked in bf16 (\p weights are the bf16 values
+  /// widened to f32, so packing is exact), f32 accumulation, bias and post-ops, one rounding to
+  /// bf16 at the end.
+  DataType io = DataType::kF32;
 };
 StatusOr<std::unique_ptr<Kernel>> createLinear(const LinearParams& p);
 

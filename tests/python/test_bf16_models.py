@@ -1,0 +1,179 @@
+"""bf16 models (issue 19): `model.to(torch.bfloat16)` runs on verifuse's bf16 kernels instead of
+falling back to eager.
+
+What each test pins down, so that it fails when the feature is off:
+- the plan really computes in bf16: the linears run on oneDNN (profiler events
+  "verifuse::linear@onednn"), SDPA on the attention kernel ("...@onednn" with
+  VERIFUSE_ATTENTION=onednn), the report's partitions say dtype "bf16" with a bf16 oneDNN
+  implementation, and the outputs are bf16;
+- the results are as close to the exact value as eager's own bf16 computation is. The tolerance is
+  derived, not guessed: `reference` is the same model evaluated in float32 (its bf16 weights widened,
+  which is exact, and the same inputs widened), i.e. what the bf16 model means without rounding.
+  Eager bf16 deviates from it by its own rounding error e_eager; verifuse rounds at different points
+  (one rounding per fused linear + post-ops instead of one per op; the same points as ATen's flash
+  attention), so its deviation must be of the same size: at most 2 * e_eager (and by the triangle
+  inequality it is then within 3 * e_eager of eager bf16 itself).
+- float16 models fall back to eager with one warning naming the reason; a bf16 model fed a float32
+  input gets eager's own error.
+"""
+import copy
+import warnings
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.profiler import profile
+
+import verifuse
+from verifuse import _C
+
+native_bf16 = pytest.mark.skipif(not _C.cpu_has_bf16(), reason="this CPU has no native bf16 (avx512_bf16/AMX)")
+
+
+def _engine_events(compiled, args, kwargs=None):
+    with profile() as prof:
+        out = compiled(*args, **(kwargs or {}))
+    return out, Counter(e.name for e in prof.events() if "@" in e.name)
+
+
+def _first_tensor(out):
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)):
+        return _first_tensor(out[0])
+    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+def _widen(x):
+    return x.float() if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16 else x
+
+
+def _check_bf16_accuracy(model, args, kwargs, got):
+    """verifuse's deviation from the float32 evaluation of the bf16 model is at most twice eager
+    bf16's own (module docstring)."""
+    with torch.no_grad():
+        eager = _first_tensor(model(*args, **kwargs)).float()
+        reference = _first_tensor(copy.deepcopy(model).float()(*[_widen(a) for a in args],
+                                                               **{k: _widen(v) for k, v in kwargs.items()})).float()
+    got = got.float()
+    e_eager = (eager - reference).abs().max().item()
+    e_verifuse = (got - reference).abs().max().item()
+    assert e_eager > 0, "eager bf16 equal to float32: the model does not exercise bf16 rounding"
+    assert e_verifuse <= 2 * e_eager, (e_verifuse, e_eager)
+    return e_verifuse, e_eager
+
+
+class Block(nn.Module):
+    """A transformer encoder layer as transformers writes it: q/k/v projections to heads, SDPA with
+    an additive bf16 mask, output projection + residual, layer norm, GELU MLP + residual."""
+
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.h = heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x, mask):
+        b, s, d = x.shape
+        split = lambda t: t.view(b, s, self.h, d // self.h).transpose(1, 2)  # noqa: E731
+        a = F.scaled_dot_product_attention(split(self.q(x)), split(self.k(x)), split(self.v(x)), attn_mask=mask)
+        x = self.ln1(self.o(a.transpose(1, 2).reshape(b, s, d)) + x)
+        return self.ln2(self.down(F.gelu(self.up(x))) + x)
+
+
+def _block_inputs(b=2, s=24, d=64):
+    torch.manual_seed(0)
+    x = torch.randn(b, s, d).bfloat16()
+    mask = torch.zeros(b, 1, s, s)
+    mask[1, :, :, -5:] = torch.finfo(torch.bfloat16).min  # padding of the second sequence, as transformers masks
+    return x, mask.bfloat16()
+
+
+@native_bf16
+def test_bf16_block_runs_bf16_kernels_with_eager_sized_error(monkeypatch):
+    monkeypatch.setenv("VERIFUSE_ATTENTION", "onednn")  # the attention partition without timing
+    torch.manual_seed(0)
+    model = Block().eval().bfloat16()
+    x, mask = _block_inputs()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+        compiled(x, mask)
+        got, events = _engine_events(compiled, (x, mask))
+    assert got.dtype == torch.bfloat16
+    assert events["verifuse::linear@onednn"] == 6, events
+    assert events["aten::_scaled_dot_product_flash_attention_for_cpu@onednn"] == 1, events
+    _check_bf16_accuracy(model, (x, mask), {}, got)
+
+
+@native_bf16
+def test_report_says_bf16_partitions_with_bf16_kernels():
+    torch.manual_seed(0)
+    model = Block().eval().bfloat16()
+    report = verifuse.explain(model, *_block_inputs())
+    linears = [p for p in report.to_dict()["partitions"] if any("verifuse::linear" in op for op in p["ops"])]
+    assert linears and all(p["engine"] == "onednn" for p in linears), linears
+    assert all(p["dtype"] == "bf16" for p in linears), [p["dtype"] for p in linears]
+    # oneDNN's implementation names carry the data type of the kernels they run
+    assert all("bf16" in p["impl"] for p in linears), [p["impl"] for p in linears]
+    assert "bf16" in str(report)
+
+
+@native_bf16
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_transformers_bf16_models(name):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if name == "bert":
+        cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      intermediate_size=128, vocab_size=500)
+        model = transformers.BertModel(cfg)
+    else:  # RMSNorm and rotary upcast to float32 inside the bf16 model: a mixed graph
+        cfg = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, intermediate_size=128, vocab_size=500)
+        model = transformers.LlamaModel(cfg)
+    model = model.eval().to(torch.bfloat16)
+    ids = torch.randint(0, 500, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[1, -4:] = 0
+    kwargs = {"attention_mask": mask}
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+        compiled(ids, **kwargs)
+        out, events = _engine_events(compiled, (ids,), kwargs)
+    got = _first_tensor(out)
+    assert got.dtype == torch.bfloat16
+    assert events["verifuse::linear@onednn"] >= 8, events  # 2 layers' projections at least
+    _check_bf16_accuracy(model, (ids,), kwargs, got)
+
+
+def test_float16_model_falls_back_with_its_reason():
+    model = nn.Sequential(nn.Linear(16, 8), nn.ReLU()).eval().half()
+    x = torch.randn(4, 16).half()
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        got = torch.compile(model, backend="verifuse")(x)
+    messages = [str(w.message) for w in caught if issubclass(w.category, verifuse.VerifuseFallbackWarning)]
+    assert len(messages) == 1 and "float16" in messages[0], messages
+    torch.testing.assert_close(got, model(x), rtol=0, atol=0)
+
+
+@pytest.mark.skipif(_C.cpu_has_bf16(), reason="the fallback is for CPUs without native bf16")
+def test_bf16_model_without_native_bf16_falls_back_with_its_reason():
+    model = nn.Sequential(nn.Linear(16, 8), nn.ReLU()).eval().bfloat16()
+    x = torch.randn(4, 16).bfloat16()
+    with pytest.warns(verifuse.VerifuseFallbackWarning, match="native bf16"), torch.no_grad():
+        got = torch.compile(model, backend="verifuse")(x)
+    torch.testing.assert_close(got, model(x), rtol=0, atol=0)
+
+
+def test_bf16_model_fed_float32_gets_eagers_error():
+    model = nn.Sequential(nn.Linear(16, 8), nn.GELU()).eval().bfloat16()
+    x = torch.randn(4, 16)
+    with pytest.raises(RuntimeError) as eager, torch.no_grad():
+        model(x)
+    with pytest.raises(RuntimeError) as compiled, torch.no_grad():
+        torch.compile(model, backend="verifuse")(x)
+    assert str(eager.value) in str(compiled.value), (str(eager.value), str(compiled.value))
