@@ -23,9 +23,10 @@ std::vector<Real> load(const ir::Graph& g, ir::ConstantId id) {
   std::vector<Real> out;
   if (id < 0) return out;
   const ir::ConstantTensor& c = g.constants().at(static_cast<size_t>(id));
-  if (!c.data || c.dtype != ir::DType::Float32 || !c.isContiguous()) return out;
-  const float* p = static_cast<const float*>(c.data);
-  out.assign(p, p + c.numel());
+  if (!c.data || !c.isContiguous()) return out;
+  std::shared_ptr<std::vector<float>> keep;
+  const float* p = c.widenedFloatData(keep);  // float32, or a bf16 model's bfloat16 widened (exact)
+  if (p) out.assign(p, p + c.numel());
   return out;
 }
 
@@ -144,6 +145,8 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
   }
   // A standalone batch norm (no weight) folds to scale/shift constants themselves.
   const bool standalone = f.weight < 0;
+  // A bf16 model's fold: its float32 result is rounded to bf16 once more when the kernel packs it.
+  bool bf16Model = false;
   // Weights are read in place (float pointers), not copied: validating ResNet-50's largest layer
   // must not add tens of MB to compile-time peak memory.
   // (Lazily folded weights are materialized for the check and freed right after it.)
@@ -152,7 +155,8 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
   size_t wCount = static_cast<size_t>(c);
   if (!standalone) {
     const ir::ConstantTensor& wc = g.constants().at(static_cast<size_t>(f.weight));
-    if (wc.dtype == ir::DType::Float32 && wc.isContiguous()) wData = wc.floatData(keepW);
+    if (wc.isContiguous()) wData = wc.widenedFloatData(keepW);
+    bf16Model = wc.dtype == ir::DType::BFloat16;
     wCount = static_cast<size_t>(wc.numel());
   }
   const ir::ConstantTensor& fwc = g.constants().at(static_cast<size_t>(f.foldedWeight));
@@ -192,6 +196,24 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
       if (!(err <= bound)) ok = false;
     }
     check.maxErrorBound = std::max<double>(check.maxErrorBound, static_cast<double>(channelBound));
+  }
+  // bf16 model: the kernel computes with the folded values rounded to bf16. Round-to-nearest has
+  // relative error <= 2^-9 for values in bf16's normal range: the same bound as the rounding of
+  // every activation eager's own bf16 computation makes (each op's result is rounded to bf16), so
+  // the fold adds an error of the size eager already has on its inputs. Outside the normal range
+  // (overflow to inf, subnormal) that bound does not hold: the fold is refused.
+  std::string bf16Note;
+  if (bf16Model) {
+    const Real bf16Max = std::ldexp(Real(255) / 128, 127), bf16MinNormal = std::ldexp(1.0, -126);
+    size_t outOfRange = 0;
+    auto inRange = [&](Real v) { return v == 0 || (std::fabs(v) >= bf16MinNormal && std::fabs(v) <= bf16Max); };
+    for (size_t k = 0; k < wCount; ++k) outOfRange += !inRange(fw(k));
+    for (Real v : fb) outOfRange += !inRange(v);
+    if (outOfRange > 0) ok = false;
+    bf16Note = outOfRange == 0 ? "; bf16 kernel: each folded value rounded to bf16 within 2^-9 relative, as eager "
+                                 "rounds each activation"
+                               : "; bf16 kernel: " + std::to_string(outOfRange) +
+                                     " folded values outside bf16's normal range (rounding error above 2^-9 relative)";
   }
   check.verdict = ok ? "Proved" : "Refuted";
   // The seed blog's end-to-end check on small layers: concrete weights as exact rationals, Z3
@@ -241,7 +263,7 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
   char buf[160];
   std::snprintf(buf, sizeof buf, "%zu channels x %zu values; max |folded - formula| = %.3g, bound %.3g",
                 static_cast<size_t>(c), perChannel, check.maxError, check.maxErrorBound);
-  check.detail = buf;
+  check.detail = buf + bf16Note;
   return check;
 }
 

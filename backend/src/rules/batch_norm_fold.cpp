@@ -69,15 +69,16 @@ std::optional<BatchNormArgs> evalBatchNorm(const Graph& g, const Node& n, std::s
       return std::nullopt;
     }
   }
-  const ir::ConstantTensor* mean = u::f32Constant(g, bn.mean);
-  const ir::ConstantTensor* var = u::f32Constant(g, bn.var);
+  // float32, or a bf16 model's bfloat16 (read widened, exactly).
+  const ir::ConstantTensor* mean = u::floatConstant(g, bn.mean);
+  const ir::ConstantTensor* var = u::floatConstant(g, bn.var);
   if (!mean || !var) {
-    u::why(whyNot, "batch norm running statistics are not frozen float32 constants");
+    u::why(whyNot, "batch norm running statistics are not frozen float32 or bfloat16 constants");
     return std::nullopt;
   }
   for (const Arg* a : {&bn.gamma, &bn.beta}) {
-    if (a->kind != Arg::Kind::None && !u::f32Constant(g, *a)) {
-      u::why(whyNot, "batch norm weight/bias are not frozen float32 constants");
+    if (a->kind != Arg::Kind::None && !u::floatConstant(g, *a)) {
+      u::why(whyNot, "batch norm weight/bias are not frozen float32 or bfloat16 constants");
       return std::nullopt;
     }
   }
@@ -91,10 +92,10 @@ int64_t batchNormChannels(const Graph& g, const BatchNormArgs& bn) {
 /// s[o] = gamma[o] / sqrt(var[o] + eps) and t[o] = beta[o] - mean[o] * s[o], in double.
 void batchNormScaleShift(const Graph& g, const BatchNormArgs& bn, std::vector<double>& s, std::vector<double>& t) {
   const int64_t c = batchNormChannels(g, bn);
-  std::vector<double> gamma = u::toDoubles(u::f32Constant(g, bn.gamma));
-  std::vector<double> beta = u::toDoubles(u::f32Constant(g, bn.beta));
-  std::vector<double> mean = u::toDoubles(u::f32Constant(g, bn.mean));
-  std::vector<double> var = u::toDoubles(u::f32Constant(g, bn.var));
+  std::vector<double> gamma = u::toDoubles(u::floatConstant(g, bn.gamma));
+  std::vector<double> beta = u::toDoubles(u::floatConstant(g, bn.beta));
+  std::vector<double> mean = u::toDoubles(u::floatConstant(g, bn.mean));
+  std::vector<double> var = u::toDoubles(u::floatConstant(g, bn.var));
   s.clear();
   t.clear();
   if (mean.empty() || var.empty()) return;
@@ -258,6 +259,12 @@ std::optional<Match> matchStandaloneBatchNorm(const Graph& g, NodeId id, std::st
   auto bn = evalBatchNorm(g, n, whyNot);
   if (!bn) return std::nullopt;
   if (!bn->input.isValue()) return std::nullopt;
+  // Its float32 scale/shift constants would promote a bf16 model's activations to float32.
+  if (g.constants()[static_cast<size_t>(bn->mean.i)].dtype != ir::DType::Float32 ||
+      g.value(u::valueOf(bn->input)).dtype == ir::DType::BFloat16) {
+    u::why(whyNot, "a bfloat16 batch norm without a producer to fold into stays as it is");
+    return std::nullopt;
+  }
   const auto* shape = u::knownShape(g, u::valueOf(bn->input));
   if (!shape || shape->size() < 2) {
     u::why(whyNot, "batch norm input rank unknown");

@@ -86,8 +86,8 @@ constexpr std::array<int, 7> kConvFromAten = {0, 1, 2, 3, 4, 5, 8};
 std::optional<Match> matchConvolution(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
   if (n.args.size() != 9 || !n.args[0].isValue()) return std::nullopt;
-  const ir::ConstantTensor* w = u::f32Constant(g, n.args[1]);
-  if (!w) return u::why(whyNot, "the weight is not a frozen float32 constant"), std::nullopt;
+  const ir::ConstantTensor* w = u::floatConstant(g, n.args[1]);
+  if (!w) return u::why(whyNot, "the weight is not a frozen float32 or bfloat16 constant"), std::nullopt;
   if (n.args[6].kind != Arg::Kind::Bool || n.args[6].i != 0) {
     return u::why(whyNot, "transposed convolution (verifuse::conv is a forward convolution)"), std::nullopt;
   }

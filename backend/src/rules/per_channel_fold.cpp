@@ -81,6 +81,14 @@ MatchFn matchChannelFold(ChannelOp op) {
       if (std::string problem = u::foldableWeightProblem(g, *p); !problem.empty()) {
         return u::why(whyNot, problem), std::nullopt;
       }
+      // A bf16 producer times a float32 tensor is float32 in eager (type promotion); folded, it
+      // would stay bf16. Numbers keep the bf16 result, as eager does.
+      const bool bf16Producer =
+          g.constants()[static_cast<size_t>(p->args[1].i)].dtype == ir::DType::BFloat16;
+      if (bf16Producer && !u::numberArg(other)) {
+        return u::why(whyNot, "a bfloat16 producer with a float32 tensor operand (eager promotes to float32)"),
+               std::nullopt;
+      }
       if (isAdd) {
         auto alpha = u::numberArg(n.args[2]);
         if (!alpha) return u::why(whyNot, "add's alpha is not a number"), std::nullopt;

@@ -50,7 +50,11 @@ std::string foldableWeightProblem(const Graph& g, const Node& fused) {
     const char* what = k == 1 ? "weight" : "bias";
     if (!a.isConstant()) return std::string("the producer's ") + what + " is not a frozen constant";
     const ir::ConstantTensor& c = g.constants().at(static_cast<size_t>(a.i));
-    if (c.dtype != ir::DType::Float32) return std::string("the producer's ") + what + " is not float32";
+    // bfloat16 (a bf16 model): folded from its exact float32 widening into float32 constants; the
+    // kernel's bf16 packing of those is the one rounding, bounded by the instance check.
+    if (c.dtype != ir::DType::Float32 && c.dtype != ir::DType::BFloat16) {
+      return std::string("the producer's ") + what + " is not float32 or bfloat16";
+    }
     if (!c.isContiguous()) {
       return std::string("the producer's ") + what +
              " is a strided view of another constant (e.g. GPT-2 Conv1D's transposed weight); folds read row-major data";
@@ -62,8 +66,9 @@ std::string foldableWeightProblem(const Graph& g, const Node& fused) {
 std::vector<double> toDoubles(const ir::ConstantTensor* c) {
   std::vector<double> out;
   if (!c || !c->data || !c->isContiguous()) return out;
-  const float* p = static_cast<const float*>(c->data);
-  out.assign(p, p + c->numel());
+  std::shared_ptr<std::vector<float>> keep;
+  const float* p = c->widenedFloatData(keep);  // float32, or bfloat16 widened
+  if (p) out.assign(p, p + c->numel());
   return out;
 }
 
@@ -96,8 +101,16 @@ FoldedConstants foldPerChannel(Graph& g, const Node& fused, const std::vector<do
     // The weight is folded on demand (W'[o, i] = W[o, i] * scale[o], in double, stored as float):
     // the source is kept alive by reference, never copied here.
     std::shared_ptr<void> sourceOwner = w.owner;
-    const float* sourceData = static_cast<const float*>(w.data);
+    const float* sourceData = w.dtype == ir::DType::Float32 ? static_cast<const float*>(w.data) : nullptr;
     auto sourceLazy = w.materialize;
+    if (w.dtype == ir::DType::BFloat16) {  // a bf16 model's weight, widened (exactly) when folded
+      ir::ConstantTensor source = w;
+      sourceLazy = [source]() {
+        std::shared_ptr<std::vector<float>> keep;
+        source.widenedFloatData(keep);
+        return keep;
+      };
+    }
     const int64_t numel = w.numel();
     lazyWeight = [sourceOwner, sourceData, sourceLazy, scale, channels, perChannel, numel]() {
       std::shared_ptr<std::vector<float>> tmp;

@@ -872,7 +872,8 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         }
       }
       const bool clOut = layoutAgnosticReaders(graph, n.outputs[0]);
-      auto fused = createFusedOp(n, impl->constants, shape, options, clOut);
+      const bool bf16Input = n.args[0].isValue() && graph.value(static_cast<ValueId>(n.args[0].i)).dtype == ir::DType::BFloat16;
+      auto fused = createFusedOp(n, impl->constants, shape, options, clOut, bf16Input ? at::kBFloat16 : at::kFloat);
       if (!taken.empty()) {
         for (const Arg& a : {n.args[1], n.args[2]}) {
           if (a.isConstant() && !graph.constants()[static_cast<size_t>(a.i)].data) {

@@ -304,6 +304,7 @@ class FusedConv final : public FusedBase {
       // falls back to its reference convolution, ~300x slower); a plain result is reordered after.
       p.dstFormat = fmt;
       p.compute = compute_;
+      p.io = io_ == at::kBFloat16 ? kernels::DataType::kBF16 : kernels::DataType::kF32;
       return kernels::createConv(p);
     });
   }
@@ -323,7 +324,7 @@ class FusedConv final : public FusedBase {
   at::Tensor runOn(Engine engine, const std::vector<at::Tensor>& in) const override {
     const at::Tensor& x = in.at(0);
     const int64_t rank = static_cast<int64_t>(stride_.size()) + 2;
-    if (engine != Engine::kOnednn || x.scalar_type() != at::kFloat || x.dim() != rank || !x.device().is_cpu() ||
+    if (engine != Engine::kOnednn || x.scalar_type() != io_ || x.dim() != rank || !x.device().is_cpu() ||
         x.layout() != at::kStrided || x.numel() == 0) {
       return runAten(in);  // eager's errors and edge cases, exactly
     }
@@ -866,13 +867,15 @@ at::Tensor constantArg(const ir::Arg& a, const std::vector<at::Tensor>& constant
 namespace {
 
 void configureCommon(FusedBase& op, const at::Tensor& w, const at::Tensor& b, const std::vector<PostOpSpec>& postOps,
-                     const CompileOptions& options) {
+                     const CompileOptions& options, at::ScalarType io) {
   op.postOps_ = postOps;
   op.hasSum_ = hasSum(postOps);
   op.compute_ = options.bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
-  op.io_ = w.scalar_type();
-  op.atenWeight_ = w;
-  op.atenBias_ = b;
+  op.io_ = io;
+  // The ATen composition computes in the model's dtype: a bf16 model's float32 folded weights are
+  // rounded to bf16 for it, the rounding the oneDNN kernel's bf16 packing makes too.
+  op.atenWeight_ = w.scalar_type() == io ? w : w.to(io);
+  op.atenBias_ = !b.defined() || b.scalar_type() == io ? b : b.to(io);
   op.weightNumel_ = w.numel();
   // A bf16 model: the kernels take float32 weights (bf16 -> f32 -> bf16 packing is exact) and a
   // float32 bias (oneDNN adds it in f32 before the one rounding to bf16, as eager's addmm does).
@@ -972,7 +975,8 @@ StatusOr<std::unique_ptr<FusedOp>> createRowwiseOp(const ir::Graph& g, const ir:
 
 StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::vector<at::Tensor>& constants,
                                                  const std::vector<int64_t>* inputShape,
-                                                 const CompileOptions& options, bool channelsLastOutput) {
+                                                 const CompileOptions& options, bool channelsLastOutput,
+                                                 at::ScalarType io) {
   VF_ASSIGN_OR_RETURN(std::vector<PostOpSpec> postOps, rules::parsePostOps(n.args.at(rules::postOpsArgIndex(n)).s));
   at::Tensor w = constantArg(n.args.at(1), constants);
   at::Tensor b = constantArg(n.args.at(2), constants);
@@ -980,10 +984,13 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     return unsupported(n.op + ": weight is not a float32 or bfloat16 constant");
   }
   if (b.defined() && b.scalar_type() != w.scalar_type()) return unsupported(n.op + ": bias and weight dtypes differ");
-  if (w.scalar_type() == at::kBFloat16 && (n.op != rules::kLinearOp || !kernels::cpuHasBf16())) {
-    // bf16 convolutions are not planned yet; without native bf16 (avx512_bf16/AMX) oneDNN would
-    // run a reference kernel, slower than eager's.
-    return unsupported(n.op + ": bfloat16 needs a linear on a CPU with native bf16");
+  if (io != at::kFloat && io != at::kBFloat16) return unsupported(n.op + ": input is not float32 or bfloat16");
+  if (w.scalar_type() == at::kBFloat16 && io != at::kBFloat16) {
+    return unsupported(n.op + ": bfloat16 weights with a float32 input (eager raises)");
+  }
+  if (io == at::kBFloat16 && !kernels::cpuHasBf16()) {
+    // Without native bf16 (avx512_bf16/AMX) oneDNN would run a reference kernel, slower than eager's.
+    return unsupported(n.op + ": bfloat16 needs a CPU with native bf16");
   }
   std::unique_ptr<FusedBase> result;
   // A static shape creates the kernel (and prepacks the weights) now; whether oneDNN can run it
@@ -996,7 +1003,7 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     if (n.args[6].kind != ir::Arg::Kind::Int) return unsupported("verifuse::conv: groups is not constant");
     op->groups_ = n.args[6].i;
     op->channelsLastOutput_ = channelsLastOutput;
-    configureCommon(*op, w, b, postOps, options);
+    configureCommon(*op, w, b, postOps, options, io);
     op->onednnOk_ = options.useOnednn;
     if (options.useOnednn && inputShape) {
       op->staticShape_ = true;
@@ -1009,7 +1016,7 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     result = std::move(op);
   } else if (n.op == rules::kLinearOp) {
     auto op = std::make_unique<FusedLinear>();
-    configureCommon(*op, w, b, postOps, options);
+    configureCommon(*op, w, b, postOps, options, io);
     op->layoutPolicy_ = options.linearWeights;
     op->borrowWeights_ = options.linearWeights != LinearWeights::kPacked;  // dynamic shapes: per-shape kernels
     op->autotune_ = options.autotune;

@@ -81,9 +81,10 @@ StatusOr<std::unique_ptr<FusedOp>> createAttentionOp(const ir::Graph& graph, con
 /// kernel is then created and weights prepacked right away). \p channelsLastOutput: a 2-D/3-D
 /// convolution may leave its result channels-last (every reader is layout-agnostic); otherwise it
 /// writes the contiguous layout eager would (a view of the output needs it). The op starts on
-/// oneDNN when options.useOnednn and oneDNN can run it, else on ATen.
+/// oneDNN when options.useOnednn and oneDNN can run it, else on ATen. \p io: the dtype of x and the
+/// result, float32 or bfloat16 (a bf16 model: its weights are bf16, or float32 folded from bf16).
 StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& node, const std::vector<at::Tensor>& constants,
                                                  const std::vector<int64_t>* inputShape, const CompileOptions& options,
-                                                 bool channelsLastOutput);
+                                                 bool channelsLastOutput, at::ScalarType io = at::kFloat);
 
 }  // namespace verifuse::runtime

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,6 +61,19 @@ struct ConstantTensor {
     if (!materialize) return nullptr;
     keep = materialize();
     return keep ? keep->data() : nullptr;
+  }
+  /// Its values as float32 whatever the float dtype: float32 data as floatData(), bfloat16 data
+  /// (a bf16 model's weights) widened into \p keep (exact). Null for other dtypes or no data.
+  const float* widenedFloatData(std::shared_ptr<std::vector<float>>& keep) const {
+    if (dtype == DType::Float32) return floatData(keep);
+    if (dtype != DType::BFloat16 || !data) return nullptr;
+    const uint16_t* bits = static_cast<const uint16_t*>(data);
+    keep = std::make_shared<std::vector<float>>(static_cast<size_t>(numel()));
+    for (size_t k = 0; k < keep->size(); ++k) {
+      const uint32_t wide = static_cast<uint32_t>(bits[k]) << 16;
+      std::memcpy(&(*keep)[k], &wide, sizeof(float));
+    }
+    return keep->data();
   }
   bool hasData() const { return data != nullptr || static_cast<bool>(materialize); }
   /// Gives a lazy constant its data as a host buffer (no-op when it has data).
