@@ -247,6 +247,21 @@ def _verifuse_compile(model, opts, threads) -> CompileCtx:
     before = verifuse_stats()
     info: dict[str, Any] = {}
 
+    @contextlib.contextmanager
+    def first_call():
+        # verifuse falls back to eager with one warning naming the reason: keep those warnings
+        # (with the stats' graphs_fallback) in the results, and still show them
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+        fb = [f"{w.category.__name__}: {w.message}" for w in caught if str(w.message).startswith("verifuse")]
+        if fb:
+            info["fallback_warnings"] = fb[:5]
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
     def after(info_: dict[str, Any]) -> None:
         now = verifuse_stats()
         if isinstance(now, dict) and isinstance(before, dict):
@@ -254,7 +269,7 @@ def _verifuse_compile(model, opts, threads) -> CompileCtx:
                 k: now[k] - before.get(k, 0) for k in now
                 if isinstance(now[k], (int, float)) and now[k] != before.get(k, 0)}
 
-    return CompileCtx(compiled=compiled, first_call=contextlib.nullcontext(), info=info, after=after)
+    return CompileCtx(compiled=compiled, first_call=first_call(), info=info, after=after)
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,8 +278,10 @@ def _verifuse_compile(model, opts, threads) -> CompileCtx:
 #
 # * options={"aot_autograd": True}: without it, torch 2.13 fails with "sources must not be empty
 #   for symbol sN".
-# * config INFERENCE_PRECISION_HINT=f32: on CPUs with avx512_bf16/AMX OpenVINO infers in bf16 by
-#   default (then it is not the same computation as the others).
+# * config INFERENCE_PRECISION_HINT=f32 for float32 runs: on CPUs with avx512_bf16/AMX OpenVINO
+#   infers in bf16 by default (then it is not the same computation as the others). For bfloat16
+#   runs (--dtype bfloat16) the hint is bf16: the model is bf16 for every backend, and OpenVINO
+#   computes in bf16 like the others (with f32 it would upcast and compute in float32).
 # * config INFERENCE_NUM_THREADS=<threads>: OpenVINO ignores torch.set_num_threads and uses every
 #   core by default (measured here: BERT-base "1 thread" 221 ms, 375 ms once this was set).
 # * Importing openvino's torch backend sets torch._dynamo.config.inline_inbuilt_nn_modules=False
@@ -291,13 +308,16 @@ def _openvino_avail():
     return True, None, {"version": getattr(openvino, "__version__", None)}
 
 
-def openvino_options(threads: int) -> dict[str, Any]:
+OPENVINO_PRECISION = {"float32": "f32", "bfloat16": "bf16"}
+
+
+def openvino_options(threads: int, dtype: str = "float32") -> dict[str, Any]:
     return {"device": "CPU", "aot_autograd": True,
-            "config": {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": str(threads)}}
+            "config": {"INFERENCE_PRECISION_HINT": OPENVINO_PRECISION[dtype], "INFERENCE_NUM_THREADS": str(threads)}}
 
 
 def _openvino_compile(model, opts, threads) -> CompileCtx:
-    ov_opts = openvino_options(threads)
+    ov_opts = openvino_options(threads, getattr(opts, "dtype", "float32"))
     compiled = torch.compile(model, backend="openvino", dynamic=False, options=ov_opts)
     info: dict[str, Any] = {"openvino_options": ov_opts}
     parts: list[dict[str, Any]] = []
