@@ -106,6 +106,9 @@ def _header(report: dict[str, Any]) -> list[str]:
             hint = {"float32": "f32", "bfloat16": "bf16"}.get(dtype, "?")
             extra.append(f"`options={{'aot_autograd': True, 'config': {{'INFERENCE_PRECISION_HINT': '{hint}', "
                          "'INFERENCE_NUM_THREADS': <threads>}}`")
+            if dtype == "bfloat16":
+                extra.append("it runs the float32 upcast of the bf16 model and inputs with the bf16 hint (its "
+                             "torch.compile backend cannot take bfloat16 tensors: it would run them in PyTorch)")
         if name == "zentorch":
             extra.append("freezing on at trace time")
         if b.get("note"):
@@ -286,6 +289,11 @@ def _notes(name: str, b: dict[str, Any], e: dict[str, Any]) -> list[str]:
             notes.append(f"{ov} OpenVINO subgraph(s), {left} op(s) left to PyTorch")
         if b.get("fell_back_to_inductor"):
             notes.append(f"{b['fell_back_to_inductor']} subgraph(s) fell back to inductor")
+        if b.get("ran_in_pytorch"):
+            notes.append(f"{b['ran_in_pytorch']} subgraph(s) RAN IN PYTORCH (OpenVINO execution failed: "
+                         f"{(b.get('ran_in_pytorch_reasons') or ['?'])[0][:120]})")
+        if b.get("bf16_via"):
+            notes.append("bf16 via float32 upcast + bf16 hint")
     if b.get("graphs") and b["graphs"] > 1:
         notes.append(f"{b['graphs']} graphs")
     if b.get("graph_breaks"):
