@@ -524,11 +524,25 @@ def test_openvino_precision_hint_follows_the_dtype(monkeypatch):
     assert bk.openvino_options(2)["config"] == {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": "2"}
     assert bk.openvino_options(1, "bfloat16")["config"]["INFERENCE_PRECISION_HINT"] == "bf16"
     seen = []
-    monkeypatch.setattr(bk.torch, "compile", lambda model, **kw: seen.append(kw) or model)
+
+    def fake_compile(model, **kw):
+        seen.append(kw)
+        return lambda *a, **k: (model.weight.dtype, [t.dtype for t in a], {n: t.dtype for n, t in k.items()})
+
+    monkeypatch.setattr(bk.torch, "compile", fake_compile)
+    x, ids = torch.randn(2, 4, dtype=torch.bfloat16), torch.ones(2, 4, dtype=torch.long)
     for dtype, hint in (("float32", "f32"), ("bfloat16", "bf16")):
-        ctx = bk._openvino_compile(torch.nn.Identity(), _opts(["mlp_small"], ["eager"], dtype=dtype), 1)
+        model = torch.nn.Linear(4, 4).to(bk.torch.float32 if dtype == "float32" else torch.bfloat16)
+        ctx = bk._openvino_compile(model, _opts(["mlp_small"], ["eager"], dtype=dtype), 1)
         assert ctx.info["openvino_options"]["config"]["INFERENCE_PRECISION_HINT"] == hint
         assert seen[-1]["options"]["config"]["INFERENCE_PRECISION_HINT"] == hint
+        w, args, kwargs = ctx.compiled(x, ids=ids)
+        if dtype == "bfloat16":
+            # its torch.compile backend cannot take bf16 tensors: the float32 upcast, hint bf16
+            assert w == torch.float32 and args == [torch.float32] and kwargs == {"ids": torch.long}
+            assert "upcast" in ctx.info["bf16_via"]
+        else:
+            assert w == torch.float32 and args == [torch.bfloat16] and "bf16_via" not in ctx.info
     rep = _synthetic_report()
     rep["backends"] = {"openvino": {"status": "available"}}
     assert "'INFERENCE_PRECISION_HINT': 'f32'" in to_markdown(rep)
@@ -592,3 +606,16 @@ def test_old_schema_2_results_still_load(tmp_path):
         data = json.loads(real.read_text())
         assert "dtype" not in data["settings"]
         assert "— float32 —" in to_markdown(data)
+
+
+def test_openvino_running_a_graph_in_pytorch_is_recorded(monkeypatch):
+    """OpenVINO's executor runs a subgraph in PyTorch for good when its execution fails (a DEBUG
+    log only, e.g. for bf16 tensors); the results must say so."""
+    import logging
+
+    monkeypatch.setattr(bk.torch, "compile", lambda model, **kw: model)  # openvino may be missing
+    ctx = bk._openvino_compile(torch.nn.Identity(), _opts(["mlp_small"], ["eager"]), 1)
+    with ctx.first_call:
+        logging.getLogger("openvino.frontend.pytorch.torchdynamo.execute").debug(
+            "OpenVINO execution failed with torch.bfloat16. Falling back to native PyTorch execution.")
+    assert ctx.info["ran_in_pytorch"] == 1 and "torch.bfloat16" in ctx.info["ran_in_pytorch_reasons"][0]
