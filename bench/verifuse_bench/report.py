@@ -149,6 +149,11 @@ def _peer_cell(e: dict[str, Any], col: str) -> str:
     cell = _ms(b["latency_ms"]["median"])
     if b.get("accuracy") and not b["accuracy"].get("ok"):
         cell += " (acc!)"
+    # the time is (partly) eager's: say so where the speed-ups are read
+    if (b.get("verifuse_stats_delta") or {}).get("graphs_fallback"):
+        cell += " (eager fallback)"
+    if b.get("ran_in_pytorch"):
+        cell += " (ran in PyTorch)"
     return cell
 
 

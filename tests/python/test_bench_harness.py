@@ -478,6 +478,13 @@ def test_bf16_reaches_the_model_and_its_inputs_in_the_worker(monkeypatch, tmp_pa
                       "errors": [], "summary": harness.summarize([e], opts.backends)})
     assert md.startswith("# verifuse bench — own — bfloat16 —")
     assert "err vs eager / eager's own bf16 err" in md and "| 1 (own) |" in md
+    # a verifuse that ran its graphs in eager is marked where the speed-ups are read
+    e["backends"]["verifuse"] = dict(e["backends"]["fake"], verifuse_stats_delta={"graphs_fallback": 1})
+    opts.backends.append("verifuse")
+    md = to_markdown({"schema": harness.SCHEMA, "created": "now", "suites": ["own"], "settings": asdict(opts),
+                      "environment": res["environment"], "backends": {}, "results": [e], "errors": [],
+                      "summary": {"geomeans": []}})
+    assert "(eager fallback) |" in md and "1 graph(s) fell back to eager" in md
 
 
 def test_float32_runs_stay_float32(monkeypatch):
