@@ -281,10 +281,10 @@ def _verifuse_compile(model, opts, threads) -> CompileCtx:
 # * config INFERENCE_PRECISION_HINT=f32 for float32 runs: on CPUs with avx512_bf16/AMX OpenVINO
 #   infers in bf16 by default (then it is not the same computation as the others). For bfloat16
 #   runs (--dtype bfloat16) the hint is bf16, so that OpenVINO computes in bf16 like the others.
-# * bfloat16 runs: OpenVINO's torch.compile backend (2026.4) cannot take bf16 tensors: its
-#   executor converts every input with .numpy(), which fails for bfloat16 ("OpenVINO execution
-#   failed with torch.bfloat16"), and then it silently (debug log) runs the graph in PyTorch for
-#   good -- eager bf16 under OpenVINO's name. So OpenVINO gets the float32 upcast of the bf16 model
+# * bfloat16 runs: OpenVINO's torch.compile backend (2026.4) cannot take bf16 tensors: the input
+#   dtype_mapping in openvino/frontend/pytorch/torchdynamo/compile.py has no torch.bfloat16, so
+#   compiling raises KeyError ("OpenVINO execution failed with torch.bfloat16"), and then its
+#   executor silently (debug log) runs the graph in PyTorch for good -- eager bf16 under OpenVINO's name. So OpenVINO gets the float32 upcast of the bf16 model
 #   (the same bf16-rounded weights) and of the inputs, with the bf16 hint: OpenVINO's own way to
 #   run bf16 inference (it converts to bf16 inside). The upcast of the inputs is in the timed call
 #   (small next to a model). That runtime fallback is recorded for every run (ran_in_pytorch).
