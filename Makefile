@@ -4,7 +4,7 @@ PYTHON ?= python
 BUILD_DIR ?= build/cmake
 JOBS ?= 2
 
-.PHONY: install deps demo test test-cpp test-python test-sanitize prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke
+.PHONY: install deps demo test test-cpp test-python test-sanitize prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16
 
 deps:
 	@# GoogleTest from Debian (docs/dependencies.md); everything else from PyPI, pinned.
@@ -66,6 +66,11 @@ BENCH_PY = PYTHONPATH=$(CURDIR)/bench$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON)
 BENCH_RESULTS ?= bench/results
 BENCH_THREADS ?= 1,2
 BENCH_ARGS ?=
+# BENCH_DTYPE=bfloat16 (or `make bench-hf-bf16` etc.): models and inputs in bf16 (issue 19); the result
+# files get a -bf16 suffix, so bf16 and float32 runs sit side by side and resume independently
+BENCH_DTYPE ?= float32
+BENCH_TAG = $(if $(filter bfloat16,$(BENCH_DTYPE)),-bf16,)
+BENCH_DT = --dtype $(BENCH_DTYPE)
 
 bench-deps:
 	$(PYTHON) -m pip install -q -c bench/constraints-bench.txt -r bench/requirements-bench.txt
@@ -74,26 +79,32 @@ bench-deps:
 	$(BENCH_PY) -m verifuse_bench.vendor check
 
 bench-hf:
-	$(BENCH_PY) -m verifuse_bench --suite hf --backends all --threads $(BENCH_THREADS) \
-		--json $(BENCH_RESULTS)/peers-hf.json --resume --no-print $(BENCH_ARGS)
+	$(BENCH_PY) -m verifuse_bench --suite hf --backends all --threads $(BENCH_THREADS) $(BENCH_DT) \
+		--json $(BENCH_RESULTS)/peers-hf$(BENCH_TAG).json --resume --no-print $(BENCH_ARGS)
 
 bench-timm:
-	$(BENCH_PY) -m verifuse_bench --suite timm --backends all --threads $(BENCH_THREADS) \
-		--json $(BENCH_RESULTS)/peers-timm.json --resume --no-print $(BENCH_ARGS)
+	$(BENCH_PY) -m verifuse_bench --suite timm --backends all --threads $(BENCH_THREADS) $(BENCH_DT) \
+		--json $(BENCH_RESULTS)/peers-timm$(BENCH_TAG).json --resume --no-print $(BENCH_ARGS)
 
 bench-torchvision:
-	$(BENCH_PY) -m verifuse_bench --suite torchvision --backends all --threads $(BENCH_THREADS) \
-		--json $(BENCH_RESULTS)/peers-torchvision.json --resume --no-print $(BENCH_ARGS)
+	$(BENCH_PY) -m verifuse_bench --suite torchvision --backends all --threads $(BENCH_THREADS) $(BENCH_DT) \
+		--json $(BENCH_RESULTS)/peers-torchvision$(BENCH_TAG).json --resume --no-print $(BENCH_ARGS)
 
 bench-own:
-	$(BENCH_PY) -m verifuse_bench --suite own --backends all --batch 1,32 --threads $(BENCH_THREADS) \
-		--json $(BENCH_RESULTS)/peers-own.json --resume --no-print $(BENCH_ARGS)
+	$(BENCH_PY) -m verifuse_bench --suite own --backends all --batch 1,32 --threads $(BENCH_THREADS) $(BENCH_DT) \
+		--json $(BENCH_RESULTS)/peers-own$(BENCH_TAG).json --resume --no-print $(BENCH_ARGS)
 
 bench: bench-hf bench-torchvision bench-timm bench-own
+
+# the same in bf16: bench/results/peers-<suite>-bf16.json
+bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16:
+	$(MAKE) $(@:-bf16=) BENCH_DTYPE=bfloat16
+
+bench-bf16: bench-hf-bf16 bench-torchvision-bf16 bench-timm-bf16 bench-own-bf16
 
 # a few minutes: one tiny model per suite, every backend, 3 iterations
 bench-smoke:
 	for s in own hf timm torchvision; do \
-		$(BENCH_PY) -m verifuse_bench --suite $$s --tiny --backends all --iters 3 --warmup 1 \
-			--json $(BENCH_RESULTS)/smoke-$$s.json --no-print $(BENCH_ARGS) || exit 1; \
+		$(BENCH_PY) -m verifuse_bench --suite $$s --tiny --backends all --iters 3 --warmup 1 $(BENCH_DT) \
+			--json $(BENCH_RESULTS)/smoke-$$s$(BENCH_TAG).json --no-print $(BENCH_ARGS) || exit 1; \
 	done

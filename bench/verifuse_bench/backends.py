@@ -247,6 +247,21 @@ def _verifuse_compile(model, opts, threads) -> CompileCtx:
     before = verifuse_stats()
     info: dict[str, Any] = {}
 
+    @contextlib.contextmanager
+    def first_call():
+        # verifuse falls back to eager with one warning naming the reason: keep those warnings
+        # (with the stats' graphs_fallback) in the results, and still show them
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+        fb = [f"{w.category.__name__}: {w.message}" for w in caught if str(w.message).startswith("verifuse")]
+        if fb:
+            info["fallback_warnings"] = fb[:5]
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
     def after(info_: dict[str, Any]) -> None:
         now = verifuse_stats()
         if isinstance(now, dict) and isinstance(before, dict):
@@ -254,7 +269,7 @@ def _verifuse_compile(model, opts, threads) -> CompileCtx:
                 k: now[k] - before.get(k, 0) for k in now
                 if isinstance(now[k], (int, float)) and now[k] != before.get(k, 0)}
 
-    return CompileCtx(compiled=compiled, first_call=contextlib.nullcontext(), info=info, after=after)
+    return CompileCtx(compiled=compiled, first_call=first_call(), info=info, after=after)
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,8 +278,16 @@ def _verifuse_compile(model, opts, threads) -> CompileCtx:
 #
 # * options={"aot_autograd": True}: without it, torch 2.13 fails with "sources must not be empty
 #   for symbol sN".
-# * config INFERENCE_PRECISION_HINT=f32: on CPUs with avx512_bf16/AMX OpenVINO infers in bf16 by
-#   default (then it is not the same computation as the others).
+# * config INFERENCE_PRECISION_HINT=f32 for float32 runs: on CPUs with avx512_bf16/AMX OpenVINO
+#   infers in bf16 by default (then it is not the same computation as the others). For bfloat16
+#   runs (--dtype bfloat16) the hint is bf16, so that OpenVINO computes in bf16 like the others.
+# * bfloat16 runs: OpenVINO's torch.compile backend (2026.4) cannot take bf16 tensors: the input
+#   dtype_mapping in openvino/frontend/pytorch/torchdynamo/compile.py has no torch.bfloat16, so
+#   compiling raises KeyError ("OpenVINO execution failed with torch.bfloat16"), and then its
+#   executor silently (debug log) runs the graph in PyTorch for good -- eager bf16 under OpenVINO's name. So OpenVINO gets the float32 upcast of the bf16 model
+#   (the same bf16-rounded weights) and of the inputs, with the bf16 hint: OpenVINO's own way to
+#   run bf16 inference (it converts to bf16 inside). The upcast of the inputs is in the timed call
+#   (small next to a model). That runtime fallback is recorded for every run (ran_in_pytorch).
 # * config INFERENCE_NUM_THREADS=<threads>: OpenVINO ignores torch.set_num_threads and uses every
 #   core by default (measured here: BERT-base "1 thread" 221 ms, 375 ms once this was set).
 # * Importing openvino's torch backend sets torch._dynamo.config.inline_inbuilt_nn_modules=False
@@ -291,15 +314,40 @@ def _openvino_avail():
     return True, None, {"version": getattr(openvino, "__version__", None)}
 
 
-def openvino_options(threads: int) -> dict[str, Any]:
+OPENVINO_PRECISION = {"float32": "f32", "bfloat16": "bf16"}
+
+
+def openvino_options(threads: int, dtype: str = "float32") -> dict[str, Any]:
     return {"device": "CPU", "aot_autograd": True,
-            "config": {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": str(threads)}}
+            "config": {"INFERENCE_PRECISION_HINT": OPENVINO_PRECISION[dtype], "INFERENCE_NUM_THREADS": str(threads)}}
+
+
+OPENVINO_BF16_VIA = ("the float32 upcast of the bf16 model and inputs with INFERENCE_PRECISION_HINT=bf16 "
+                     "(OpenVINO's torch.compile backend cannot take bfloat16 tensors)")
+
+
+def _to_float32(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return v.float() if v.dtype == torch.bfloat16 else v
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to_float32(t) for t in v)
+    if isinstance(v, dict):
+        return {k: _to_float32(t) for k, t in v.items()}
+    return v
 
 
 def _openvino_compile(model, opts, threads) -> CompileCtx:
-    ov_opts = openvino_options(threads)
-    compiled = torch.compile(model, backend="openvino", dynamic=False, options=ov_opts)
+    dtype = getattr(opts, "dtype", "float32")
+    ov_opts = openvino_options(threads, dtype)
     info: dict[str, Any] = {"openvino_options": ov_opts}
+    if dtype == "bfloat16":
+        model = model.float()  # the harness's own deep copy; same bf16-rounded values
+        info["bf16_via"] = OPENVINO_BF16_VIA
+    compiled = torch.compile(model, backend="openvino", dynamic=False, options=ov_opts)
+    call = compiled
+    if dtype == "bfloat16":
+        def call(*args, **kwargs):
+            return compiled(*_to_float32(args), **_to_float32(kwargs))
     parts: list[dict[str, Any]] = []
 
     @contextlib.contextmanager
@@ -329,14 +377,20 @@ def _openvino_compile(model, opts, threads) -> CompileCtx:
                 st.enter_context(mock.patch.object(Partitioner, "make_partitions", spy))
             # its backend logger is pinned to WARNING; the fallback message is logged at DEBUG
             logs = st.enter_context(capture_logs("openvino.frontend.pytorch.torchdynamo.backend"))
+            # a subgraph whose OpenVINO execution fails runs in PyTorch from then on (DEBUG log)
+            run_logs = st.enter_context(capture_logs("openvino.frontend.pytorch.torchdynamo.execute"))
             yield
         fallback = [m for (_, _, m) in logs if "Failed in OpenVINO" in m]
         info["partitions"] = parts
         info["fell_back_to_inductor"] = len(fallback)
         if fallback:
             info["fallback_reasons"] = fallback[:5]
+        in_pytorch = [m for (_, _, m) in run_logs if "Falling back to native PyTorch" in m]
+        info["ran_in_pytorch"] = len(in_pytorch)
+        if in_pytorch:
+            info["ran_in_pytorch_reasons"] = in_pytorch[:5]
 
-    return CompileCtx(compiled=compiled, first_call=first_call(), info=info)
+    return CompileCtx(compiled=call, first_call=first_call(), info=info)
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ The method (bench/README.md has it in full):
 * Inside a configuration every backend compiles its own ``copy.deepcopy`` of the model, in a fixed
   order (zentorch last), with **no** ``torch._dynamo.reset()`` between backends: a reset makes the
   earlier backends' compiled functions recompile on their next call (inductor then silently
-  loses freezing). Everything runs under ``torch.no_grad()``, static shapes, fp32.
+  loses freezing). Everything runs under ``torch.no_grad()``, static shapes, in the run's dtype
+  (``dtype``: float32, or bfloat16 = ``model.to(torch.bfloat16)`` and its floating-point inputs;
+  see :func:`apply_dtype`).
 * inductor: freezing set *while it traces*, in the tracing thread, and verified from the
   generated code; ``inductor-nofreeze`` the same with freezing off. "inductor" in the ratios is the
   better of the two per configuration; both raw rows are kept.
@@ -82,11 +84,66 @@ class BenchOptions:
     memory: str = "inprocess"  # "inprocess" | "isolated" (adds one process per backend)
     recompile_limit: int = 64  # Dynamo's per-frame limit; every backend adds cache entries
     plot: bool = True
+    dtype: str = "float32"  # "float32" | "bfloat16": model.to(dtype), floating-point inputs too
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "BenchOptions":
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# --------------------------------------------------------------------------------------------
+# dtype
+# --------------------------------------------------------------------------------------------
+
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16"}
+
+
+def dtype_tag(dtype: str | None) -> str:
+    """Suffix of file names and labels: "" for float32 (the names every float32 result already
+    has), "-bf16" for bfloat16."""
+    return "" if (dtype or "float32") == "float32" else "-" + DTYPE_SHORT[dtype]
+
+
+def cast_inputs(inputs: Inputs, dtype: torch.dtype) -> Inputs:
+    """The same call with every floating-point tensor (also inside lists, e.g. a KV cache) in
+    ``dtype``; integer tensors (token ids, position ids, integer masks) are left as they are."""
+    def cast(v):
+        if isinstance(v, torch.Tensor):
+            return v.to(dtype) if v.is_floating_point() else v
+        if isinstance(v, (list, tuple)):
+            return type(v)(cast(t) for t in v)
+        return v
+
+    return Inputs(tuple(cast(a) for a in inputs.args), {k: cast(v) for k, v in inputs.kwargs.items()})
+
+
+def apply_dtype(model: torch.nn.Module, inputs: Inputs, dtype: str) -> tuple[torch.nn.Module, Inputs]:
+    """``model.to(dtype)`` (parameters and floating-point buffers) and the inputs cast likewise.
+    The model is built (and its BatchNorm statistics calibrated) in float32 first."""
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    if dtype == "float32":
+        return model, inputs
+    return model.to(DTYPES[dtype]), cast_inputs(inputs, DTYPES[dtype])
+
+
+def _tensor_dtypes(model: torch.nn.Module, inputs: Inputs) -> tuple[dict[str, int], dict[str, str]]:
+    params: dict[str, int] = {}
+    for p in model.parameters():
+        k = str(p.dtype).replace("torch.", "")
+        params[k] = params.get(k, 0) + 1
+    ins: dict[str, str] = {}
+    for i, a in enumerate(inputs.args):
+        if isinstance(a, torch.Tensor):
+            ins[f"arg{i}"] = str(a.dtype).replace("torch.", "")
+    for k, v in inputs.kwargs.items():
+        if isinstance(v, torch.Tensor):
+            ins[k] = str(v.dtype).replace("torch.", "")
+        elif isinstance(v, (list, tuple)) and v and all(isinstance(t, torch.Tensor) for t in v):
+            ins[k] = ",".join(sorted({str(t.dtype).replace("torch.", "") for t in v}))
+    return params, ins
 
 
 # --------------------------------------------------------------------------------------------
@@ -584,6 +641,42 @@ def compare_outputs(ref, out) -> dict[str, Any]:
 
 # fp32 with conv/linear-BN folding and different reduction orders: loose, report-only tolerance
 ACCURACY_REL_TOL = 1e-3
+# bf16: a backend's max abs diff against eager bf16, in units of eager's own bf16 error (eager bf16
+# against eager float32 on the same bf16-rounded weights and inputs). If the backend is no further
+# from float32 than eager is, the triangle inequality bounds that ratio by 2; above 2 the backend is
+# provably less accurate than eager (in max abs error against float32).
+BF16_OWN_ERROR_FACTOR = 2.0
+
+
+def float32_reference(bm: BenchModel, model: torch.nn.Module, inputs: Inputs) -> tuple[Any, float]:
+    """Eager float32 on a float32 copy of ``model`` (its bf16-rounded weights upcast) and the
+    inputs upcast likewise: what eager bf16 computes, without bf16 rounding along the way.
+    (compared output, seconds)."""
+    t0 = time.perf_counter()
+    m32 = copy.deepcopy(model).float()
+    in32 = cast_inputs(inputs, torch.float32)
+    with torch.no_grad():
+        out = bm.select(m32(*in32.args, **in32.kwargs))
+    del m32
+    gc.collect()
+    return out, time.perf_counter() - t0
+
+
+def bf16_accuracy(acc: dict[str, Any], out_vs_float32: dict[str, Any], eager_own: dict[str, Any]) -> None:
+    """Fill a bf16 backend's accuracy entry: its error relative to eager's own bf16 error and the
+    ok flag (see BF16_OWN_ERROR_FACTOR)."""
+    own = eager_own.get("max_abs_diff")
+    diff = acc.get("max_abs_diff")
+    acc["max_abs_diff_vs_float32"] = out_vs_float32.get("max_abs_diff")
+    acc["eager_own_bf16_max_abs_diff"] = own
+    acc["vs_eager_own_error"] = diff / own if diff is not None and own else None
+    acc["own_error_factor"] = BF16_OWN_ERROR_FACTOR
+    if diff is None or own is None:
+        acc["ok"] = False
+    elif own == 0:
+        acc["ok"] = diff == 0
+    else:
+        acc["ok"] = diff <= BF16_OWN_ERROR_FACTOR * own
 
 
 # --------------------------------------------------------------------------------------------
@@ -659,10 +752,13 @@ def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: in
         "threads": threads,
         "torch_num_threads": torch.get_num_threads(),
         "input_shape": inputs.shapes(),
+        "dtype": opts.dtype,
         "attn_implementation": getattr(getattr(model, "config", None), "_attn_implementation", None),
         "load_avg_before": load_average(),
         "backends": {},
     }
+    # what the backends really get (evidence that --dtype reached the model and the inputs)
+    entry["param_dtypes"], entry["input_dtypes"] = _tensor_dtypes(model, inputs)
     if bm.notes:
         entry["notes"] = bm.notes
     if opts.inductor_cache == "cold":
@@ -677,6 +773,7 @@ def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: in
         order = ["eager"] + order  # the reference is always computed
     entry["compile_order"] = order
     prepared: dict[str, Prepared] = {}
+    ref32 = None
     with dc.patch(recompile_limit=max(dc.recompile_limit, opts.recompile_limit)):
         for name in order:
             log(f"{label} {name}: compiling ..." if name != "eager" else f"{label} eager: reference call")
@@ -689,6 +786,16 @@ def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: in
                 log(f"{label} {name}: {p.status}: {p.reason}")
             if name == "eager" and p.status != "ok":
                 raise RuntimeError(f"eager failed: {p.reason}")
+            if name == "eager" and opts.dtype != "float32":
+                # one extra eager call in float32: the size of eager's own bf16 rounding error
+                if heartbeat:
+                    heartbeat("float32_reference", None)
+                ref32, t32 = float32_reference(bm, model, inputs)
+                own = compare_outputs(ref32, bm.select(p.first_output))
+                own["float32_reference_s"] = t32
+                entry["eager_own_bf16_error"] = own
+                log(f"{label} eager {opts.dtype} vs eager float32 (same weights): max abs diff "
+                    f"{own.get('max_abs_diff')}")
         ref = bm.select(prepared["eager"].first_output)
         entry["gflop_per_call"] = prepared["eager"].info.pop("gflop_per_call", None)
         runners = [prepared[n] for n in opts.backends if n in prepared and prepared[n].status == "ok"]
@@ -714,13 +821,17 @@ def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: in
                     b["recompiles_during_timing"] = ex["new_graphs"]
                     if name != "eager":
                         g0 = _unique_graphs()
-                        acc = compare_outputs(ref, bm.select(p.fn()))  # warm call
+                        warm = bm.select(p.fn())  # warm call
+                        acc = compare_outputs(ref, warm)
                         first = compare_outputs(ref, bm.select(p.first_output))
                         b["recompiles_during_timing"] += _unique_graphs() - g0
                         acc["first_call_max_abs_diff"] = first.get("max_abs_diff")
-                        acc["rel_tolerance"] = ACCURACY_REL_TOL
-                        rel = acc.get("max_rel_diff")
-                        acc["ok"] = rel is not None and rel <= ACCURACY_REL_TOL
+                        if ref32 is None:
+                            acc["rel_tolerance"] = ACCURACY_REL_TOL
+                            rel = acc.get("max_rel_diff")
+                            acc["ok"] = rel is not None and rel <= ACCURACY_REL_TOL
+                        else:
+                            bf16_accuracy(acc, compare_outputs(ref32, warm), entry["eager_own_bf16_error"])
                         b["accuracy"] = acc
                 b.update(p.info)
                 if name in _AVAILABILITY_DETAILS and _AVAILABILITY_DETAILS[name].get("note") and "note" not in b:
@@ -925,7 +1036,7 @@ def _run_in_process(opts: BenchOptions, log: Callable[[str], None], argv: list[s
                 report["errors"].append({"stage": "inductor_warmup", "error": f"{type(e).__name__}: {e}"})
         built: dict[str, Any] = {}
         for k, (mname, batch, threads) in enumerate(configs, 1):
-            label = f"[{k}/{len(configs)} {mname} b{batch} t{threads}]"
+            label = f"[{k}/{len(configs)} {mname} b{batch} t{threads}{dtype_tag(opts.dtype)}]"
             if mname not in built:
                 built.clear()
                 gc.collect()
@@ -946,7 +1057,8 @@ def _run_in_process(opts: BenchOptions, log: Callable[[str], None], argv: list[s
             except Exception:
                 pass
             try:
-                entry = run_config(bm, model, bm.make_inputs(batch, opts.seed), batch, threads, opts, log, label)
+                model_d, inputs = apply_dtype(model, bm.make_inputs(batch, opts.seed), opts.dtype)
+                entry = run_config(bm, model_d, inputs, batch, threads, opts, log, label)
                 entry["process"] = {"isolated": False, "pid": os.getpid()}
             except Exception as e:
                 report["errors"].append({"model": mname, "batch": batch, "threads": threads, "stage": "run",
@@ -1006,6 +1118,7 @@ def default_results_dir() -> Path:
 def default_json_path(opts: BenchOptions | None = None) -> Path:
     ts = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     tag = f"-{opts.suite}" if opts is not None and opts.suite else ""
+    tag += dtype_tag(opts.dtype if opts is not None else None)
     return default_results_dir() / f"bench{tag}-{ts}.json"
 
 

@@ -1,7 +1,8 @@
 """One process per configuration: the parent side.
 
-For every configuration (model x batch x threads) the parent starts ``python -m
-verifuse_bench.worker`` and waits; the worker writes ``<run>.d/<model>-b<batch>-t<threads>.json``.
+For every configuration (model x batch x threads, in the run's dtype) the parent starts ``python -m
+verifuse_bench.worker`` and waits; the worker writes ``<run>.d/<model>-b<batch>-t<threads>[-bf16].json``
+(no suffix for float32).
 The parent merges those files into the report after every configuration (JSON and markdown,
 marked ``"partial"`` until the end), so an interrupted run keeps what it measured, and
 ``--resume`` reuses every finished file whose settings fingerprint matches.
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .harness import (BenchOptions, _hms, _new_report, _one_line, config_list, finish_report)
+from .harness import (BenchOptions, _hms, _new_report, _one_line, config_list, dtype_tag, finish_report)
 
 _FINGERPRINT_KEYS = ("iters", "warmup", "chunk", "time_budget_s", "min_iters", "seed", "inductor_cache",
                      "verifuse_options", "memory", "recompile_limit")
@@ -33,6 +34,8 @@ _FINGERPRINT_KEYS = ("iters", "warmup", "chunk", "time_budget_s", "min_iters", "
 
 def fingerprint(opts: BenchOptions, model: str, batch: int, threads: int) -> str:
     d = {k: getattr(opts, k) for k in _FINGERPRINT_KEYS}
+    if opts.dtype != "float32":  # float32 leaves it out: the fingerprints of earlier runs stay valid
+        d["dtype"] = opts.dtype
     d.update(model=model, batch=batch, threads=threads, backends=sorted(opts.backends))
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -133,7 +136,8 @@ def run_config_process(opts: BenchOptions, model: str, batch: int, threads: int,
             log(f"{label} {culprit}: {killed[culprit]}; running the configuration again without it")
             backends.remove(culprit)
             continue
-        res = {"kind": "config", "model": model, "batch": batch, "threads": threads, "complete": False,
+        res = {"kind": "config", "model": model, "batch": batch, "threads": threads, "dtype": opts.dtype,
+               "complete": False,
                "entry": None, "backends": {},
                "errors": [{"model": model, "batch": batch, "threads": threads, "stage": "process",
                            "error": f"{why} (stage: {where})"}]}
@@ -158,8 +162,14 @@ def run_config_process(opts: BenchOptions, model: str, batch: int, threads: int,
     return res
 
 
+def config_file_name(model: str, batch: int, threads: int, dtype: str = "float32") -> str:
+    """``<model>-b<batch>-t<threads>[-bf16].json``: the configuration's key, dtype included (float32
+    has no suffix, as in every run before --dtype existed)."""
+    return f"{model}-b{batch}-t{threads}{dtype_tag(dtype)}.json"
+
+
 def _reusable(opts: BenchOptions, cfg_dir: Path, model: str, batch: int, threads: int) -> dict[str, Any] | None:
-    path = cfg_dir / f"{model}-b{batch}-t{threads}.json"
+    path = cfg_dir / config_file_name(model, batch, threads, opts.dtype)
     try:
         old = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -198,8 +208,8 @@ def run_isolated(opts: BenchOptions, log: Callable[[str], None], argv: list[str]
     # (and why not); the report's "backends" is the first record of each.
     done_times: list[float] = []
     for k, (model, batch, threads) in enumerate(configs, 1):
-        label = f"[{k}/{len(configs)} {model} b{batch} t{threads}]"
-        out_path = cfg_dir / f"{model}-b{batch}-t{threads}.json"
+        label = f"[{k}/{len(configs)} {model} b{batch} t{threads}{dtype_tag(opts.dtype)}]"
+        out_path = cfg_dir / config_file_name(model, batch, threads, opts.dtype)
         res = reusable.get((model, batch, threads))
         if res is not None:
             log(f"{label} reused {out_path.name} (--resume)")

@@ -84,7 +84,7 @@ def _draw(report: dict[str, Any], path: Path, plt) -> dict[str, Any]:
     ax.legend(fontsize=7, ncol=len(backends), loc="upper left")
     ax.grid(axis="y", alpha=0.3)
     env = report.get("environment", {})
-    fig.suptitle(f"verifuse bench ({', '.join(report.get('suites') or [])}) — {env.get('cpu_model')}, "
+    fig.suptitle(f"verifuse bench ({', '.join(report.get('suites') or [])}, {report.get('settings', {}).get('dtype', 'float32')}) — {env.get('cpu_model')}, "
                  f"{env.get('isa_summary', '').replace('**', '')}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 PEER_COLUMNS = ("inductor", "openvino", "zentorch")
+BF16_FACTOR = 2.0  # harness.BF16_OWN_ERROR_FACTOR (not imported: report.py needs no torch)
 
 
 def _finite(o: Any) -> Any:
@@ -66,8 +67,9 @@ def _header(report: dict[str, Any]) -> list[str]:
         bits.append(env["cpu_microarch"])
     if env.get("hypervisor"):
         bits.append("virtual machine")
+    dtype = s.get("dtype", "float32")  # runs before --dtype existed were float32
     lines = [
-        f"# verifuse bench — {suites} — {report['created']}",
+        f"# verifuse bench — {suites} — {dtype} — {report['created']}",
         "",
         f"- **CPU**: {cpu} ({'; '.join(bits)}), {env.get('cpu_count')} logical CPUs. "
         f"ISA: {(env.get('isa_summary') or ', '.join(env.get('cpu_flags') or [])).replace('no AVX-512', '**no AVX-512**')} "
@@ -79,6 +81,13 @@ def _header(report: dict[str, Any]) -> list[str]:
         f"- {s['iters']} timed calls per backend (round-robin, chunks of {s['chunk']}, rotating order), "
         f"{s['warmup']} warm-up calls after the compile call, time budget {s['time_budget_s']:.0f} s per "
         f"configuration, inductor cache {s['inductor_cache']}, seed {s['seed']}",
+        f"- dtype **{dtype}**" + (
+            "" if dtype == "float32" else
+            ": every model `.to(torch.bfloat16)`, its floating-point inputs too (token ids stay int64); the "
+            "reference is eager bf16. *err vs eager / eager's own bf16 err* = a backend's max abs diff vs eager "
+            "bf16 divided by eager bf16's own max abs diff vs eager float32 (same bf16-rounded weights and inputs, "
+            f"upcast); accurate when <= {BF16_FACTOR:g} (above that the backend is provably further from float32 "
+            "than eager bf16 is)"),
         "- inductor = `torch.compile(backend='inductor')` with freezing on at trace time (verified from the "
         "generated code) and `inductor-nofreeze`; the **inductor** column is the better of the two "
         "(`nf` = without freezing)",
@@ -94,8 +103,12 @@ def _header(report: dict[str, Any]) -> list[str]:
         if b.get("version"):
             extra.append(f"version {b['version']}")
         if name == "openvino":
-            extra.append("`options={'aot_autograd': True, 'config': {'INFERENCE_PRECISION_HINT': 'f32', "
+            hint = {"float32": "f32", "bfloat16": "bf16"}.get(dtype, "?")
+            extra.append(f"`options={{'aot_autograd': True, 'config': {{'INFERENCE_PRECISION_HINT': '{hint}', "
                          "'INFERENCE_NUM_THREADS': <threads>}}`")
+            if dtype == "bfloat16":
+                extra.append("it runs the float32 upcast of the bf16 model and inputs with the bf16 hint (its "
+                             "torch.compile backend cannot take bfloat16 tensors: it would run them in PyTorch)")
         if name == "zentorch":
             extra.append("freezing on at trace time")
         if b.get("note"):
@@ -136,6 +149,11 @@ def _peer_cell(e: dict[str, Any], col: str) -> str:
     cell = _ms(b["latency_ms"]["median"])
     if b.get("accuracy") and not b["accuracy"].get("ok"):
         cell += " (acc!)"
+    # the time is (partly) eager's: say so where the speed-ups are read
+    if (b.get("verifuse_stats_delta") or {}).get("graphs_fallback"):
+        cell += " (eager fallback)"
+    if b.get("ran_in_pytorch"):
+        cell += " (ran in PyTorch)"
     return cell
 
 
@@ -150,7 +168,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     cols = [c for c in PEER_COLUMNS if c in backends or (c == "inductor" and "inductor-nofreeze" in backends)]
     has_vf = "verifuse" in backends
     # ---- headline table ------------------------------------------------------------------------
-    lines += ["", "## verifuse vs the best peer", "",
+    bf16 = report["settings"].get("dtype", "float32") != "float32"
+    lines += ["", "## verifuse vs the best peer" + (f" ({report['settings']['dtype']})" if bf16 else ""), "",
               "Median latency in ms per call. *best peer* = the fastest of inductor (better of freezing on/off), "
               "OpenVINO and zentorch with accurate results; *verifuse vs best peer* = best peer's median / "
               "verifuse's median (> 1: verifuse is faster).", ""]
@@ -201,18 +220,21 @@ def to_markdown(report: dict[str, Any]) -> str:
         row.append(", ".join(f"{k} {n}" for k, n in sorted(g.get("best_peer_counts", {}).items())) or "–")
         lines.append("| " + " | ".join(row) + " |")
     # ---- raw rows --------------------------------------------------------------------------------
+    own_txt = ("max abs diff of eager = eager bf16 vs eager float32 on the same bf16-rounded weights and inputs "
+               "(its own bf16 error); of the others = vs eager bf16. " if bf16 else "")
     lines += ["", "## All backends", "",
-              "compile s = the first call (Dynamo + backend compile + first run). peak RSS = process peak "
+              own_txt + "compile s = the first call (Dynamo + backend compile + first run). peak RSS = process peak "
               "during that backend's compile and warm-up (reset before each backend), growth = RSS kept "
               "afterwards. CPU = process CPU time / wall time while timing (~1.0 per thread used).", "",
               "| model | batch | thr | backend | compile s | median ms | p90 ms | vs eager | max abs diff | "
-              "peak RSS MB (growth) | CPU | notes |",
-              "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+              + ("err vs eager / eager's own bf16 err | " if bf16 else "") + "peak RSS MB (growth) | CPU | notes |",
+              "|---|---:|---:|---|---:|---:|---:|---:|---:|" + ("---:|" if bf16 else "") + "---:|---:|---|"]
     for e in results:
         for name, b in e["backends"].items():
             if b["status"] != "ok":
                 lines.append(f"| {e['model']} | {e['batch']} | {e['threads']} | {name} | – | – | – | – | – | – | – | "
-                             f"{b['status']}: {_md_escape((b.get('reason') or '')[:160])} |")
+                             + ("– | " if bf16 else "")
+                             + f"{b['status']}: {_md_escape((b.get('reason') or '')[:160])} |")
                 continue
             notes = _notes(name, b, e)
             sp = e["ratios"]["speedup_vs_eager"].get(name) if name != "eager" else 1.0
@@ -221,6 +243,12 @@ def to_markdown(report: dict[str, Any]) -> str:
             memtxt = "–"
             if mem.get("peak_rss_mb") is not None:
                 memtxt = f"{mem['peak_rss_mb']:.0f} ({_fmt(mem.get('rss_growth_mb'), '+.0f')})"
+            if name == "eager" and bf16:
+                acc = e.get("eager_own_bf16_error")
+            own_cell = ""
+            if bf16:
+                own_cell = ("1 (own)" if name == "eager" else
+                            _fmt((b.get("accuracy") or {}).get("vs_eager_own_error"), ".2f")) + " | "
             iso = mem.get("isolated") or {}
             if iso.get("peak_rss_mb") is not None:
                 notes.append(f"isolated peak RSS {iso['peak_rss_mb']:.0f} MB")
@@ -228,7 +256,7 @@ def to_markdown(report: dict[str, Any]) -> str:
                 f"| {e['model']} | {e['batch']} | {e['threads']} | {name} | "
                 f"{_fmt(b.get('compile_s'), '.2f') if name != 'eager' else '–'} | "
                 f"{_ms(b['latency_ms']['median'])} | {_ms(b['latency_ms']['p90'])} | {_fmt(sp, '.2f')}x | "
-                f"{_fmt((acc or {}).get('max_abs_diff'), '.1e') if acc else '–'} | {memtxt} | "
+                f"{_fmt((acc or {}).get('max_abs_diff'), '.1e') if acc else '–'} | {own_cell}{memtxt} | "
                 f"{_fmt(b.get('cpu_utilization'), '.2f')} | {_md_escape('; '.join(notes))} |")
     if report.get("errors"):
         lines += ["", "## Errors", ""]
@@ -266,6 +294,11 @@ def _notes(name: str, b: dict[str, Any], e: dict[str, Any]) -> list[str]:
             notes.append(f"{ov} OpenVINO subgraph(s), {left} op(s) left to PyTorch")
         if b.get("fell_back_to_inductor"):
             notes.append(f"{b['fell_back_to_inductor']} subgraph(s) fell back to inductor")
+        if b.get("ran_in_pytorch"):
+            notes.append(f"{b['ran_in_pytorch']} subgraph(s) RAN IN PYTORCH (OpenVINO execution failed: "
+                         f"{(b.get('ran_in_pytorch_reasons') or ['?'])[0][:120]})")
+        if b.get("bf16_via"):
+            notes.append("bf16 via float32 upcast + bf16 hint")
     if b.get("graphs") and b["graphs"] > 1:
         notes.append(f"{b['graphs']} graphs")
     if b.get("graph_breaks"):
@@ -274,7 +307,14 @@ def _notes(name: str, b: dict[str, Any], e: dict[str, Any]) -> list[str]:
         notes.append(f"RECOMPILED {b['recompiles_during_timing']}x while timing")
     acc = b.get("accuracy")
     if acc is not None and not acc.get("ok"):
-        notes.append(f"ACCURACY rel {_fmt(acc.get('max_rel_diff'), '.2e')}" + (f" {acc['error']}" if acc.get("error") else ""))
+        notes.append(f"ACCURACY rel {_fmt(acc.get('max_rel_diff'), '.2e')}" + (f" {acc['error']}" if acc.get("error") else "")
+                     + (f", {_fmt(acc['vs_eager_own_error'], '.1f')}x eager's own bf16 error"
+                        if acc.get("vs_eager_own_error") is not None else ""))
+    delta = b.get("verifuse_stats_delta") or {}
+    if delta.get("graphs_fallback"):
+        notes.append(f"{delta['graphs_fallback']} graph(s) fell back to eager")
+    if b.get("fallback_warnings"):
+        notes.append("fallback: " + b["fallback_warnings"][0][:200])
     if e.get("time_budget_hit"):
         notes.append(f"budget hit (n={b['latency_ms']['n']})")
     return notes

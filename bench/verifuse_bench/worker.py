@@ -2,7 +2,7 @@
 
 Modes (``spec["mode"]``):
 
-* ``config``: one configuration (model x batch x threads), every backend, in this fresh process;
+* ``config``: one configuration (model x batch x threads, in the run's dtype), every backend, in this fresh process;
   writes ``spec["out"]``. While it runs it keeps ``spec["heartbeat"]`` up to date with the stage
   and backend it is in, so the parent can name the culprit if the process dies.
 * ``memory``: builds the model, compiles one backend, runs its first call and warm-up calls, and
@@ -53,7 +53,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
             except OSError:
                 pass
 
-    result: dict[str, Any] = {"kind": "config", "model": model, "batch": batch, "threads": threads,
+    result: dict[str, Any] = {"kind": "config", "model": model, "batch": batch, "threads": threads, "dtype": opts.dtype,
                               "fingerprint": spec.get("fingerprint"), "complete": False, "entry": None,
                               "errors": [], "backends": {}, "process": {"pid": os.getpid(), "isolated": True}}
     t0 = time.perf_counter()
@@ -99,8 +99,9 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
             except Exception as e:
                 result["errors"].append({"stage": "inductor_warmup", "error": f"{type(e).__name__}: {e}"})
         try:
-            entry = harness.run_config(bm, m, bm.make_inputs(batch, opts.seed), batch, threads, opts, _log,
-                                       label, heartbeat)
+            heartbeat("dtype", None)
+            m, inputs = harness.apply_dtype(m, bm.make_inputs(batch, opts.seed), opts.dtype)
+            entry = harness.run_config(bm, m, inputs, batch, threads, opts, _log, label, heartbeat)
             entry["process"] = result["process"]
             result["entry"] = entry
         except Exception as e:
@@ -142,7 +143,7 @@ def memory(spec: dict[str, Any]) -> dict[str, Any]:
             out.update(status="unavailable", reason=why)
             return out
         torch.set_num_threads(threads)
-        inputs = bm.make_inputs(batch, opts.seed)
+        m, inputs = harness.apply_dtype(m, bm.make_inputs(batch, opts.seed), opts.dtype)
         import gc
 
         gc.collect()

@@ -36,6 +36,7 @@ _use_source_tree_bench()
 
 from verifuse_bench import backends as bk  # noqa: E402
 from verifuse_bench import harness  # noqa: E402
+from verifuse_bench import orchestrate  # noqa: E402
 from verifuse_bench.backends import BackendDef, CompileCtx  # noqa: E402
 from verifuse_bench.harness import BenchOptions, run_benchmark  # noqa: E402
 from verifuse_bench.report import to_markdown, write_report  # noqa: E402
@@ -427,3 +428,201 @@ def test_transformers_plain_and_torchvision_in_bench_process():
     if "SKIP" in r.stdout:
         pytest.skip(r.stdout.strip())
     assert "\nOK " in r.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# --dtype bfloat16 (issue 19)
+# ---------------------------------------------------------------------------------------------
+
+
+class DtypeRecordingBackend(CountingBackend):
+    """Records the dtypes of the floating-point tensors a compiled graph sees (inputs, parameters,
+    buffers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.dtypes: set[torch.dtype] = set()
+
+    def __call__(self, gm, example_inputs):
+        ts = [t for t in example_inputs if isinstance(t, torch.Tensor)] + list(gm.parameters()) + list(gm.buffers())
+        self.dtypes |= {t.dtype for t in ts if t.is_floating_point()}
+        return super().__call__(gm, example_inputs)
+
+
+def test_bf16_reaches_the_model_and_its_inputs_in_the_worker(monkeypatch, tmp_path):
+    """worker.run_one with dtype bfloat16: the compiled graph sees only bf16 parameters and inputs,
+    the eager reference is bf16, eager's own bf16 error (vs float32 on the same weights) is
+    measured, and the backend's accuracy is judged against it."""
+    from verifuse_bench import worker
+
+    rec = DtypeRecordingBackend()
+    monkeypatch.setitem(bk.BACKENDS, "fake", fake_backend("fake", rec))
+    opts = _opts(["mlp_small"], ["eager", "fake"], dtype="bfloat16")
+    from dataclasses import asdict
+
+    res = worker.run_one({"mode": "config", "opts": asdict(opts), "model": "mlp_small", "batch": 4, "threads": 1,
+                          "out": str(tmp_path / "o.json")})
+    assert res["complete"] and res["dtype"] == "bfloat16", res.get("errors")
+    e = res["entry"]
+    assert rec.dtypes == {torch.bfloat16}
+    assert e["dtype"] == "bfloat16" and set(e["param_dtypes"]) == {"bfloat16"}
+    assert e["input_dtypes"] == {"arg0": "bfloat16"}
+    own = e["eager_own_bf16_error"]
+    assert own["max_abs_diff"] > 0  # bf16 rounding is visible against float32
+    acc = e["backends"]["fake"]["accuracy"]
+    # the fake backend runs the same graph as eager: no error of its own
+    assert acc["max_abs_diff"] == 0 and acc["vs_eager_own_error"] == 0 and acc["ok"]
+    assert acc["max_abs_diff_vs_float32"] == pytest.approx(own["max_abs_diff"])
+    md = to_markdown({"schema": harness.SCHEMA, "created": "now", "suites": ["own"], "settings": asdict(opts),
+                      "environment": res["environment"], "backends": res["backends"], "results": [e],
+                      "errors": [], "summary": harness.summarize([e], opts.backends)})
+    assert md.startswith("# verifuse bench — own — bfloat16 —")
+    assert "err vs eager / eager's own bf16 err" in md and "| 1 (own) |" in md
+    # a verifuse that ran its graphs in eager is marked where the speed-ups are read
+    e["backends"]["verifuse"] = dict(e["backends"]["fake"], verifuse_stats_delta={"graphs_fallback": 1})
+    opts.backends.append("verifuse")
+    md = to_markdown({"schema": harness.SCHEMA, "created": "now", "suites": ["own"], "settings": asdict(opts),
+                      "environment": res["environment"], "backends": {}, "results": [e], "errors": [],
+                      "summary": {"geomeans": []}})
+    assert "(eager fallback) |" in md and "1 graph(s) fell back to eager" in md
+
+
+def test_float32_runs_stay_float32(monkeypatch):
+    rec = DtypeRecordingBackend()
+    monkeypatch.setitem(bk.BACKENDS, "fake", fake_backend("fake", rec))
+    report = run_benchmark(_opts(["mlp_small"], ["eager", "fake"]), log=lambda s: None)
+    e = report["results"][0]
+    assert rec.dtypes == {torch.float32} and e["dtype"] == "float32"
+    assert "eager_own_bf16_error" not in e and "vs_eager_own_error" not in e["backends"]["fake"]["accuracy"]
+    assert "err vs eager / eager's own bf16 err" not in to_markdown(report)
+
+
+def test_bf16_inputs_kv_cache_bf16_ids_int64():
+    """Floating-point inputs become bf16, also inside lists (the Llama decode step's KV cache);
+    token ids, position ids and integer masks stay int64."""
+    from verifuse_bench.suite_hf import LLAMA_TINY, decode_inputs, text_inputs
+
+    dec = harness.cast_inputs(decode_inputs(LLAMA_TINY, 8)(2, 0), torch.bfloat16)
+    assert all(t.dtype == torch.bfloat16 for t in dec.kwargs["past_keys"] + dec.kwargs["past_values"])
+    assert isinstance(dec.kwargs["past_keys"], list)
+    for k in ("input_ids", "attention_mask", "position_ids"):
+        assert dec.kwargs[k].dtype == torch.int64, k
+    txt = harness.cast_inputs(text_inputs(16, 1000)(2, 0), torch.bfloat16)
+    assert txt.args[0].dtype == torch.int64 and txt.kwargs["attention_mask"].dtype == torch.int64
+    model, inp = harness.apply_dtype(torch.nn.Linear(4, 4), harness.Inputs((torch.randn(2, 4),)), "bfloat16")
+    assert model.weight.dtype == torch.bfloat16 and inp.args[0].dtype == torch.bfloat16
+    with pytest.raises(ValueError):
+        harness.apply_dtype(model, inp, "float16")
+
+
+def test_bf16_accuracy_is_judged_against_eagers_own_error():
+    own = {"max_abs_diff": 0.1}
+    ok = {"max_abs_diff": 0.15}
+    harness.bf16_accuracy(ok, {"max_abs_diff": 0.08}, own)
+    assert ok["ok"] and ok["vs_eager_own_error"] == pytest.approx(1.5)
+    bad = {"max_abs_diff": 0.5}
+    harness.bf16_accuracy(bad, {"max_abs_diff": 0.45}, own)
+    assert not bad["ok"] and bad["vs_eager_own_error"] == pytest.approx(5.0)
+
+
+def test_openvino_precision_hint_follows_the_dtype(monkeypatch):
+    """bf16 runs ask OpenVINO for bf16 inference; float32 runs keep forcing f32 (its default on
+    CPUs with AVX512-BF16/AMX would be bf16)."""
+    assert bk.openvino_options(2)["config"] == {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": "2"}
+    assert bk.openvino_options(1, "bfloat16")["config"]["INFERENCE_PRECISION_HINT"] == "bf16"
+    seen = []
+
+    def fake_compile(model, **kw):
+        seen.append(kw)
+        return lambda *a, **k: (model.weight.dtype, [t.dtype for t in a], {n: t.dtype for n, t in k.items()})
+
+    monkeypatch.setattr(bk.torch, "compile", fake_compile)
+    x, ids = torch.randn(2, 4, dtype=torch.bfloat16), torch.ones(2, 4, dtype=torch.long)
+    for dtype, hint in (("float32", "f32"), ("bfloat16", "bf16")):
+        model = torch.nn.Linear(4, 4).to(bk.torch.float32 if dtype == "float32" else torch.bfloat16)
+        ctx = bk._openvino_compile(model, _opts(["mlp_small"], ["eager"], dtype=dtype), 1)
+        assert ctx.info["openvino_options"]["config"]["INFERENCE_PRECISION_HINT"] == hint
+        assert seen[-1]["options"]["config"]["INFERENCE_PRECISION_HINT"] == hint
+        w, args, kwargs = ctx.compiled(x, ids=ids)
+        if dtype == "bfloat16":
+            # its torch.compile backend cannot take bf16 tensors: the float32 upcast, hint bf16
+            assert w == torch.float32 and args == [torch.float32] and kwargs == {"ids": torch.long}
+            assert "upcast" in ctx.info["bf16_via"]
+        else:
+            assert w == torch.float32 and args == [torch.bfloat16] and "bf16_via" not in ctx.info
+    rep = _synthetic_report()
+    rep["backends"] = {"openvino": {"status": "available"}}
+    assert "'INFERENCE_PRECISION_HINT': 'f32'" in to_markdown(rep)
+    rep["settings"]["dtype"] = "bfloat16"
+    assert "'INFERENCE_PRECISION_HINT': 'bf16'" in to_markdown(rep)
+
+
+def test_dtype_in_configuration_key_and_file_names():
+    """bf16 results have their own file names and fingerprints; float32 names and fingerprints are
+    the ones every earlier run has (so old per-configuration files are still resumed)."""
+    import hashlib
+    from dataclasses import replace
+
+    assert orchestrate.config_file_name("hf_bert_base", 1, 1) == "hf_bert_base-b1-t1.json"
+    assert orchestrate.config_file_name("hf_bert_base", 1, 1, "bfloat16") == "hf_bert_base-b1-t1-bf16.json"
+    f32 = _opts(["mlp_small"], ["eager"], suite="hf")
+    bf16 = replace(f32, dtype="bfloat16")
+    assert harness.default_json_path(f32).name.startswith("bench-hf-2")
+    assert harness.default_json_path(bf16).name.startswith("bench-hf-bf16-")
+    # the float32 fingerprint as computed before --dtype existed
+    d = {k: getattr(f32, k) for k in orchestrate._FINGERPRINT_KEYS}
+    d.update(model="mlp_small", batch=8, threads=1, backends=sorted(f32.backends))
+    old = hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    assert orchestrate.fingerprint(f32, "mlp_small", 8, 1) == old
+    assert orchestrate.fingerprint(bf16, "mlp_small", 8, 1) != old
+
+
+def test_bf16_and_float32_configurations_resume_independently(tmp_path):
+    """A finished float32 configuration file is reused by a float32 --resume and ignored by a
+    bf16 one (and the other way round): both live side by side in <run>.d/."""
+    from dataclasses import replace
+
+    f32 = _opts(["mlp_small"], ["eager"])
+    bf16 = replace(f32, dtype="bfloat16")
+    for o in (f32, bf16):
+        name = orchestrate.config_file_name("mlp_small", 8, 1, o.dtype)
+        (tmp_path / name).write_text(json.dumps({"complete": True, "dtype": o.dtype,
+                                                 "fingerprint": orchestrate.fingerprint(o, "mlp_small", 8, 1)}))
+    assert orchestrate._reusable(f32, tmp_path, "mlp_small", 8, 1)["dtype"] == "float32"
+    assert orchestrate._reusable(bf16, tmp_path, "mlp_small", 8, 1)["dtype"] == "bfloat16"
+    (tmp_path / "mlp_small-b8-t1-bf16.json").unlink()
+    assert orchestrate._reusable(bf16, tmp_path, "mlp_small", 8, 1) is None
+
+
+def test_old_schema_2_results_still_load(tmp_path):
+    """Result files written before --dtype (no dtype anywhere) are float32 runs: they load,
+    render and resume as before."""
+    rep = _synthetic_report()
+    rep["settings"].pop("dtype")
+    for e in rep["results"]:
+        e.pop("dtype", None)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(rep))
+    old = json.loads(path.read_text())
+    assert old["schema"] == "verifuse-bench/2" == harness.SCHEMA
+    md = to_markdown(old)
+    assert md.startswith("# verifuse bench — own — float32 —") and "| m1 | 1 | 1 |" in md
+    assert BenchOptions.from_dict(old["settings"]).dtype == "float32"
+    real = BENCH / "results" / "peers-hf-b1-t1.json"  # a real /2 run, committed with the results
+    if real.exists():
+        data = json.loads(real.read_text())
+        assert "dtype" not in data["settings"]
+        assert "— float32 —" in to_markdown(data)
+
+
+def test_openvino_running_a_graph_in_pytorch_is_recorded(monkeypatch):
+    """OpenVINO's executor runs a subgraph in PyTorch for good when its execution fails (a DEBUG
+    log only, e.g. for bf16 tensors); the results must say so."""
+    import logging
+
+    monkeypatch.setattr(bk.torch, "compile", lambda model, **kw: model)  # openvino may be missing
+    ctx = bk._openvino_compile(torch.nn.Identity(), _opts(["mlp_small"], ["eager"]), 1)
+    with ctx.first_call:
+        logging.getLogger("openvino.frontend.pytorch.torchdynamo.execute").debug(
+            "OpenVINO execution failed with torch.bfloat16. Falling back to native PyTorch execution.")
+    assert ctx.info["ran_in_pytorch"] == 1 and "torch.bfloat16" in ctx.info["ran_in_pytorch_reasons"][0]
