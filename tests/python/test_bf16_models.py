@@ -177,3 +177,68 @@ def test_bf16_model_fed_float32_gets_eagers_error():
     with pytest.raises(RuntimeError) as compiled, torch.no_grad():
         torch.compile(model, backend="verifuse")(x)
     assert str(eager.value) in str(compiled.value), (str(eager.value), str(compiled.value))
+
+
+class ConvNet(nn.Module):
+    """conv-bn-relu twice with a residual add, pooled, then a linear: ResNet's pattern in miniature."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1, bias=False)
+        self.bn0 = nn.BatchNorm2d(c)
+        self.conv = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c)
+        self.fc = nn.Linear(c, 10)
+
+    def forward(self, x):
+        y = F.relu(self.bn0(self.stem(x)))
+        y = F.relu(self.bn1(self.conv(y)) + y)
+        return self.fc(y.mean((2, 3)))
+
+
+def _conv_net():
+    torch.manual_seed(0)
+    model = ConvNet()
+    for bn in (model.bn0, model.bn1):  # non-trivial running statistics, so the folds change weights
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.data.uniform_(0.5, 1.5)
+        bn.bias.data.uniform_(-0.2, 0.2)
+    return model.eval().bfloat16()
+
+
+@native_bf16
+def test_bf16_cnn_folds_batch_norm_and_runs_bf16_convolutions():
+    model = _conv_net()
+    x = torch.randn(2, 3, 20, 20).bfloat16()
+    report = verifuse.explain(model, x)
+    folds = [f for f in report.to_dict()["fusions"] if f["rule"] == "conv-bn-fold"]
+    assert len(folds) == 2 and all(f["verdict"] == "Proved" for f in folds), folds
+    # The instance check states the bf16 rounding of the folded weights the kernel packs.
+    assert all("bf16 kernel: each folded value rounded to bf16 within 2^-9" in f["detail"] for f in folds), folds
+    convs = [p for p in report.to_dict()["partitions"] if any("verifuse::conv" in op for op in p["ops"])]
+    assert convs and all(p["dtype"] == "bf16" and "bf16" in p["impl"] for p in convs if p["engine"] == "onednn")
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+        compiled(x)
+        got, events = _engine_events(compiled, (x,))
+    assert got.dtype == torch.bfloat16
+    assert events["verifuse::conv@onednn"] == 2, events
+    _check_bf16_accuracy(model, (x,), {}, got)
+
+
+@native_bf16
+def test_bf16_fold_outside_bf16_range_is_refused():
+    """A batch norm whose scale pushes folded weights past bf16's largest value (3.39e38): the
+    bf16 rounding bound does not hold there, so the fold is Refuted and not applied."""
+    model = _conv_net()
+    model.bn0.eps = 0.0
+    model.bn0.running_var.fill_(1e-20)  # s = gamma / sqrt(var) ~ 1e10
+    model.stem.weight.data.fill_(1e30)  # folded: ~1e40, above bf16's range
+    x = torch.randn(1, 3, 8, 8).bfloat16()
+    report = verifuse.explain(model, x)
+    folds = [f for f in report.to_dict()["fusions"] if f["rule"] == "conv-bn-fold"]
+    verdicts = sorted(f["verdict"] for f in folds)
+    assert verdicts == ["Proved", "Refuted (instance)"], verdicts
+    refused = next(f for f in folds if f["verdict"] != "Proved")
+    assert "outside bf16's normal range" in refused["detail"], refused
