@@ -105,6 +105,7 @@ def test_bf16_block_runs_bf16_kernels_with_eager_sized_error(monkeypatch):
     assert got.dtype == torch.bfloat16
     assert events["verifuse::linear@onednn"] == 6, events
     assert events["aten::_scaled_dot_product_flash_attention_for_cpu@onednn"] == 1, events
+    assert events["verifuse::rowwise@rowwise"] == 2, events  # the two layer norms, in bf16
     _check_bf16_accuracy(model, (x, mask), {}, got)
 
 
@@ -242,3 +243,37 @@ def test_bf16_fold_outside_bf16_range_is_refused():
     assert verdicts == ["Proved", "Refuted (instance)"], verdicts
     refused = next(f for f in folds if f["verdict"] != "Proved")
     assert "outside bf16's normal range" in refused["detail"], refused
+
+
+class RmsNormSiluMul(nn.Module):
+    """Llama's bf16 RMSNorm (a float32 island: upcast, pow/mean/rsqrt, downcast, times the bf16
+    weight) and its silu(a) * b: chains the row engine runs in one pass."""
+
+    def __init__(self, d=64):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(d) + 0.5)
+
+    def forward(self, x, b):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        y = self.weight * h.to(torch.bfloat16)
+        return F.silu(y) * b
+
+
+@native_bf16
+def test_bf16_row_chains_round_where_eager_rounds():
+    """The row program rounds each bf16 op's result to bf16 where eager does (and keeps the float32
+    island in float32), so it reproduces eager bf16 up to float32 rounding inside each op: at most one
+    bf16 ulp apart, not merely within the derived tolerance."""
+    torch.manual_seed(0)
+    model = RmsNormSiluMul().eval().bfloat16()
+    x, b = torch.randn(4, 16, 64).bfloat16(), torch.randn(4, 16, 64).bfloat16()
+    with torch.no_grad():
+        expected = model(x, b)
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+        compiled(x, b)
+        got, events = _engine_events(compiled, (x, b))
+    assert got.dtype == torch.bfloat16
+    assert events["verifuse::rowwise@rowwise"] >= 1, events
+    ulp = torch.finfo(torch.bfloat16).eps * expected.float().abs().clamp_min(torch.finfo(torch.bfloat16).tiny)
+    assert ((got.float() - expected.float()).abs() <= ulp).all()

@@ -1,5 +1,5 @@
-// Row fusion: maximal chains of float32 elementwise ops and last-dim row reductions become ONE
-// verifuse::rowwise node, which the executor runs on the fused row engine
+// Row fusion: maximal chains of float32 (or bf16) elementwise ops and last-dim row reductions
+// become ONE verifuse::rowwise node, which the executor runs on the fused row engine
 // (kernels/include/verifuse/kernels/rowwise.h: one pass over the rows) or, as fallback, as the
 // same program interpreted op by op on ATen.
 //
@@ -8,14 +8,15 @@
 // The chain is gathered backwards from a sink (a table op none of whose readers would take it into
 // their own chain) through the operands whose producers are table ops (TABLE below: add/sub/rsub/
 // mul/div, neg, exp, log, sqrt, rsqrt, reciprocal, pow(tensor, number), relu, gelu (none/tanh),
-// silu, sigmoid, tanh, erf, clamp, where with a bool mask, _to_copy to float32 of a float32
-// value, mean/sum/amax over the last dim with keepdim, native_layer_norm over the last dim,
+// silu, sigmoid, tanh, erf, clamp, where with a bool mask, _to_copy between float32 and
+// bfloat16, mean/sum/amax over the last dim with keepdim, native_layer_norm over the last dim,
 // _softmax over the last dim, and HF's rotate_half written cat(-x[..., C/2:], x[..., :C/2])).
 // The translation table turns each op into row instructions; the program is built op by op in
 // graph order, so it is the chain's own composition (no reassociation across ops).
 //
-// Guards (each with a reason at the node): every member's output is float32 (the IR's dtype from
-// the lowering; unknown is refused), statically shaped, and broadcasts to the sink's shape S
+// Guards (each with a reason at the node): every member's output is float32 or bfloat16 (the IR's
+// dtype from the lowering; unknown is refused; a bf16 result is the entry's float32 instructions on
+// the widened operands followed by one rounding to bf16, as eager computes bf16 ops), statically shaped, and broadcasts to the sink's shape S
 // [..., C] (numpy rules, which the engine's loads follow: 0 strides are broadcasts); reductions,
 // layer norm, softmax and rotate_half read a value whose last dim is C (a reduction over a
 // broadcast row would count it C times); the reduction keeps its dim; a where's mask is bool; a
@@ -84,6 +85,7 @@ enum class Bug {
   MaskAfterSoftmax,    ///< softmax(x*c + m) composed as softmax(x*c) + m
   GeluSwapped,         ///< gelu 'none' (erf) translated to the tanh GELU
   LayerNormNoMean,     ///< layer norm without the mean subtraction
+  Bf16RoundingDropped, ///< a bf16 op's result left in float32 (eager rounds it to bf16)
 };
 
 struct OpSpec {
@@ -95,6 +97,9 @@ struct OpSpec {
   bool weight = false, bias = false;     ///< layer norm
   std::vector<Arg> operands;     ///< in table order (layer norm: x, weight?, bias?; where: mask, a, b)
   std::vector<NodeId> internal;  ///< nodes inside the pattern (rotate_half's slices and neg)
+  /// The op's result is bfloat16 (a bf16 model): eager computes it in float32 from the widened
+  /// operands and rounds once to bf16, so the entry's instructions are followed by a bf16 rounding.
+  bool bf16Result = false;
 };
 
 bool isComposite(Kind k) { return k == Kind::LayerNorm || k == Kind::Softmax; }
@@ -157,6 +162,12 @@ RowValue emit(RowProgram& p, const OpSpec& s, const std::vector<RowValue>& in, B
     }
   }
   return in[0];
+}
+
+/// One member: its entry's instructions, then the bf16 rounding eager applies to a bf16 result.
+RowValue emitMember(RowProgram& p, const OpSpec& s, const std::vector<RowValue>& in, Bug bug) {
+  RowValue v = emit(p, s, in, bug);
+  return s.bf16Result && bug != Bug::Bf16RoundingDropped ? p.castBf16(v) : v;
 }
 
 // ---- matching: one op --------------------------------------------------------------------------
@@ -302,7 +313,9 @@ std::optional<OpSpec> specOf(const Graph& g, const Node& n, std::string* why) {
   }
   if (op == "aten::_to_copy") {
     if (n.args.empty() || !n.args[0].isValue()) return std::nullopt;
-    if (dtypeOf(g, n.args[0]) != DType::Float32) return fail("_to_copy of a value that is not float32");
+    const DType from = dtypeOf(g, n.args[0]);
+    if (from != DType::Float32 && from != DType::BFloat16) return fail("_to_copy of a value that is not float32 or bfloat16");
+    // To bf16: the member's bf16 result adds the rounding; to float32: widening, exact.
     s.kind = Kind::Identity;
     s.operands = {n.args[0]};
     return s;
@@ -405,19 +418,22 @@ std::optional<OpSpec> memberSpec(const Graph& g, const Node& n, const std::vecto
     return std::nullopt;
   };
   const ir::Value& out = g.value(n.outputs[0]);
-  if (out.dtype != DType::Float32) {
-    return fail(n.qualifiedName() + (out.dtype == DType::Undefined ? " whose dtype is unknown" : " whose result is not float32") +
-                " (the row engine computes float32)");
+  if (out.dtype != DType::Float32 && out.dtype != DType::BFloat16) {
+    return fail(n.qualifiedName() + (out.dtype == DType::Undefined ? " whose dtype is unknown" : " whose result is not float32 or bfloat16") +
+                " (the row engine computes float32, rounding bf16 results as eager does)");
   }
+  spec->bf16Result = out.dtype == DType::BFloat16;
   if (!out.hasStaticShape()) return fail(n.qualifiedName() + " without a static output shape (dynamic shapes)");
   if (!broadcastsTo(out.shape, s)) return fail("its result does not broadcast to the chain's shape");
   for (size_t k = 0; k < spec->operands.size(); ++k) {
     const Arg& a = spec->operands[k];
     if (u::numberArg(a)) continue;
     if (!isTensor(a)) return fail(n.qualifiedName() + " with an operand that is neither a tensor nor a number");
-    const DType want = spec->kind == Kind::Where && k == 0 ? DType::Bool : DType::Float32;
+    const bool mask = spec->kind == Kind::Where && k == 0;
     const DType have = dtypeOf(g, a);
-    if (have != want) return fail(n.qualifiedName() + " with an operand that is not " + (want == DType::Bool ? "bool" : "float32"));
+    // bf16 operands are loaded widened (exact): what eager's bf16 kernels compute from too.
+    const bool ok = mask ? have == DType::Bool : have == DType::Float32 || have == DType::BFloat16;
+    if (!ok) return fail(n.qualifiedName() + " with an operand that is not " + (mask ? "bool" : "float32 or bfloat16"));
     const auto* as = shapeOf(g, a);
     if (!as) return fail(n.qualifiedName() + " with an operand without a static shape (dynamic shapes)");
     if (!broadcastsTo(*as, s)) return fail(n.qualifiedName() + " with an operand that does not broadcast to the chain's shape");
@@ -536,7 +552,7 @@ std::optional<Chain> gatherChain(const Graph& g, NodeId sink, const OpSpec& sink
       }
       in.push_back(it->second);
     }
-    memberValue[g.node(id).outputs[0]] = emit(c.program, spec, in, bug);
+    memberValue[g.node(id).outputs[0]] = emitMember(c.program, spec, in, bug);
   }
   c.program.store(0, memberValue.at(g.node(sink).outputs[0]));
   for (size_t k = 0; k < c.stored.size(); ++k) {
@@ -572,7 +588,8 @@ std::optional<Chain> matchChain(const Graph& g, NodeId id, std::string* whyNot, 
                      n.op == "aten::where";
   // A failed guard is a near miss for the row ops and for float32 elementwise ops; an int or
   // unknown-dtype elementwise op (index arithmetic) is simply not this rule's pattern.
-  const bool reportable = rowOp || g.value(n.outputs[0]).dtype == DType::Float32;
+  const bool reportable = rowOp || g.value(n.outputs[0]).dtype == DType::Float32 ||
+                          g.value(n.outputs[0]).dtype == DType::BFloat16;
   if (!spec) {
     if (reportable && !why.empty()) u::why(whyNot, why);
     return std::nullopt;
@@ -611,7 +628,7 @@ Status rewriteRowFusion(Graph& g, const Match& m, FusionRecord& record) {
   for (NodeId id : c->stored) {
     const ValueId nv = ir::addNodeOutput(g, m.anchor, ir::ValueType::Tensor);
     g.mutableValue(nv).setShape(c->shape);
-    g.mutableValue(nv).dtype = DType::Float32;
+    g.mutableValue(nv).dtype = g.value(g.node(id).outputs[0]).dtype;  // float32 or bf16, as the member's
     moved.emplace_back(g.node(id).outputs[0], nv);
   }
   Node& n = g.mutableNode(m.anchor);
@@ -628,8 +645,7 @@ Status rewriteRowFusion(Graph& g, const Match& m, FusionRecord& record) {
   n.op = kRowwise;
   n.overload = "";
   n.args = c->inputs;
-  n.args.push_back(Arg::string(c->program.toString()));
-  g.mutableValue(n.outputs[0]).dtype = DType::Float32;
+  n.args.push_back(Arg::string(c->program.toString()));  // the sink's output keeps its dtype
   for (const auto& [from, to] : moved) g.replaceAllUses(from, to);
   // The other members are read only inside the chain now (or by the node itself, never).
   for (NodeId id : c->members) {
@@ -777,6 +793,8 @@ std::vector<Grid> interpret(const RowProgram& p, const std::vector<Grid>& inputs
         out[static_cast<size_t>(in.index)] = map2(rows, cols, [&](int64_t i, int64_t j) { return a.at(i, j); });
         break;
       }
+      // Rounding to bf16: a function the proof leaves uninterpreted (only where it is applied matters).
+      case RowOp::kCastBf16: v[k] = unary([](Expr a) { return Expr::apply("round_bf16", {a}); }); break;
       default: v[k] = unary([](Expr a) { return Expr::apply("unmodelled", {a}); }); break;
     }
   }
@@ -805,7 +823,7 @@ Grid runSteps(const std::vector<Step>& steps, const std::vector<Grid>& inputs, i
         in.push_back(o >= 0 ? results[static_cast<size_t>(o)] : loads[static_cast<size_t>(-1 - o)]);
       }
     }
-    results.push_back(emit(p, s.spec, in, bug));
+    results.push_back(emitMember(p, s.spec, in, bug));
   }
   p.store(0, results.back());
   return interpret(p, inputs, rows, cols).at(0);
@@ -889,7 +907,7 @@ Grid softmaxRef(ObligationBuilder& ob, const Grid& s, int dim) {
 }
 
 /// Which obligation pieces a case builds: all of them for the rule, one for a mutant.
-enum class Piece { All, Entries, RmsNorm, Reduction, Rotary, Softmax, Gelu, LayerNorm };
+enum class Piece { All, Entries, RmsNorm, Reduction, Rotary, Softmax, Gelu, LayerNorm, Bf16 };
 
 Obligation rowFusionObligation(Bug bug, Piece piece) {
   ObligationBuilder ob("row-fusion");
@@ -1046,6 +1064,26 @@ Obligation rowFusionObligation(Bug bug, Piece piece) {
                                {spec(Kind::Mul), {1, -3}, {}}, {spec(Kind::Add), {0, 2}, {}}};
     proveGrid(ob, "rotary", src, runSteps(steps, {q, cs, sn}, R, C4, bug), R, C4);
   }
+  if (all || piece == Piece::Bf16) {
+    // A bf16 model's chain as eager runs it: each bf16 op computes in float32 from its (exactly
+    // widened) operands and rounds its result to bf16 once; float32 islands stay float32.
+    // add and gelu in bf16, _to_copy to float32 (widening: identity), a float32 mul, _to_copy back
+    // to bf16 (a rounding). round_bf16 is uninterpreted: only where roundings happen is proved.
+    auto round = [](Expr a) { return Expr::apply("round_bf16", {a}); };
+    auto bf16 = [](Kind k) {
+      OpSpec s = spec(k);
+      s.bf16Result = true;
+      return s;
+    };
+    Grid src = map2(R, C, [&](int64_t i, int64_t j) {
+      Expr h = round(x.at(i, j) + y.at(i, j));
+      return round(round(sem::geluErf(h)) * y.at(i, j));
+    });
+    std::vector<Step> steps = {{bf16(Kind::Add), {-1, -2}, {}}, {bf16(Kind::GeluErf), {0}, {}},
+                               {spec(Kind::Identity), {1}, {}}, {spec(Kind::Mul), {2, -2}, {}},
+                               {bf16(Kind::Identity), {3}, {}}};
+    proveGrid(ob, "bf16-chain", src, runSteps(steps, {x, y}, R, C, bug), R, C);
+  }
   return ob.build();
 }
 
@@ -1062,7 +1100,8 @@ std::vector<RuleDeclaration> rowFusion() {
               "where(bool mask), sum, amax, mean over the last dim); composed: RMSNorm w*(x*rsqrt(mean(x^2)+eps)), "
               "layer norm (x-mean)*rsqrt(var+eps)*w+b, softmax(x*c+mask) with the max shift (exp(a-m)exp(m)=exp(a)), "
               "rotary q*cos + cat(-q[C/2:], q[:C/2])*sin; exp, erf, tanh, sigmoid, gelu, log, sqrt, rsqrt, pow "
-              "uninterpreted; a chain is the composition of its entries in graph order",
+              "uninterpreted; a chain is the composition of its entries in graph order; a bf16 result is its "
+              "float32 entry followed by one bf16 rounding (uninterpreted round_bf16), as eager computes bf16 ops",
       .phase = Phase::kRowFusion,
       .anchors = {"aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div", "aten::neg", "aten::exp",
                   "aten::log", "aten::sqrt", "aten::rsqrt", "aten::reciprocal", "aten::pow", "aten::relu",
@@ -1085,7 +1124,9 @@ std::vector<RuleDeclaration> rowFusion() {
                    mutant(Bug::MaskAfterSoftmax, Piece::Softmax)},
                   {"gelu-erf-tanh-swapped", "gelu(approximate='none') translated to the tanh GELU", mutant(Bug::GeluSwapped, Piece::Gelu)},
                   {"layer-norm-without-mean", "layer norm translated without the mean subtraction",
-                   mutant(Bug::LayerNormNoMean, Piece::LayerNorm)}},
+                   mutant(Bug::LayerNormNoMean, Piece::LayerNorm)},
+                  {"bf16-rounding-dropped", "a bf16 op's result kept in float32 (eager rounds it to bf16)",
+                   mutant(Bug::Bf16RoundingDropped, Piece::Bf16)}},
   });
   return rules;
 }

@@ -575,6 +575,7 @@ class RowwiseOp final : public FusedOp {
 
   bool rowOk_ = true;
   Engine engine_ = Engine::kRowwise;
+  std::vector<at::ScalarType> outTypes_;  ///< per output: float32 or bfloat16
 
  private:
   /// The row engine, when it takes these inputs (f32/bool dense rows); false: use ATen.
@@ -599,7 +600,7 @@ class RowwiseOp final : public FusedOp {
     out.reserve(numOutputs_);
     const std::vector<int64_t> strides = outputStrides(in);
     for (size_t j = 0; j < numOutputs_; ++j) {
-      out.push_back(at::empty_strided(outShape_, strides, at::TensorOptions().dtype(at::kFloat)));
+      out.push_back(at::empty_strided(outShape_, strides, at::TensorOptions().dtype(outTypes_.at(j))));
       outPtrs.push_back(out.back().data_ptr());
     }
     Status s = kernel->execute(std::span<const void* const>(inPtrs.data(), inPtrs.size()),
@@ -640,6 +641,7 @@ class RowwiseOp final : public FusedOp {
     const std::vector<int64_t> strides = outputStrides(in);
     for (size_t j = 0; j < numOutputs_; ++j) {
       kernels::rowwise::TensorDesc d;
+      d.type = outTypes_.at(j) == at::kBFloat16 ? kernels::rowwise::ElemType::kBF16 : kernels::rowwise::ElemType::kF32;
       d.sizes = outShape_;
       d.strides = strides;
       outputs.push_back(std::move(d));
@@ -661,7 +663,9 @@ class RowwiseOp final : public FusedOp {
       switch (ins.op) {
         case RowOp::kLoad: {
           const at::Tensor& t = in.at(static_cast<size_t>(ins.index));
-          v[i] = t.scalar_type() == at::kBool ? t.to(at::kFloat) : t;  // as the engine reads a mask
+          // As the engine reads it: a mask as 0/1, bf16 widened to float32 (the program rounds
+          // bf16 results itself).
+          v[i] = t.scalar_type() == at::kBool || t.scalar_type() == at::kBFloat16 ? t.to(at::kFloat) : t;
           break;
         }
         case RowOp::kConst: v[i] = at::scalar_tensor(ins.f0, at::kFloat); break;
@@ -706,7 +710,8 @@ class RowwiseOp final : public FusedOp {
           break;
         }
         case RowOp::kStore: {
-          at::Tensor o = at::empty_strided(outShape_, outputStrides(in), at::TensorOptions().dtype(at::kFloat));
+          const at::ScalarType type = outTypes_.at(static_cast<size_t>(ins.index));
+          at::Tensor o = at::empty_strided(outShape_, outputStrides(in), at::TensorOptions().dtype(type));
           o.copy_(A().expand(outShape_));
           out.at(static_cast<size_t>(ins.index)) = std::move(o);
           break;
@@ -968,6 +973,11 @@ StatusOr<std::unique_ptr<FusedOp>> createRowwiseOp(const ir::Graph& g, const ir:
     if (g.value(o).shape != out.shape) return invalidGraph("verifuse::rowwise: outputs of different shapes");
   }
   auto op = std::make_unique<RowwiseOp>(std::move(program), n.outputs.size(), out.shape);
+  for (ir::ValueId o : n.outputs) {
+    // float32, or bf16 in a bf16 model (the program rounded it already: storing is exact).
+    const ir::DType t = g.value(o).dtype;
+    op->outTypes_.push_back(t == ir::DType::BFloat16 ? at::kBFloat16 : at::kFloat);
+  }
   op->rowOk_ = options.useOnednn;  // the engines policy "aten" keeps every op on ATen
   op->engine_ = op->rowOk_ ? Engine::kRowwise : Engine::kAten;
   return std::unique_ptr<FusedOp>(std::move(op));
