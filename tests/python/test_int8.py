@@ -71,6 +71,23 @@ class QLinearCodes(nn.Module):
         return qd.quantize_per_tensor(y, self.sy, self.zy, -128, 127, torch.int8)
 
 
+class QResidualCodes(QConvCodes):
+    """The X86 quantizer's conv + add + relu pattern: q(relu(conv(dq(x)) + dq(r)))."""
+
+    def __init__(self, relu=True, **kw):
+        super().__init__(cin=8, cout=8, **kw)
+        self.relu_after = relu
+
+    def forward(self, x):
+        xq = qd.quantize_per_tensor(x, self.sx, self.zx, 0, 255, torch.uint8)
+        xd = qd.dequantize_per_tensor(xq, self.sx, self.zx, 0, 255, torch.uint8)
+        wd = qd.dequantize_per_channel(self.wq, self.ws, self.wz, 0, -128, 127, torch.int8)
+        y = F.conv2d(xd, wd, self.b, padding=1) + qd.dequantize_per_tensor(xq, self.sx, self.zx, 0, 255, torch.uint8)
+        if self.relu_after:
+            y = F.relu(y)
+        return qd.quantize_per_tensor(y, self.sy, self.zy, 0, 255, torch.uint8)
+
+
 def compile_and_compare_codes(model, x):
     model = model.eval()
     with torch.no_grad():
@@ -78,6 +95,7 @@ def compile_and_compare_codes(model, x):
         report = verifuse.explain(model, x, strict=True)
         got = torch.compile(model, backend="verifuse", options={"strict": True})(x)
     assert got.dtype == ref.dtype and got.shape == ref.shape
+    assert got.stride() == ref.stride(), (got.stride(), ref.stride())  # eager's layout (channels-last in, out)
     diff = (got.to(torch.int32) - ref.to(torch.int32)).abs()
     assert diff.max().item() <= 1, f"codes differ by {diff.max().item()} steps"
     exact = (diff == 0).float().mean().item()
@@ -86,8 +104,12 @@ def compile_and_compare_codes(model, x):
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(relu=False, zy=100), dict(stride=2, groups=2), dict(zx=0, sx=0.01)])
-def test_int8_conv_codes_within_one_step_of_eager(kw):
-    report, _ = compile_and_compare_codes(QConvCodes(**kw), torch.randn(2, 8, 12, 12))
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_int8_conv_codes_within_one_step_of_eager(kw, channels_last):
+    x = torch.randn(2, 8, 12, 12)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    report, _ = compile_and_compare_codes(QConvCodes(**kw), x)
     ops = ops_of(report)
     assert "verifuse::qconv" in ops, sorted(ops)
     # The whole chain is one int8 op: no float convolution, no requantization left on ATen.
@@ -95,6 +117,14 @@ def test_int8_conv_codes_within_one_step_of_eager(kw):
     assert sum(op.startswith("quantized_decomposed::quantize") for op in ops) == 1  # the input's only
     applied = {f["rule"] for f in report.to_dict()["fusions"]}
     assert {"int8-conv-dequant", "int8-requantize"} <= applied, applied
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_int8_residual_sum_codes_within_one_step_of_eager(relu):
+    report, _ = compile_and_compare_codes(QResidualCodes(relu=relu, zy=7), torch.randn(2, 8, 10, 10))
+    ops = ops_of(report)
+    assert "verifuse::qconv" in ops and not any(o.startswith("aten::add") for o in ops), sorted(ops)
+    assert "int8-residual-sum" in {f["rule"] for f in report.to_dict()["fusions"]}
 
 
 def test_int8_linear_s8_codes_within_one_step_of_eager():
@@ -108,7 +138,7 @@ def _pt2e(model, x):
         return quantize_pt2e(model, x)
 
 
-@pytest.mark.parametrize("make,shape", [(ConvNet, (4, 3, 16, 16)), (LinearNet, (16, 32))])
+@pytest.mark.parametrize("make,shape", [(ConvNet, (4, 3, 16, 16)), (LinearNet, (16, 32)), (LinearNet, (4, 6, 32))])
 def test_pt2e_model_vs_eager_quantized_and_float(make, shape):
     torch.manual_seed(1)
     fmodel = make().eval()

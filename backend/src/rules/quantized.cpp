@@ -8,6 +8,8 @@
 //   int8-requantize            q(qconv f32, sy, zy, qmin, qmax, u8/s8)     = qconv -> u8/s8 (oneDNN's dst scale,
 //                                                                            zero point, saturation)
 //   int8-relu-across-requant   q(relu(dq(xq, s, z)), s, z)                 = clamp_min(xq, z)
+//   int8-residual-sum          q([relu](qconv f32 + dq(r, sr, zr)))        = qconv -> u8/s8 with the sum post-op
+//                                                                            (scale sr, zero point zr) [and relu]
 //
 // The integer semantics the obligations state (torch/ao/quantization/fx/_decomposed.py):
 //   dequantize_per_tensor(x, s, z)      = (x - z) * s
@@ -32,6 +34,7 @@
 #include "rules/families.h"
 #include "rules/rule_util.h"
 #include "verifuse/ir/graph_edit.h"
+#include "verifuse/verify/tensor_semantics.h"
 
 namespace verifuse::rules::families {
 
@@ -59,8 +62,9 @@ constexpr const char* kQConv = "verifuse::qconv";
 constexpr const char* kQLinear = "verifuse::qlinear";
 
 // qconv(x, W, b, stride, padding, dilation, groups, post_ops, x_scale, x_zp, w_scales, w_zps,
-//       y_scale, y_zp, y_qmin, y_qmax, y_dtype)
-// qlinear(x, W, b, post_ops, x_scale, x_zp, w_scales, w_zps, y_scale, y_zp, y_qmin, y_qmax, y_dtype)
+//       y_scale, y_zp, y_qmin, y_qmax, y_dtype, residual, r_scale, r_zp)
+// qlinear(x, W, b, post_ops, x_scale, x_zp, w_scales, w_zps, y_scale, y_zp, y_qmin, y_qmax, y_dtype,
+//         residual, r_scale, r_zp)
 size_t postOpsIndex(const Node& n) { return n.op == kQConv ? 7 : 3; }
 size_t requantIndex(const Node& n) { return n.op == kQConv ? 12 : 8; }
 bool isInt8Op(const Node& n) { return n.op == kQConv || n.op == kQLinear; }
@@ -193,6 +197,9 @@ void appendQuantArgs(std::vector<Arg>& args, const TensorQParams& x, const Chann
   args.push_back(Arg::integer(0));
   args.push_back(Arg::integer(0));
   args.push_back(Arg::none());
+  args.push_back(Arg::none());  // residual, r_scale, r_zp (int8-residual-sum)
+  args.push_back(Arg::real(0.0));
+  args.push_back(Arg::integer(0));
 }
 
 // ---- int8-conv-dequant ------------------------------------------------------------------------
@@ -237,10 +244,23 @@ Status rewriteConvDequant(Graph& g, const Match& m, FusionRecord&) {
 // ---- int8-linear-dequant ----------------------------------------------------------------------
 
 // aten::addmm(b, dq(xq), permute(dq_ch(Wq), [1, 0]), beta = 1, alpha = 1), xq 2-D.
+/// The linear's input: dq(xq), or view(dq(xq), [M, K]) read only by the linear (an N-d input;
+/// the rewrite then views the codes: dequantize is elementwise, it commutes with the view).
+std::optional<TensorQParams> linearInput(const Graph& g, const Arg& a, const Node** view, std::string* whyNot) {
+  *view = nullptr;
+  if (auto x = dequantizedInput(g, a, whyNot)) return x;
+  const Node* v = u::producerOf(g, a);
+  if (!v || v->op != "aten::view" || v->args.size() != 2 || !u::hasSingleUse(g, v->outputs[0])) return std::nullopt;
+  auto x = dequantizedInput(g, v->args[0], whyNot);
+  if (x) *view = v;
+  return x;
+}
+
 std::optional<Match> matchLinearDequant(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
   if (n.args.size() != 5) return std::nullopt;
-  auto x = dequantizedInput(g, n.args[1], whyNot);
+  const Node* view = nullptr;
+  auto x = linearInput(g, n.args[1], &view, whyNot);
   if (!x) return std::nullopt;
   const Node* perm = u::producerOf(g, n.args[2]);
   if (!perm || perm->op != "aten::permute" || perm->args.size() != 2) return std::nullopt;
@@ -264,13 +284,22 @@ std::optional<Match> matchLinearDequant(const Graph& g, NodeId id, std::string* 
 
 Status rewriteLinearDequant(Graph& g, const Match& m, FusionRecord&) {
   Node& n = g.mutableNode(m.anchor);
-  auto x = dequantizedInput(g, n.args[1], nullptr);
+  const Node* view = nullptr;
+  auto x = linearInput(g, n.args[1], &view, nullptr);
   const Node* perm = u::producerOf(g, n.args[2]);
   const Node* wdq = perm ? u::producerOf(g, perm->args[0]) : nullptr;
   if (!x || !wdq) return internalError("int8-linear-dequant: match no longer holds");
   auto w = dequantizedWeight(g, perm->args[0], g.constants().at(static_cast<size_t>(wdq->args[0].i)).sizes[0], nullptr);
   if (!w) return internalError("int8-linear-dequant: match no longer holds");
-  std::vector<Arg> args = {x->input, w->weight, n.args[0]};
+  Arg input = x->input;
+  if (view) {
+    // The view now reads the codes (same sizes and strides as their dequantized values).
+    Node& v = g.mutableNode(view->id);
+    v.args[0] = x->input;
+    g.mutableValue(v.outputs[0]).dtype = x->dtype;
+    input = Arg::value(v.outputs[0]);
+  }
+  std::vector<Arg> args = {input, w->weight, n.args[0]};
   appendQuantArgs(args, *x, *w);
   n.op = kQLinear;
   n.overload = "";
@@ -365,6 +394,83 @@ Status rewriteReluAcrossRequant(Graph& g, const Match& m, FusionRecord&) {
   return Status::ok();
 }
 
+// ---- int8-residual-sum ------------------------------------------------------------------------
+
+struct ResidualMatch {
+  const Node* producer = nullptr;
+  std::vector<NodeId> between;  ///< the add (and relu), read only on the way to the quantize
+  TensorQParams residual;
+  bool relu = false;
+};
+
+// q(v, sy, zy, dtype range) with v = relu(a) or a, a = add(p, dq(r)) or add(dq(r), p) (alpha 1), p a
+// single-use int8 op with an f32 result and no post-op, r of the output's dtype and shape.
+std::optional<ResidualMatch> residualOf(const Graph& g, const Node& q, std::string* whyNot) {
+  if (q.args.empty()) return std::nullopt;
+  ResidualMatch m;
+  const Node* a = u::producerOf(g, q.args[0]);
+  if (a && a->op == "aten::relu" && a->args.size() == 1 && u::hasSingleUse(g, a->outputs[0])) {
+    m.relu = true;
+    m.between.push_back(a->id);
+    a = u::producerOf(g, a->args[0]);
+  }
+  if (!a || a->op != "aten::add" || a->overload != "Tensor" || a->args.size() != 3) return std::nullopt;
+  if (!u::hasSingleUse(g, a->outputs[0])) return std::nullopt;
+  for (int k = 0; k < 2; ++k) {
+    const Node* p = floatInt8Producer(g, a->args[static_cast<size_t>(k)]);
+    if (!p || !p->args[postOpsIndex(*p)].s.empty()) continue;
+    auto r = dequantizedInput(g, a->args[static_cast<size_t>(1 - k)], whyNot);
+    if (!r) continue;
+    auto alpha = u::numberArg(a->args[2]);
+    if (!alpha || *alpha != 1.0) return u::why(whyNot, "add with alpha != 1"), std::nullopt;
+    const auto* ps = u::staticShape(g, p->outputs[0]);
+    const auto* rs = u::staticShape(g, u::valueOf(r->input));
+    if (!ps || !rs || *ps != *rs) return u::why(whyNot, "residual shape differs from (or is not known to equal) the output's"), std::nullopt;
+    m.producer = p;
+    m.residual = *r;
+    m.between.push_back(a->id);
+    return m;
+  }
+  return std::nullopt;
+}
+
+std::optional<Match> matchResidualSum(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  auto m = residualOf(g, n, whyNot);
+  if (!m) return std::nullopt;
+  auto q = tensorQParams(n, whyNot);
+  if (!q) return std::nullopt;
+  auto range = int8Range(q->dtype);
+  if (q->qmin != range->first || q->qmax != range->second) {
+    return u::why(whyNot, "requantization range narrower than the dtype: oneDNN saturates to the dtype's range"),
+           std::nullopt;
+  }
+  if (m->residual.dtype != q->dtype) {
+    return u::why(whyNot, "residual and output dtypes differ (the sum post-op reads the residual in the output buffer)"),
+           std::nullopt;
+  }
+  return Match{m->producer->id, id, 0};
+}
+
+Status rewriteResidualSum(Graph& g, const Match& m, FusionRecord&) {
+  Node& qn = g.mutableNode(m.consumer);
+  auto r = residualOf(g, qn, nullptr);
+  if (!r) return internalError("int8-residual-sum: match no longer holds");
+  Node producer = g.node(m.anchor);
+  const size_t i = requantIndex(producer);
+  producer.args[postOpsIndex(producer)] = Arg::string(r->relu ? "sum,relu" : "sum");
+  for (size_t k = 0; k < 5; ++k) producer.args[i + k] = qn.args[1 + k];
+  producer.args[i + 5] = r->residual.input;
+  producer.args[i + 6] = Arg::real(r->residual.scale);
+  producer.args[i + 7] = Arg::integer(r->residual.zeroPoint);
+  qn.op = producer.op;
+  qn.overload = producer.overload;
+  qn.args = std::move(producer.args);
+  g.eraseNode(m.anchor);
+  for (NodeId between : r->between) g.eraseNode(between);  // single-use: only the quantize read them
+  return Status::ok();
+}
+
 // ---- obligations ----------------------------------------------------------------------------------
 
 Expr half() { return Expr::rational(1, 2); }
@@ -418,6 +524,15 @@ Obligation dequantFold(const std::string& name, FoldBug bug, bool relu) {
     ob.prove("out[o]", sem::relu(source), dnnl::eltwiseRelu(tgt, 0));
   } else {
     ob.prove("out[o]", source, tgt);
+  }
+  if (name == "int8-linear-dequant") {
+    // An N-d input: view(dequantize(xq), [M, K]) = dequantize(view(xq, [M, K])), on xq [2, 3, 2].
+    using sem::ElementTensor;
+    const ElementTensor xq = ElementTensor::variables("xq", {2, 3, 2});
+    auto dq = [&](const ElementTensor& t) {
+      return ElementTensor::fromFunction(t.sizes(), [t, sx, zx](const sem::Index& i) { return (t.at(i) - zx) * sx; });
+    };
+    sem::proveElementwise(ob, "view", sem::view(dq(xq), {6, 2}, "undefined-view"), dq(sem::view(xq, {6, 2}, "undefined-view")));
   }
   return ob.build();
 }
@@ -486,6 +601,31 @@ Obligation reluAcrossRequant(AcrossBug bug) {
   ob.assume(qmin <= x).assume(x <= qmax).assume(qmin <= z).assume(z <= qmax);
   Expr source = sem::clamp(roundHalfEven(ob, sem::relu(x - z), "round(relu(x - z))") + z, qmin, qmax);
   ob.prove("q", source, Expr::max(x, bug == AcrossBug::ZeroPointIgnored ? Expr::integer(0) : z));
+  return ob.build();
+}
+
+enum class SumBug { None, ResidualZeroPointDropped, ResidualScaleOne, ReluBeforeSum };
+
+// q([relu](y + dq(r, sr, zr))) against oneDNN's sum post-op sr * (r - zr) (the residual's codes in
+// the output buffer), [relu], then the requantization of int8-requantize (its code goals again).
+Obligation residualSum(SumBug bug, bool relu) {
+  ObligationBuilder ob(relu ? "int8-residual-sum-relu" : "int8-residual-sum");
+  Expr y = ob.var("y[o]"), r = ob.var("residual[o]"), sr = ob.var("residual.scale"), zr = ob.var("residual.zero_point");
+  Expr s = ob.var("y.scale");
+  ob.assume(s > 0).assume(sr > 0);
+  Expr inv = ob.fresh("1/y.scale", [&](Expr v) { return std::vector<Expr>{v * s == 1}; });
+  Expr source = sem::add(y, (r - zr) * sr);  // dequantize_per_tensor(r) added to the f32 result
+  Expr sumIn = bug == SumBug::ResidualZeroPointDropped ? r : r - zr;
+  Expr target = dnnl::sumPostOp(sumIn, y, bug == SumBug::ResidualScaleOne ? Expr(1) : sr);
+  if (relu) {
+    source = sem::relu(source);
+    target = bug == SumBug::ReluBeforeSum ? dnnl::sumPostOp(sumIn, dnnl::eltwiseRelu(y, 0), sr) : dnnl::eltwiseRelu(target, 0);
+  }
+  ob.prove("t = post_ops(y) * (1/s)", source * inv, target * inv);
+  Expr t = ob.var("t"), z = ob.var("y.zero_point", Sort::Int);
+  ob.assume(z >= Expr::integer(0)).assume(z <= Expr::integer(255));
+  ob.prove("q.u8", sem::clamp(roundHalfEven(ob, t, "round(t)") + z, Expr::integer(0), Expr::integer(255)),
+           sem::clamp(roundHalfEven(ob, t, "nearbyint(t)") + z, Expr::integer(0), Expr::integer(255)));
   return ob.build();
 }
 
@@ -572,6 +712,31 @@ std::vector<RuleDeclaration> quantizedInt8() {
       .obligation = u::bindNoModel(reluAcrossRequant, AcrossBug::None),
       .mutants = {{"relu-across-nonzero-zero-point", "max(x, 0): relu moved onto the codes ignoring the zero point",
                    u::bindNoModel(reluAcrossRequant, AcrossBug::ZeroPointIgnored)}},
+  });
+  rules.push_back({
+      .id = "int8-residual-sum",
+      .summary = "q([relu](int8 op f32 + dq(residual))) -> the op's u8/s8 output with the sum post-op",
+      .math = "clamp(round([relu](y + sr (r - zr)) / s) + z) = saturate(nearbyint([relu](sum(sr, zr)(r, y)) / s) + z)",
+      .phase = Phase::kFusion,
+      .anchors = {kQuantize},
+      .match = matchResidualSum,
+      .rewrite = rewriteResidualSum,
+      .obligation = [](const sem::DotModel&) {
+        Obligation plain = residualSum(SumBug::None, false), withRelu = residualSum(SumBug::None, true);
+        // Both forms in one obligation: the goals of the relu form under fresh names.
+        Obligation o = plain;
+        o.name = "int8-residual-sum";
+        for (auto& a : withRelu.assumptions) o.assumptions.push_back(a);
+        for (auto& f : withRelu.fresh) o.fresh.push_back(f);
+        for (auto& goal : withRelu.goals) o.goals.push_back({goal.label + " (relu)", goal.source, goal.target});
+        return o;
+      },
+      .mutants = {{"residual-zero-point-dropped", "sum post-op without the residual's zero point",
+                   u::bindNoModel(residualSum, SumBug::ResidualZeroPointDropped, false)},
+                  {"residual-scale-one", "sum post-op scale 1 instead of the residual's scale",
+                   u::bindNoModel(residualSum, SumBug::ResidualScaleOne, false)},
+                  {"relu-before-sum", "relu on the conv result before the residual is added",
+                   u::bindNoModel(residualSum, SumBug::ReluBeforeSum, true)}},
   });
   return rules;
 }

@@ -126,7 +126,7 @@ Status checkParams(const Int8Params& p) {
   // Scales must be positive and finite (a zero or NaN scale has no integer meaning; the rules
   // refuse such graphs, this is the kernel's own guard).
   auto bad = [](float s) { return !std::isfinite(s) || s <= 0.f; };
-  if (bad(p.srcScale) || (p.dstType != Int8Type::kF32 && bad(p.dstScale)) || (p.sum && !std::isfinite(p.sumScale))) {
+  if (bad(p.srcScale) || (p.dstType != Int8Type::kF32 && bad(p.dstScale)) || !std::isfinite(p.sumScale)) {
     return invalidArgument("int8: scales must be finite and > 0");
   }
   for (float s : p.weightScales) {
@@ -167,7 +167,9 @@ StatusOr<std::unique_ptr<Kernel>> createInt8(const Int8Params& p) {
     dims srcStrides(p.srcStrides.begin(), p.srcStrides.end());
     dims dstDims(outV.begin(), outV.end());
     dnnl::memory::desc userSrc(srcDims, toDt(p.srcType), srcStrides);
-    dnnl::memory::desc userDst(dstDims, toDt(p.dstType), plainTag(static_cast<int>(dstDims.size())));
+    const int rank = static_cast<int>(dstDims.size());
+    dnnl::memory::desc userDst(dstDims, toDt(p.dstType),
+                               p.conv && p.dstChannelsLast && rank >= 4 ? channelsLastTag(rank) : plainTag(rank));
 
     dnnl::primitive_attr attr = userScratchAttr();
     attr.set_scales_mask(DNNL_ARG_SRC, 0);
@@ -178,8 +180,16 @@ StatusOr<std::unique_ptr<Kernel>> createInt8(const Int8Params& p) {
       attr.set_zero_points_mask(DNNL_ARG_DST, 0);
     }
     dnnl::post_ops po;
-    if (p.relu) po.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-    if (p.sum) po.append_sum(p.sumScale, p.sumZeroPoint, toDt(p.dstType));
+    bool sum = false;
+    for (Int8Params::PostOp op : p.postOps) {
+      if (op == Int8Params::PostOp::kRelu) {
+        po.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      } else {
+        if (sum || !quantOut) return invalidArgument("int8: one sum post-op, into a u8/s8 output only");
+        po.append_sum(p.sumScale, p.sumZeroPoint, toDt(p.dstType));
+        sum = true;
+      }
+    }
     attr.set_post_ops(po);
 
     std::vector<std::pair<int, dnnl::memory>> constants;
@@ -231,7 +241,7 @@ StatusOr<std::unique_ptr<Kernel>> createInt8(const Int8Params& p) {
       auto prim = makePrimitive<cf>(pd);
       return std::unique_ptr<Kernel>(new Int8Kernel("int8_conv", prim, pd.scratchpad_desc().get_size(),
                                                     pd.impl_info_str(), makeInput(DNNL_ARG_SRC, userSrc, pd.src_desc()),
-                                                    pd.dst_desc(), userDst, std::move(constants), p.sum));
+                                                    pd.dst_desc(), userDst, std::move(constants), sum));
     }
     // Linear: matmul src [M, K] x weights [K, N] (torch's [N, K] read transposed), scales per N.
     const int64_t k = p.weightDims[1];
@@ -247,7 +257,7 @@ StatusOr<std::unique_ptr<Kernel>> createInt8(const Int8Params& p) {
     auto prim = makePrimitive<mm>(pd);
     return std::unique_ptr<Kernel>(new Int8Kernel("int8_linear", prim, pd.scratchpad_desc().get_size(),
                                                   pd.impl_info_str(), makeInput(DNNL_ARG_SRC, userSrc, pd.src_desc()),
-                                                  pd.dst_desc(), userDst, std::move(constants), p.sum));
+                                                  pd.dst_desc(), userDst, std::move(constants), sum));
   });
 }
 

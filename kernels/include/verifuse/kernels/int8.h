@@ -5,7 +5,8 @@
 //   acc  = sum_k (src_k - srcZeroPoint) * w_k                 s32, exact (w: s8, per-channel
 //                                                              symmetric: no weight zero point)
 //   y    = srcScale * weightScales[o] * acc + bias[o]          f32
-//   y    = relu(y) when relu is set; + sumScale * (dst_before - sumZeroPoint) when sum is set
+//   y    = the post-ops in order: relu(y), or y + sumScale * (dst_before - sumZeroPoint) (sum: the
+//          output buffer holds the residual's codes, dstType, on entry)
 //   dst  = f32 output: y
 //          u8/s8 output: saturate(nearbyint(y / dstScale) + dstZeroPoint)   (round half to even)
 // which is the integer meaning of  quantize(post(conv(dequantize(src), dequantize(W)) + b))  the
@@ -31,6 +32,7 @@ struct Int8Params {
   bool conv = true;
   std::vector<int64_t> srcDims, srcStrides;  ///< strides of the caller's src (dense: plain or channels-last)
   std::vector<int64_t> weightDims;
+  bool dstChannelsLast = false;  ///< conv: write NHWC / NDHWC (as eager does for a channels-last src)
   std::vector<int64_t> stride, padL, padR, dilation;  ///< conv only; torch conventions (dilation 1 = dense)
   int64_t groups = 1;
   Int8Type srcType = Int8Type::kU8;
@@ -42,8 +44,8 @@ struct Int8Params {
   std::vector<float> weightScales;  ///< one per output channel
   float dstScale = 1.f;             ///< u8/s8 output only
   int32_t dstZeroPoint = 0;         ///< u8/s8 output only
-  bool relu = false;
-  bool sum = false;  ///< the output buffer holds the residual (dstType) on entry
+  enum class PostOp { kRelu, kSum };
+  std::vector<PostOp> postOps;  ///< applied in order to y (before the dst scale)
   float sumScale = 1.f;
   int32_t sumZeroPoint = 0;
 };
@@ -52,7 +54,7 @@ struct Int8Params {
 std::vector<int64_t> int8OutputDims(const Int8Params& p);
 
 /// Creates the kernel: one input (src in the caller's layout, converted on entry when the
-/// primitive wants another), output dense row-major (NC... / MN) in dstType. kUnimplemented when
+/// primitive wants another), output dense row-major (NC... / MN; channels-last when asked) in dstType. kUnimplemented when
 /// oneDNN has no implementation (the caller runs the ATen composition).
 StatusOr<std::unique_ptr<Kernel>> createInt8(const Int8Params& p);
 
