@@ -203,3 +203,25 @@ def test_bad_input_gets_eagers_error():
                     compiled(bad)
                 errors.append((type(got.value), str(got.value).splitlines()[:2]))
             assert errors[0] == errors[1], errors
+
+
+@pytest.mark.parametrize("config", ["Int8WeightOnlyConfig", "Int8DynamicActivationInt8WeightConfig"])
+def test_torchao_dynamic_configs_keep_eagers_result(config):
+    # torchao's weight-only / dynamic-activation int8 configs make tensor subclasses, which
+    # aot_autograd flattens into more graph inputs than parameters: verifuse falls back with that
+    # reason (not yet lowered to int8 kernels) and gives eager's result exactly.
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        import torchao.quantization as tq
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
+    tq.quantize_(model, getattr(tq, config)())
+    x = torch.randn(4, 64)
+    with torch.no_grad():
+        ref = model(x)
+        report = verifuse.explain(model, x)
+        got = torch.compile(model, backend="verifuse")(x)
+    assert torch.equal(got, ref)
+    fallbacks = report.to_dict()["fallbacks"]
+    assert fallbacks and "aot_autograd changed the input list" in fallbacks[0]["reason"], fallbacks

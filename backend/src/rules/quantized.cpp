@@ -211,7 +211,7 @@ std::optional<Match> matchConvDequant(const Graph& g, NodeId id, std::string* wh
   auto x = dequantizedInput(g, n.args[0], whyNot);
   if (!x) return std::nullopt;
   const Node* wdq = u::producerOf(g, n.args[1]);
-  if (!wdq || wdq->op != kDequantizeChannel) return std::nullopt;
+  if (!wdq || wdq->op != kDequantizeChannel || wdq->args.empty()) return std::nullopt;
   const ConstantTensor* wq = constantOf(g, wdq->args[0]);
   if (!wq || wq->sizes.size() < 3) return u::why(whyNot, "the weight is not a constant conv weight"), std::nullopt;
   auto w = dequantizedWeight(g, n.args[1], wq->sizes[0], whyNot);
@@ -267,7 +267,7 @@ std::optional<Match> matchLinearDequant(const Graph& g, NodeId id, std::string* 
   auto dims = perm->args[1].asIntList();
   if (!dims.isOk() || *dims != std::vector<int64_t>{1, 0}) return std::nullopt;
   const Node* wdq = u::producerOf(g, perm->args[0]);
-  if (!wdq || wdq->op != kDequantizeChannel) return std::nullopt;
+  if (!wdq || wdq->op != kDequantizeChannel || wdq->args.empty()) return std::nullopt;
   const ConstantTensor* wq = constantOf(g, wdq->args[0]);
   if (!wq || wq->sizes.size() != 2) return u::why(whyNot, "the weight is not a 2-D constant"), std::nullopt;
   auto w = dequantizedWeight(g, perm->args[0], wq->sizes[0], whyNot);
@@ -503,7 +503,7 @@ enum class FoldBug { None, DroppedZeroPoint, WeightScaleOfInputChannel, InputSca
 
 // One output element of dequantize -> conv/linear (K = 3 products) and of the int8 op that
 // computes it from the s32 accumulator with the folded scale sx * sw[o].
-Obligation dequantFold(const std::string& name, FoldBug bug, bool relu) {
+Obligation dequantFold(const std::string& name, FoldBug bug) {
   ObligationBuilder ob(name);
   Expr sx = ob.var("x.scale"), zx = ob.var("x.zero_point");
   Expr sw = ob.var("w.scale[o]"), zw = ob.var("w.zero_point[o]"), swi = ob.var("w.scale[i]");
@@ -520,11 +520,7 @@ Obligation dequantFold(const std::string& name, FoldBug bug, bool relu) {
   Expr scale = bug == FoldBug::WeightScaleOfInputChannel ? sx * swi : bug == FoldBug::InputScaleMissing ? sw : sx * sw;
   Expr tgt = scale * verify::sum(bug == FoldBug::DroppedZeroPoint ? accNoZp : acc) + b;
   Expr source = verify::sum(src) + b;
-  if (relu) {
-    ob.prove("out[o]", sem::relu(source), dnnl::eltwiseRelu(tgt, 0));
-  } else {
-    ob.prove("out[o]", source, tgt);
-  }
+  ob.prove("out[o]", source, tgt);
   if (name == "int8-linear-dequant") {
     // An N-d input: view(dequantize(xq), [M, K]) = dequantize(view(xq, [M, K])), on xq [2, 3, 2].
     using sem::ElementTensor;
@@ -629,8 +625,8 @@ Obligation residualSum(SumBug bug, bool relu) {
   return ob.build();
 }
 
-verify::Mutant foldMutant(const std::string& rule, const char* name, const char* what, FoldBug bug, bool relu = false) {
-  return {name, what, u::bindNoModel(dequantFold, rule, bug, relu)};
+verify::Mutant foldMutant(const std::string& rule, const char* name, const char* what, FoldBug bug) {
+  return {name, what, u::bindNoModel(dequantFold, rule, bug)};
 }
 
 }  // namespace
@@ -645,7 +641,7 @@ std::vector<RuleDeclaration> quantizedInt8() {
       .anchors = {"aten::convolution"},
       .match = matchConvDequant,
       .rewrite = rewriteConvDequant,
-      .obligation = u::bindNoModel(dequantFold, std::string("int8-conv-dequant"), FoldBug::None, false),
+      .obligation = u::bindNoModel(dequantFold, std::string("int8-conv-dequant"), FoldBug::None),
       .mutants = {foldMutant("int8-conv-dequant", "dropped-zero-point", "accumulate W*x without the source zero point",
                              FoldBug::DroppedZeroPoint),
                   foldMutant("int8-conv-dequant", "wrong-scale-product", "output scale sx * sw[i] (input channel's)",
@@ -663,7 +659,7 @@ std::vector<RuleDeclaration> quantizedInt8() {
       .anchors = {"aten::addmm"},
       .match = matchLinearDequant,
       .rewrite = rewriteLinearDequant,
-      .obligation = u::bindNoModel(dequantFold, std::string("int8-linear-dequant"), FoldBug::None, false),
+      .obligation = u::bindNoModel(dequantFold, std::string("int8-linear-dequant"), FoldBug::None),
       .mutants = {foldMutant("int8-linear-dequant", "dropped-zero-point", "accumulate W*x without the source zero point",
                              FoldBug::DroppedZeroPoint),
                   foldMutant("int8-linear-dequant", "wrong-scale-product", "output scale sx * sw[i] (input feature's)",
@@ -755,7 +751,7 @@ RuleDeclaration plantedInt8DroppedZeroPoint() {
       .match = d.match.get(),
       .rewrite = d.rewrite.get(),
       .obligation = u::bindNoModel(dequantFold, std::string("test-planted-int8-dropped-zero-point"),
-                                   FoldBug::DroppedZeroPoint, false),
+                                   FoldBug::DroppedZeroPoint),
       .mutants = {foldMutant("test-planted-int8-dropped-zero-point", "input-scale-missing", "output scale sw[o] alone",
                              FoldBug::InputScaleMissing)},
   };
