@@ -114,7 +114,8 @@ def test_int8_conv_codes_within_one_step_of_eager(kw, channels_last):
     assert "verifuse::qconv" in ops, sorted(ops)
     # The whole chain is one int8 op: no float convolution, no requantization left on ATen.
     assert not any(o.startswith("aten::convolution") for o in ops), sorted(ops)
-    assert sum(op.startswith("quantized_decomposed::quantize") for op in ops) == 1  # the input's only
+    assert not any(op.startswith("quantized_decomposed::quantize") for op in ops), sorted(ops)
+    assert "verifuse::quantize" in ops  # the input's quantize, on the one-pass kernel
     applied = {f["rule"] for f in report.to_dict()["fusions"]}
     assert {"int8-conv-dequant", "int8-requantize"} <= applied, applied
 
@@ -225,3 +226,29 @@ def test_torchao_dynamic_configs_keep_eagers_result(config):
     assert torch.equal(got, ref)
     fallbacks = report.to_dict()["fallbacks"]
     assert fallbacks and "aot_autograd changed the input list" in fallbacks[0]["reason"], fallbacks
+
+
+class QuantizeOnly(nn.Module):
+    def __init__(self, scale, zp, lo, hi, dtype):
+        super().__init__()
+        self.args = (scale, zp, lo, hi, dtype)
+
+    def forward(self, x):
+        return qd.quantize_per_tensor(x * 1.0, *self.args)
+
+
+@pytest.mark.parametrize("args", [(0.05, 7, 0, 255, torch.uint8), (0.1, -3, -128, 127, torch.int8),
+                                  (0.02, 0, 0, 127, torch.uint8)])
+def test_quantize_kernel_is_bit_exact(args):
+    # Ties (k + 1/2 steps, round half to even), values far outside the range, infinities.
+    scale = args[0]
+    steps = torch.arange(-300, 300, dtype=torch.float32)
+    x = torch.cat([steps * scale, (steps + 0.5) * scale, torch.randn(1000) * 10,
+                   torch.tensor([float("inf"), -float("inf"), 1e30, -1e30])])
+    model = QuantizeOnly(*args).eval()
+    with torch.no_grad():
+        ref = model(x)
+        report = verifuse.explain(model, x, strict=True)
+        got = torch.compile(model, backend="verifuse", options={"strict": True})(x)
+    assert "verifuse::quantize" in ops_of(report), sorted(ops_of(report))
+    assert torch.equal(got, ref)

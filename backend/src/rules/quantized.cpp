@@ -10,6 +10,7 @@
 //   int8-relu-across-requant   q(relu(dq(xq, s, z)), s, z)                 = clamp_min(xq, z)
 //   int8-residual-sum          q([relu](qconv f32 + dq(r, sr, zr)))        = qconv -> u8/s8 with the sum post-op
 //                                                                            (scale sr, zero point zr) [and relu]
+//   int8-quantize-kernel       q(x f32) left over                          = verifuse::quantize (one C++ pass)
 //
 // The integer semantics the obligations state (torch/ao/quantization/fx/_decomposed.py):
 //   dequantize_per_tensor(x, s, z)      = (x - z) * s
@@ -471,6 +472,27 @@ Status rewriteResidualSum(Graph& g, const Match& m, FusionRecord&) {
   return Status::ok();
 }
 
+// ---- int8-quantize-kernel -----------------------------------------------------------------------
+
+// quantize_per_tensor(x f32, s, z, qmin, qmax, u8/s8) that no rule above absorbed: the runtime's
+// one-pass kernel (verifuse::quantize) instead of torch's Python composition.
+std::optional<Match> matchQuantizeKernel(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (n.args.size() != 6 || !n.args[0].isValue()) return std::nullopt;
+  if (g.value(u::valueOf(n.args[0])).dtype != DType::Float32) {
+    return u::why(whyNot, "input not known to be float32"), std::nullopt;
+  }
+  if (!tensorQParams(n, whyNot)) return std::nullopt;
+  return Match{id, id, 0};
+}
+
+Status rewriteQuantizeKernel(Graph& g, const Match& m, FusionRecord&) {
+  Node& n = g.mutableNode(m.anchor);
+  n.op = "verifuse::quantize";
+  n.overload = "";
+  return Status::ok();
+}
+
 // ---- obligations ----------------------------------------------------------------------------------
 
 Expr half() { return Expr::rational(1, 2); }
@@ -625,6 +647,22 @@ Obligation residualSum(SumBug bug, bool relu) {
   return ob.build();
 }
 
+enum class QuantizeBug { None, RoundHalfAway, MissingClamp, DroppedZeroPoint };
+
+// torch's quantize_per_tensor against the kernel's loop, for every scaled value t = x * (1/s) (the
+// same float32 product on both sides) and any [qmin, qmax] within the dtype: clamp(round(t) + z).
+Obligation quantizeKernel(QuantizeBug bug) {
+  ObligationBuilder ob("int8-quantize-kernel");
+  Expr t = ob.var("t"), z = ob.var("zero_point", Sort::Int);
+  Expr qmin = ob.var("qmin", Sort::Int), qmax = ob.var("qmax", Sort::Int);
+  ob.assume(qmin >= Expr::integer(-128)).assume(qmax <= Expr::integer(255)).assume(qmin <= z).assume(z <= qmax);
+  Expr source = sem::clamp(roundHalfEven(ob, t, "round(t)") + z, qmin, qmax);
+  Expr n = bug == QuantizeBug::RoundHalfAway ? roundHalfAway(ob, t, "nearbyint(t)") : roundHalfEven(ob, t, "nearbyint(t)");
+  Expr code = bug == QuantizeBug::DroppedZeroPoint ? n : n + z;
+  ob.prove("q", source, bug == QuantizeBug::MissingClamp ? code : sem::clamp(code, qmin, qmax));
+  return ob.build();
+}
+
 verify::Mutant foldMutant(const std::string& rule, const char* name, const char* what, FoldBug bug) {
   return {name, what, u::bindNoModel(dequantFold, rule, bug)};
 }
@@ -733,6 +771,19 @@ std::vector<RuleDeclaration> quantizedInt8() {
                    u::bindNoModel(residualSum, SumBug::ResidualScaleOne, false)},
                   {"relu-before-sum", "relu on the conv result before the residual is added",
                    u::bindNoModel(residualSum, SumBug::ReluBeforeSum, true)}},
+  });
+  rules.push_back({
+      .id = "int8-quantize-kernel",
+      .summary = "quantize_per_tensor of a float32 tensor -> verifuse::quantize (one pass, same float32 steps)",
+      .math = "clamp(round_half_even(x * (1/s)) + z, qmin, qmax) = clamp(nearbyint(x * (1/s)) + z, qmin, qmax)",
+      .phase = Phase::kFusion,
+      .anchors = {kQuantize},
+      .match = matchQuantizeKernel,
+      .rewrite = rewriteQuantizeKernel,
+      .obligation = u::bindNoModel(quantizeKernel, QuantizeBug::None),
+      .mutants = {{"round-half-away", "ties away from zero", u::bindNoModel(quantizeKernel, QuantizeBug::RoundHalfAway)},
+                  {"missing-clamp", "no clamp to [qmin, qmax]", u::bindNoModel(quantizeKernel, QuantizeBug::MissingClamp)},
+                  {"dropped-zero-point", "zero point not added", u::bindNoModel(quantizeKernel, QuantizeBug::DroppedZeroPoint)}},
   });
   return rules;
 }

@@ -17,6 +17,7 @@
 #include "runtime/int8_ops.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -25,6 +26,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "verifuse/kernels/int8.h"
@@ -188,6 +190,33 @@ at::Tensor runKernel(const kernels::Kernel& k, const at::Tensor& x, std::vector<
   return out;
 }
 
+// verifuse::quantize(x, scale, zp, qmin, qmax, dtype): quantize_per_tensor in one pass, the same
+// float32 operations torch's composition performs (x * float(1/scale), nearbyint = round half to
+// even, + zp, clamp to [qmin, qmax], convert), so the codes are bit-identical to eager's.
+at::Tensor quantize(const at::Tensor& x, double scale, int64_t zp, int64_t qmin, int64_t qmax, at::ScalarType dtype) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "Expecting input to have dtype torch.float32, but got dtype: ",
+              x.scalar_type());
+  if (!int8Type(dtype) || !x.is_non_overlapping_and_dense()) return quantizePerTensor(x, scale, zp, qmin, qmax, dtype);
+  at::Tensor out = at::empty_like(x, x.options().dtype(dtype));
+  const float inv = static_cast<float>(1.0 / scale), z = static_cast<float>(zp);
+  const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
+  const float* src = x.data_ptr<float>();
+  const int64_t n = x.numel();
+  auto body = [&](auto* dst) {
+    using T = std::remove_pointer_t<decltype(dst)>;
+    at::parallel_for(0, n, 16384, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        float v = std::nearbyint(src[i] * inv) + z;
+        v = std::isnan(v) ? v : std::min(std::max(v, lo), hi);  // torch.clamp propagates NaN
+        dst[i] = static_cast<T>(static_cast<int32_t>(v));
+      }
+    });
+  };
+  if (dtype == at::kByte) body(out.data_ptr<uint8_t>());
+  else body(out.data_ptr<int8_t>());
+  return out;
+}
+
 at::Tensor qconv(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b, at::IntArrayRef stride,
                  at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups, c10::string_view postOps,
                  double xScale, int64_t xZp, const at::Tensor& wScales, const at::Tensor& wZps, double yScale,
@@ -242,7 +271,9 @@ void registerInt8Ops() {
         "qlinear(Tensor x, Tensor w, Tensor? b, str post_ops, float x_scale, int x_zp, Tensor w_scales, Tensor w_zps, "
         "float y_scale, int y_zp, int y_qmin, int y_qmax, ScalarType? y_dtype, Tensor? residual, float r_scale, "
         "int r_zp) -> Tensor");
+    defs.def("quantize(Tensor x, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
     static torch::Library impls(torch::Library::IMPL, "verifuse", c10::DispatchKey::CPU, __FILE__, __LINE__);
+    impls.impl("quantize", TORCH_FN(quantize));
     impls.impl("qconv", TORCH_FN(qconv));
     impls.impl("qlinear", TORCH_FN(qlinear));
   });
