@@ -6,6 +6,7 @@ conventions. Frozen parameters/buffers become constants that reference the real 
 """
 from __future__ import annotations
 
+import math
 import operator
 import re
 from dataclasses import dataclass, field
@@ -51,6 +52,10 @@ PYTHON_BUILTINS = {
     torch.sym_min: "verifuse::sym_min", torch.sym_float: "verifuse::sym_float",
     torch.sym_int: "verifuse::sym_int", torch.sym_not: "verifuse::sym_not",
 }
+
+# Quantization ops whose scale argument (index 1) the lowering checks (issue 17).
+QUANTIZE_OPS = ("quantized_decomposed::quantize_per_tensor", "quantized_decomposed::dequantize_per_tensor",
+                "quantized_decomposed::quantize_per_channel", "quantized_decomposed::dequantize_per_channel")
 
 # Operators that would make the executor's result differ from eager's by construction.
 NONDETERMINISTIC_OPS = ("aten::native_dropout", "aten::bernoulli", "aten::rand", "aten::randn",
@@ -121,6 +126,7 @@ class _Lowerer:
         self.env: dict[torch.fx.Node, Any] = {}  # node -> _C.Arg, or list of value ids
         self.used_names: set[str] = set()
         self.constant_names: list[str] = []
+        self.frozen_tensors: dict[torch.fx.Node, torch.Tensor] = {}  # frozen placeholder -> its tensor
 
     def unique(self, name: str) -> str:
         base, k = name, 1
@@ -145,6 +151,7 @@ class _Lowerer:
             if i in self.frozen_indices and isinstance(real, torch.Tensor):
                 cid = self.add_constant(name, real)
                 self.env[ph] = _C.Arg.constant(cid)
+                self.frozen_tensors[ph] = real
                 frozen.append((i, cid))
             else:
                 val = ph.meta.get("val", real)
@@ -234,6 +241,8 @@ class _Lowerer:
             raise LoweringError(node.name, f"random operator {qualified} (dropout or sampling in training mode?)")
         if schema.is_mutable:
             raise LoweringError(node.name, f"operator {qualified}.{schema.overload_name} mutates its inputs")
+        if qualified in QUANTIZE_OPS:
+            self.check_quantization_scale(node, qualified)
         args = []
         for k, sarg in enumerate(schema.arguments):
             if k < len(node.args) and not sarg.kwarg_only:
@@ -265,6 +274,24 @@ class _Lowerer:
             self.env[node] = _C.Arg.value(ids[0])
         else:
             self.env[node] = list(ids)
+
+    def check_quantization_scale(self, node: torch.fx.Node, qualified: str) -> None:
+        """A quantize/dequantize whose scale is 0, negative, NaN or infinite has no integer meaning
+        (quantize divides by it): the graph is refused, so eager runs it and gives its own result
+        or error, instead of the int8 rules or kernels seeing it."""
+        scale = node.args[1] if len(node.args) > 1 else node.kwargs.get("scale", node.kwargs.get("scales"))
+        if isinstance(scale, torch.fx.Node):
+            scale = self.frozen_tensors.get(scale) if scale.op == "placeholder" else (
+                _fetch_attr(self.gm, scale.target) if scale.op == "get_attr" else None)
+        if isinstance(scale, torch.Tensor):
+            bad = scale.numel() > 0 and not bool(torch.all(torch.isfinite(scale) & (scale > 0)))
+        elif isinstance(scale, (int, float)):
+            bad = not (math.isfinite(scale) and scale > 0)
+        else:
+            return
+        if bad:
+            raise LoweringError(node.name, f"{qualified} with scale {scale if not isinstance(scale, torch.Tensor) else 'tensor'}"
+                                           " that is zero, negative, NaN or infinite: no integer meaning")
 
     def to_arg(self, v: Any, node: torch.fx.Node) -> Any:
         if isinstance(v, torch.fx.Node):

@@ -32,6 +32,9 @@ std::vector<RuleDeclaration> perChannelFolds();
 std::vector<RuleDeclaration> residualAdd();
 // activation_postops.cpp
 std::vector<RuleDeclaration> activationPostOps();
+// quantized.cpp
+std::vector<RuleDeclaration> quantizedInt8();  ///< PT2E int8 chains -> verifuse::qconv / qlinear
+RuleDeclaration plantedInt8DroppedZeroPoint();  ///< test only, deliberately wrong
 // row_fusion.cpp
 std::vector<RuleDeclaration> rowFusion();  ///< elementwise/row-reduction chains -> verifuse::rowwise
 

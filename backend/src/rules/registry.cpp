@@ -4,6 +4,7 @@
 #include <set>
 
 #include "rules/families.h"
+#include "verifuse/rules/planted_int8.h"
 
 namespace verifuse::rules {
 
@@ -52,8 +53,10 @@ StatusOr<std::vector<Rule>> builtinRules() {
   std::vector<RuleDeclaration> all;
   for (auto family : {f::canonicalizeOps, f::activationRecognition, f::attentionRecognition, f::canonicalizeViews,
                       f::noOps, f::deadCode,
-                      // Fusion: projections concatenated before anything attaches to them.
-                      f::qkvConcat, f::batchNormFolds,
+                      // Fusion: projections concatenated before anything attaches to them; the
+                      // int8 chains (their ops are never verifuse::conv/linear, so the float rules
+                      // below cannot take them).
+                      f::qkvConcat, f::quantizedInt8, f::batchNormFolds,
                       f::perChannelFolds, f::residualAdd, f::activationPostOps,
                       // Last: a batch norm nothing could absorb becomes one per-channel multiply-add.
                       f::batchNormScaleShift,
@@ -89,6 +92,8 @@ StatusOr<Rule> plantedBugRule() { return Rule::declare(families::plantedBatchNor
 StatusOr<Rule> plantedBugRule(const std::vector<verify::RuleProof>&) { return plantedBugRule(); }
 
 StatusOr<Rule> plantedAttentionBugRule() { return Rule::declare(families::plantedAttentionScaleOneOverD()); }
+
+StatusOr<Rule> plantedInt8DroppedZeroPointRule() { return Rule::declare(families::plantedInt8DroppedZeroPoint()); }
 
 verify::RuleProof plantedBugProof() {
   auto rule = plantedBugRule();

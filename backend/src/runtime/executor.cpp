@@ -4,6 +4,7 @@
 #include "verifuse/runtime/executor.h"
 
 #include "runtime/fused_ops.h"
+#include "runtime/int8_ops.h"
 #include "verifuse/kernels/cpu_features.h"
 #include "verifuse/kernels/tuning_db.h"
 #include "verifuse/rules/rules.h"
@@ -588,6 +589,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
                                                             std::vector<FrozenInput> frozen, int32_t numArgs,
                                                             const CompileOptions& options) {
   VF_RETURN_IF_ERROR(ir::verifyGraph(graph));
+  registerInt8Ops();  // verifuse::qconv / qlinear run as dispatcher ops (int8_ops.h)
   if (inputArgIndex.size() != graph.inputs().size()) {
     return invalidArgument("inputArgIndex has " + std::to_string(inputArgIndex.size()) + " entries for " +
                            std::to_string(graph.inputs().size()) + " graph inputs");

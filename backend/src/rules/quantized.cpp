@@ -1,0 +1,811 @@
+// Int8 rules (issue 17): the quantize/dequantize chains of a PT2E-quantized graph become int8
+// convolutions and linears (oneDNN's u8/s8 x s8 -> s32 kernels), with the integer semantics
+// proved.
+//
+//   int8-conv-dequant          conv(dq(xq, sx, zx), dq_ch(Wq, sw, 0), b)  = qconv(xq, Wq, b) -> f32
+//   int8-linear-dequant        addmm(b, dq(xq), permute(dq_ch(Wq)))        = qlinear(xq, Wq, b) -> f32
+//   int8-relu-postop           relu(qconv f32)                             = qconv with the relu post-op
+//   int8-requantize            q(qconv f32, sy, zy, qmin, qmax, u8/s8)     = qconv -> u8/s8 (oneDNN's dst scale,
+//                                                                            zero point, saturation)
+//   int8-relu-across-requant   q(relu(dq(xq, s, z)), s, z)                 = clamp_min(xq, z)
+//   int8-residual-sum          q([relu](qconv f32 + dq(r, sr, zr)))        = qconv -> u8/s8 with the sum post-op
+//                                                                            (scale sr, zero point zr) [and relu]
+//   int8-quantize-kernel       q(x f32) left over                          = verifuse::quantize (one C++ pass)
+//
+// The integer semantics the obligations state (torch/ao/quantization/fx/_decomposed.py):
+//   dequantize_per_tensor(x, s, z)      = (x - z) * s
+//   dequantize_per_channel(W, s, z)[o]  = (W[o] - z[o]) * s[o]
+//   quantize_per_tensor(y, s, z, lo, hi) = clamp(round(y * (1/s)) + z, lo, hi), round = half to even
+// and oneDNN's int8 convolution / matmul (kernels/int8.h):
+//   acc = sum_k W[o,k] * (x_k - zx)  (s32);  y = sx * sw[o] * acc + b[o];  relu post-op on y;
+//   dst = saturate_dtype(nearbyint(y * (1/sy)) + zy)   (nearbyint: half to even, the default mode)
+// Rounding is a fresh Int `n` with |t - n| <= 1/2 and, on a tie, n even (n = 2h, h a fresh Int).
+// Conv/linear are proved per output element with K = 3 explicit products (the identity is
+// distributivity, so the size does not matter); the requantization is split into the real-valued
+// scaled result t = y * (1/s) and the integer code of t (linear integer
+// arithmetic, every t), which compose: equal t, equal code.
+//
+// Guards: activation scale finite and > 0, zero point within [qmin, qmax]; weights an s8 constant
+// with finite positive per-channel scales, all weight zero points 0, axis 0, range [-128, 127];
+// the requantization range the whole dtype (oneDNN saturates to the dtype; a reduced range is
+// refused). Constants parsed from text carry no data: their values are not checked there (golden
+// tests); the lowering always gives the real tensors.
+#include <cmath>
+
+#include "rules/families.h"
+#include "rules/rule_util.h"
+#include "verifuse/ir/graph_edit.h"
+#include "verifuse/verify/tensor_semantics.h"
+
+namespace verifuse::rules::families {
+
+namespace {
+
+using ir::Arg;
+using ir::ConstantTensor;
+using ir::DType;
+using ir::Graph;
+using ir::Node;
+using ir::NodeId;
+using ir::ValueId;
+using verify::Expr;
+using verify::Obligation;
+using verify::ObligationBuilder;
+using verify::Sort;
+namespace sem = verify::sem;
+namespace dnnl = verify::sem::onednn;
+namespace u = util;
+
+constexpr const char* kQuantize = "quantized_decomposed::quantize_per_tensor";
+constexpr const char* kDequantize = "quantized_decomposed::dequantize_per_tensor";
+constexpr const char* kDequantizeChannel = "quantized_decomposed::dequantize_per_channel";
+constexpr const char* kQConv = "verifuse::qconv";
+constexpr const char* kQLinear = "verifuse::qlinear";
+
+// qconv(x, W, b, stride, padding, dilation, groups, post_ops, x_scale, x_zp, w_scales, w_zps,
+//       y_scale, y_zp, y_qmin, y_qmax, y_dtype, residual, r_scale, r_zp)
+// qlinear(x, W, b, post_ops, x_scale, x_zp, w_scales, w_zps, y_scale, y_zp, y_qmin, y_qmax, y_dtype,
+//         residual, r_scale, r_zp)
+size_t postOpsIndex(const Node& n) { return n.op == kQConv ? 7 : 3; }
+size_t requantIndex(const Node& n) { return n.op == kQConv ? 12 : 8; }
+bool isInt8Op(const Node& n) { return n.op == kQConv || n.op == kQLinear; }
+
+bool goodScale(double s) { return std::isfinite(s) && s > 0; }
+
+/// The dtype's full range for u8/s8 (what oneDNN saturates to).
+std::optional<std::pair<int64_t, int64_t>> int8Range(DType t) {
+  if (t == DType::UInt8) return std::make_pair<int64_t, int64_t>(0, 255);
+  if (t == DType::Int8) return std::make_pair<int64_t, int64_t>(-128, 127);
+  return std::nullopt;
+}
+
+/// quantize_per_tensor / dequantize_per_tensor parameters: (input, scale, zp, qmin, qmax, dtype[, out_dtype]).
+struct TensorQParams {
+  Arg input;
+  double scale = 0;
+  int64_t zeroPoint = 0, qmin = 0, qmax = 0;
+  DType dtype = DType::Undefined;
+};
+
+std::optional<TensorQParams> tensorQParams(const Node& n, std::string* whyNot) {
+  if (n.args.size() < 6) return std::nullopt;
+  if (n.args.size() == 7 && n.args[6].kind != Arg::Kind::None) {
+    return u::why(whyNot, "out_dtype given: only float32 results are lowered to int8 kernels"), std::nullopt;
+  }
+  TensorQParams p;
+  p.input = n.args[0];
+  if (n.args[1].kind != Arg::Kind::Double || n.args[2].kind != Arg::Kind::Int || n.args[3].kind != Arg::Kind::Int ||
+      n.args[4].kind != Arg::Kind::Int || n.args[5].kind != Arg::Kind::DTypeTag) {
+    return u::why(whyNot, "scale / zero point / range not static numbers (a tensor-valued scale)"), std::nullopt;
+  }
+  p.scale = n.args[1].d;
+  p.zeroPoint = n.args[2].i;
+  p.qmin = n.args[3].i;
+  p.qmax = n.args[4].i;
+  p.dtype = static_cast<DType>(n.args[5].i);
+  if (!goodScale(p.scale)) {
+    return u::why(whyNot, "scale " + std::to_string(p.scale) + " is zero, negative, NaN or infinite: no integer meaning"),
+           std::nullopt;
+  }
+  auto range = int8Range(p.dtype);
+  if (!range) return u::why(whyNot, "quantized dtype is not u8/s8"), std::nullopt;
+  if (p.qmin < range->first || p.qmax > range->second || p.qmin > p.qmax || p.zeroPoint < p.qmin ||
+      p.zeroPoint > p.qmax) {
+    return u::why(whyNot, "zero point or range outside the dtype"), std::nullopt;
+  }
+  return p;
+}
+
+/// dequantize_per_tensor(xq, ...) feeding \p a: its parameters (input = the quantized value).
+std::optional<TensorQParams> dequantizedInput(const Graph& g, const Arg& a, std::string* whyNot) {
+  const Node* dq = u::producerOf(g, a);
+  if (!dq || dq->op != kDequantize) return std::nullopt;
+  auto p = tensorQParams(*dq, whyNot);
+  if (p && !p->input.isValue()) return u::why(whyNot, "quantized input is a constant"), std::nullopt;
+  return p;
+}
+
+const ConstantTensor* constantOf(const Graph& g, const Arg& a) {
+  return a.isConstant() ? &g.constants().at(static_cast<size_t>(a.i)) : nullptr;
+}
+
+/// Every element of a constant with data satisfies \p ok (f32/f64 scales, i64/i32 zero points);
+/// a constant without data (parsed from text) is not checked.
+template <typename F>
+bool allElements(const ConstantTensor& c, F ok) {
+  if (!c.data) return !c.hasData();  // lazily folded constants never hold quantization parameters
+  if (!c.isContiguous()) return false;
+  const int64_t n = c.numel();
+  for (int64_t k = 0; k < n; ++k) {
+    double v;
+    switch (c.dtype) {
+      case DType::Float32: v = static_cast<const float*>(c.data)[k]; break;
+      case DType::Float64: v = static_cast<const double*>(c.data)[k]; break;
+      case DType::Int64: v = static_cast<double>(static_cast<const int64_t*>(c.data)[k]); break;
+      case DType::Int32: v = static_cast<const int32_t*>(c.data)[k]; break;
+      default: return false;
+    }
+    if (!ok(v)) return false;
+  }
+  return true;
+}
+
+/// dequantize_per_channel(Wq, scales, zps, axis, qmin, qmax, dtype[, out_dtype]) of a constant s8
+/// weight with positive finite scales and zero points 0, along axis 0.
+struct ChannelWeight {
+  Arg weight, scales, zeroPoints;
+};
+
+std::optional<ChannelWeight> dequantizedWeight(const Graph& g, const Arg& a, int64_t outChannels, std::string* whyNot) {
+  const Node* dq = u::producerOf(g, a);
+  if (!dq || dq->op != kDequantizeChannel || dq->args.size() < 7) return std::nullopt;
+  const ConstantTensor* w = constantOf(g, dq->args[0]);
+  const ConstantTensor* s = constantOf(g, dq->args[1]);
+  const ConstantTensor* z = constantOf(g, dq->args[2]);
+  if (!w || w->dtype != DType::Int8 || !w->isContiguous()) {
+    return u::why(whyNot, "the weight is not a frozen contiguous s8 constant"), std::nullopt;
+  }
+  if (dq->args[3].kind != Arg::Kind::Int || dq->args[3].i != 0 || dq->args[4].kind != Arg::Kind::Int ||
+      dq->args[4].i != -128 || dq->args[5].kind != Arg::Kind::Int || dq->args[5].i != 127 ||
+      dq->args[6].kind != Arg::Kind::DTypeTag || static_cast<DType>(dq->args[6].i) != DType::Int8 ||
+      (dq->args.size() == 8 && dq->args[7].kind != Arg::Kind::None)) {
+    return u::why(whyNot, "weight quantization is not s8 [-128, 127] per output channel (axis 0)"), std::nullopt;
+  }
+  if (!s || s->numel() != outChannels || s->sizes.size() != 1) {
+    return u::why(whyNot, "weight scales are not a constant with one scale per output channel"), std::nullopt;
+  }
+  if (!allElements(*s, goodScale)) {
+    return u::why(whyNot, "a weight scale is zero, negative, NaN or infinite: no integer meaning"), std::nullopt;
+  }
+  if (!z || z->numel() != outChannels || !allElements(*z, [](double v) { return v == 0; })) {
+    return u::why(whyNot, "weight zero points are not all 0 (oneDNN's s8 weights are symmetric)"), std::nullopt;
+  }
+  return ChannelWeight{dq->args[0], dq->args[1], dq->args[2]};
+}
+
+/// The bias: None or a float32 constant.
+bool biasOk(const Graph& g, const Arg& b) { return b.kind == Arg::Kind::None || u::f32Constant(g, b) != nullptr; }
+
+/// Arguments shared by qconv and qlinear after their own geometry: the float32 form (no requant).
+void appendQuantArgs(std::vector<Arg>& args, const TensorQParams& x, const ChannelWeight& w) {
+  args.push_back(Arg::string(""));
+  args.push_back(Arg::real(x.scale));
+  args.push_back(Arg::integer(x.zeroPoint));
+  args.push_back(w.scales);
+  args.push_back(w.zeroPoints);
+  args.push_back(Arg::real(1.0));
+  args.push_back(Arg::integer(0));
+  args.push_back(Arg::integer(0));
+  args.push_back(Arg::integer(0));
+  args.push_back(Arg::none());
+  args.push_back(Arg::none());  // residual, r_scale, r_zp (int8-residual-sum)
+  args.push_back(Arg::real(0.0));
+  args.push_back(Arg::integer(0));
+}
+
+// ---- int8-conv-dequant ------------------------------------------------------------------------
+
+// aten::convolution(x, W, b, stride, padding, dilation, transposed, output_padding, groups)
+std::optional<Match> matchConvDequant(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (n.args.size() != 9) return std::nullopt;
+  auto x = dequantizedInput(g, n.args[0], whyNot);
+  if (!x) return std::nullopt;
+  const Node* wdq = u::producerOf(g, n.args[1]);
+  if (!wdq || wdq->op != kDequantizeChannel || wdq->args.empty()) return std::nullopt;
+  const ConstantTensor* wq = constantOf(g, wdq->args[0]);
+  if (!wq || wq->sizes.size() < 3) return u::why(whyNot, "the weight is not a constant conv weight"), std::nullopt;
+  auto w = dequantizedWeight(g, n.args[1], wq->sizes[0], whyNot);
+  if (!w) return std::nullopt;
+  if (!biasOk(g, n.args[2])) return u::why(whyNot, "the bias is not a float32 constant"), std::nullopt;
+  if (n.args[6].kind != Arg::Kind::Bool || n.args[6].i != 0) {
+    return u::why(whyNot, "transposed convolution: no int8 kernel"), std::nullopt;
+  }
+  if (n.args[8].kind != Arg::Kind::Int) return u::why(whyNot, "groups not a static number"), std::nullopt;
+  for (size_t k : {3, 4, 5}) {
+    if (!n.args[k].asIntList().isOk()) return u::why(whyNot, "stride/padding/dilation not static"), std::nullopt;
+  }
+  return Match{id, id, 0};
+}
+
+Status rewriteConvDequant(Graph& g, const Match& m, FusionRecord&) {
+  Node& n = g.mutableNode(m.anchor);
+  auto x = dequantizedInput(g, n.args[0], nullptr);
+  const Node* wdq = u::producerOf(g, n.args[1]);
+  auto w = dequantizedWeight(g, n.args[1], g.constants().at(static_cast<size_t>(wdq->args[0].i)).sizes[0], nullptr);
+  if (!x || !w) return internalError("int8-conv-dequant: match no longer holds");
+  std::vector<Arg> args = {x->input, w->weight, n.args[2], n.args[3], n.args[4], n.args[5], n.args[8]};
+  appendQuantArgs(args, *x, *w);
+  n.op = kQConv;
+  n.overload = "";
+  n.args = std::move(args);
+  return Status::ok();
+}
+
+// ---- int8-linear-dequant ----------------------------------------------------------------------
+
+// aten::addmm(b, dq(xq), permute(dq_ch(Wq), [1, 0]), beta = 1, alpha = 1), xq 2-D.
+/// The linear's input: dq(xq), or view(dq(xq), [M, K]) read only by the linear (an N-d input;
+/// the rewrite then views the codes: dequantize is elementwise, it commutes with the view).
+std::optional<TensorQParams> linearInput(const Graph& g, const Arg& a, const Node** view, std::string* whyNot) {
+  *view = nullptr;
+  if (auto x = dequantizedInput(g, a, whyNot)) return x;
+  const Node* v = u::producerOf(g, a);
+  if (!v || v->op != "aten::view" || v->args.size() != 2 || !u::hasSingleUse(g, v->outputs[0])) return std::nullopt;
+  auto x = dequantizedInput(g, v->args[0], whyNot);
+  if (x) *view = v;
+  return x;
+}
+
+std::optional<Match> matchLinearDequant(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (n.args.size() != 5) return std::nullopt;
+  const Node* view = nullptr;
+  auto x = linearInput(g, n.args[1], &view, whyNot);
+  if (!x) return std::nullopt;
+  const Node* perm = u::producerOf(g, n.args[2]);
+  if (!perm || perm->op != "aten::permute" || perm->args.size() != 2) return std::nullopt;
+  auto dims = perm->args[1].asIntList();
+  if (!dims.isOk() || *dims != std::vector<int64_t>{1, 0}) return std::nullopt;
+  const Node* wdq = u::producerOf(g, perm->args[0]);
+  if (!wdq || wdq->op != kDequantizeChannel || wdq->args.empty()) return std::nullopt;
+  const ConstantTensor* wq = constantOf(g, wdq->args[0]);
+  if (!wq || wq->sizes.size() != 2) return u::why(whyNot, "the weight is not a 2-D constant"), std::nullopt;
+  auto w = dequantizedWeight(g, perm->args[0], wq->sizes[0], whyNot);
+  if (!w) return std::nullopt;
+  if (!biasOk(g, n.args[0])) return u::why(whyNot, "the bias is not a float32 constant"), std::nullopt;
+  auto beta = u::numberArg(n.args[3]), alpha = u::numberArg(n.args[4]);
+  if (!beta || !alpha || *beta != 1.0 || *alpha != 1.0) return u::why(whyNot, "addmm with beta/alpha != 1"), std::nullopt;
+  const ConstantTensor* b = u::f32Constant(g, n.args[0]);
+  if (b && (b->sizes.size() != 1 || b->sizes[0] != wq->sizes[0])) {
+    return u::why(whyNot, "the bias is not one value per output feature (a broadcast bias)"), std::nullopt;
+  }
+  return Match{id, id, 0};
+}
+
+Status rewriteLinearDequant(Graph& g, const Match& m, FusionRecord&) {
+  Node& n = g.mutableNode(m.anchor);
+  const Node* view = nullptr;
+  auto x = linearInput(g, n.args[1], &view, nullptr);
+  const Node* perm = u::producerOf(g, n.args[2]);
+  const Node* wdq = perm ? u::producerOf(g, perm->args[0]) : nullptr;
+  if (!x || !wdq) return internalError("int8-linear-dequant: match no longer holds");
+  auto w = dequantizedWeight(g, perm->args[0], g.constants().at(static_cast<size_t>(wdq->args[0].i)).sizes[0], nullptr);
+  if (!w) return internalError("int8-linear-dequant: match no longer holds");
+  Arg input = x->input;
+  if (view) {
+    // The view now reads the codes (same sizes and strides as their dequantized values).
+    Node& v = g.mutableNode(view->id);
+    v.args[0] = x->input;
+    g.mutableValue(v.outputs[0]).dtype = x->dtype;
+    input = Arg::value(v.outputs[0]);
+  }
+  std::vector<Arg> args = {input, w->weight, n.args[0]};
+  appendQuantArgs(args, *x, *w);
+  n.op = kQLinear;
+  n.overload = "";
+  n.args = std::move(args);
+  return Status::ok();
+}
+
+/// A single-use int8 op producing \p a with a float32 result (not yet requantized).
+const Node* floatInt8Producer(const Graph& g, const Arg& a) {
+  const Node* p = u::producerOf(g, a);
+  if (!p || !isInt8Op(*p) || !u::hasSingleUse(g, u::valueOf(a))) return nullptr;
+  if (p->args[requantIndex(*p) + 4].kind != Arg::Kind::None) return nullptr;
+  return p;
+}
+
+// ---- int8-relu-postop -------------------------------------------------------------------------
+
+std::optional<Match> matchReluPostOp(const Graph& g, NodeId id, std::string*) {
+  const Node& n = g.node(id);
+  if (n.args.size() != 1 || !n.overload.empty()) return std::nullopt;
+  const Node* p = floatInt8Producer(g, n.args[0]);
+  if (!p || p->args[postOpsIndex(*p)].s != "") return std::nullopt;
+  return Match{p->id, id, 0};
+}
+
+Status rewriteReluPostOp(Graph& g, const Match& m, FusionRecord&) {
+  Node& p = g.mutableNode(m.anchor);
+  p.args[postOpsIndex(p)] = Arg::string("relu");
+  return u::replaceWithProducer(g, m);
+}
+
+// ---- int8-requantize ----------------------------------------------------------------------------
+
+std::optional<Match> matchRequantize(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  const Node* p = floatInt8Producer(g, n.args.empty() ? Arg::none() : n.args[0]);
+  if (!p) return std::nullopt;
+  auto q = tensorQParams(n, whyNot);
+  if (!q) return std::nullopt;
+  auto range = int8Range(q->dtype);
+  if (q->qmin != range->first || q->qmax != range->second) {
+    return u::why(whyNot, "requantization range [" + std::to_string(q->qmin) + ", " + std::to_string(q->qmax) +
+                              "] narrower than the dtype: oneDNN saturates to the dtype's range"),
+           std::nullopt;
+  }
+  return Match{p->id, id, 0};
+}
+
+Status rewriteRequantize(Graph& g, const Match& m, FusionRecord&) {
+  // The int8 op moves to the quantize's position and takes its output (the u8/s8 value).
+  Node producer = g.node(m.anchor);
+  Node& q = g.mutableNode(m.consumer);
+  const size_t r = requantIndex(producer);
+  producer.args[r] = q.args[1];
+  producer.args[r + 1] = q.args[2];
+  producer.args[r + 2] = q.args[3];
+  producer.args[r + 3] = q.args[4];
+  producer.args[r + 4] = q.args[5];
+  q.op = producer.op;
+  q.overload = producer.overload;
+  q.args = std::move(producer.args);
+  g.eraseNode(m.anchor);
+  return Status::ok();
+}
+
+// ---- int8-relu-across-requant -----------------------------------------------------------------
+
+std::optional<Match> matchReluAcrossRequant(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (n.args.empty()) return std::nullopt;
+  const Node* relu = u::producerOf(g, n.args[0]);
+  if (!relu || relu->op != "aten::relu" || relu->args.size() != 1) return std::nullopt;
+  auto x = dequantizedInput(g, relu->args[0], whyNot);
+  if (!x) return std::nullopt;
+  auto q = tensorQParams(n, whyNot);
+  if (!q) return std::nullopt;
+  if (q->scale != x->scale || q->zeroPoint != x->zeroPoint || q->dtype != x->dtype || q->qmin != x->qmin ||
+      q->qmax != x->qmax) {
+    return u::why(whyNot, "quantize and dequantize around the relu differ in scale, zero point or range"), std::nullopt;
+  }
+  return Match{id, id, 0};
+}
+
+Status rewriteReluAcrossRequant(Graph& g, const Match& m, FusionRecord&) {
+  Node& n = g.mutableNode(m.anchor);
+  const Node* relu = u::producerOf(g, n.args[0]);
+  auto x = dequantizedInput(g, relu->args[0], nullptr);
+  if (!x) return internalError("int8-relu-across-requant: match no longer holds");
+  n.op = "aten::clamp_min";
+  n.overload = "";
+  n.args = {x->input, Arg::integer(x->zeroPoint)};
+  return Status::ok();
+}
+
+// ---- int8-residual-sum ------------------------------------------------------------------------
+
+struct ResidualMatch {
+  const Node* producer = nullptr;
+  std::vector<NodeId> between;  ///< the add (and relu), read only on the way to the quantize
+  TensorQParams residual;
+  bool relu = false;
+};
+
+// q(v, sy, zy, dtype range) with v = relu(a) or a, a = add(p, dq(r)) or add(dq(r), p) (alpha 1), p a
+// single-use int8 op with an f32 result and no post-op, r of the output's dtype and shape.
+std::optional<ResidualMatch> residualOf(const Graph& g, const Node& q, std::string* whyNot) {
+  if (q.args.empty()) return std::nullopt;
+  ResidualMatch m;
+  const Node* a = u::producerOf(g, q.args[0]);
+  if (a && a->op == "aten::relu" && a->args.size() == 1 && u::hasSingleUse(g, a->outputs[0])) {
+    m.relu = true;
+    m.between.push_back(a->id);
+    a = u::producerOf(g, a->args[0]);
+  }
+  if (!a || a->op != "aten::add" || a->overload != "Tensor" || a->args.size() != 3) return std::nullopt;
+  if (!u::hasSingleUse(g, a->outputs[0])) return std::nullopt;
+  for (int k = 0; k < 2; ++k) {
+    const Node* p = floatInt8Producer(g, a->args[static_cast<size_t>(k)]);
+    if (!p || !p->args[postOpsIndex(*p)].s.empty()) continue;
+    auto r = dequantizedInput(g, a->args[static_cast<size_t>(1 - k)], whyNot);
+    if (!r) continue;
+    auto alpha = u::numberArg(a->args[2]);
+    if (!alpha || *alpha != 1.0) return u::why(whyNot, "add with alpha != 1"), std::nullopt;
+    const auto* ps = u::staticShape(g, p->outputs[0]);
+    const auto* rs = u::staticShape(g, u::valueOf(r->input));
+    if (!ps || !rs || *ps != *rs) return u::why(whyNot, "residual shape differs from (or is not known to equal) the output's"), std::nullopt;
+    m.producer = p;
+    m.residual = *r;
+    m.between.push_back(a->id);
+    return m;
+  }
+  return std::nullopt;
+}
+
+std::optional<Match> matchResidualSum(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  auto m = residualOf(g, n, whyNot);
+  if (!m) return std::nullopt;
+  auto q = tensorQParams(n, whyNot);
+  if (!q) return std::nullopt;
+  auto range = int8Range(q->dtype);
+  if (q->qmin != range->first || q->qmax != range->second) {
+    return u::why(whyNot, "requantization range narrower than the dtype: oneDNN saturates to the dtype's range"),
+           std::nullopt;
+  }
+  if (m->residual.dtype != q->dtype) {
+    return u::why(whyNot, "residual and output dtypes differ (the sum post-op reads the residual in the output buffer)"),
+           std::nullopt;
+  }
+  return Match{m->producer->id, id, 0};
+}
+
+Status rewriteResidualSum(Graph& g, const Match& m, FusionRecord&) {
+  Node& qn = g.mutableNode(m.consumer);
+  auto r = residualOf(g, qn, nullptr);
+  if (!r) return internalError("int8-residual-sum: match no longer holds");
+  Node producer = g.node(m.anchor);
+  const size_t i = requantIndex(producer);
+  producer.args[postOpsIndex(producer)] = Arg::string(r->relu ? "sum,relu" : "sum");
+  for (size_t k = 0; k < 5; ++k) producer.args[i + k] = qn.args[1 + k];
+  producer.args[i + 5] = r->residual.input;
+  producer.args[i + 6] = Arg::real(r->residual.scale);
+  producer.args[i + 7] = Arg::integer(r->residual.zeroPoint);
+  qn.op = producer.op;
+  qn.overload = producer.overload;
+  qn.args = std::move(producer.args);
+  g.eraseNode(m.anchor);
+  for (NodeId between : r->between) g.eraseNode(between);  // single-use: only the quantize read them
+  return Status::ok();
+}
+
+// ---- int8-quantize-kernel -----------------------------------------------------------------------
+
+// quantize_per_tensor(x f32, s, z, qmin, qmax, u8/s8) that no rule above absorbed: the runtime's
+// one-pass kernel (verifuse::quantize) instead of torch's Python composition.
+std::optional<Match> matchQuantizeKernel(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (n.args.size() != 6 || !n.args[0].isValue()) return std::nullopt;
+  if (g.value(u::valueOf(n.args[0])).dtype != DType::Float32) {
+    return u::why(whyNot, "input not known to be float32"), std::nullopt;
+  }
+  if (!tensorQParams(n, whyNot)) return std::nullopt;
+  return Match{id, id, 0};
+}
+
+Status rewriteQuantizeKernel(Graph& g, const Match& m, FusionRecord&) {
+  Node& n = g.mutableNode(m.anchor);
+  n.op = "verifuse::quantize";
+  n.overload = "";
+  return Status::ok();
+}
+
+// ---- obligations ----------------------------------------------------------------------------------
+
+Expr half() { return Expr::rational(1, 2); }
+
+/// round(t), ties to even (torch.round, and oneDNN's nearbyint in the default rounding mode).
+Expr roundHalfEven(ObligationBuilder& ob, Expr t, const std::string& name) {
+  Expr h = Expr::var(name + ".half", Sort::Int);
+  ob.addFresh(h, {});
+  return ob.fresh(
+      name,
+      [&](Expr n) {
+        return std::vector<Expr>{n >= t - half(), n <= t + half(), implies(n - t == half(), n == h * Expr::integer(2)),
+                                 implies(t - n == half(), n == h * Expr::integer(2))};
+      },
+      Sort::Int);
+}
+
+/// round(t), ties away from zero (std::round): a mutant's rounding.
+Expr roundHalfAway(ObligationBuilder& ob, Expr t, const std::string& name) {
+  return ob.fresh(
+      name,
+      [&](Expr n) {
+        return std::vector<Expr>{n >= t - half(), n <= t + half(), implies(n - t == half(), t >= 0),
+                                 implies(t - n == half(), t < 0)};
+      },
+      Sort::Int);
+}
+
+enum class FoldBug { None, DroppedZeroPoint, WeightScaleOfInputChannel, InputScaleMissing, WeightZeroPointUnchecked };
+
+// One output element of dequantize -> conv/linear (K = 3 products) and of the int8 op that
+// computes it from the s32 accumulator with the folded scale sx * sw[o].
+Obligation dequantFold(const std::string& name, FoldBug bug) {
+  ObligationBuilder ob(name);
+  Expr sx = ob.var("x.scale"), zx = ob.var("x.zero_point");
+  Expr sw = ob.var("w.scale[o]"), zw = ob.var("w.zero_point[o]"), swi = ob.var("w.scale[i]");
+  Expr b = ob.var("b[o]");
+  ob.assume(sx > 0).assume(sw > 0).assume(swi > 0);
+  if (bug != FoldBug::WeightZeroPointUnchecked) ob.assume(zw == 0);
+  std::vector<Expr> src, acc, accNoZp;
+  for (int k = 0; k < 3; ++k) {
+    Expr xk = ob.var("xq[" + std::to_string(k) + "]"), wk = ob.var("Wq[o," + std::to_string(k) + "]");
+    src.push_back(((wk - zw) * sw) * ((xk - zx) * sx));  // dequantize_per_channel * dequantize_per_tensor
+    acc.push_back(wk * (xk - zx));                       // oneDNN: s32, source zero point
+    accNoZp.push_back(wk * xk);
+  }
+  Expr scale = bug == FoldBug::WeightScaleOfInputChannel ? sx * swi : bug == FoldBug::InputScaleMissing ? sw : sx * sw;
+  Expr tgt = scale * verify::sum(bug == FoldBug::DroppedZeroPoint ? accNoZp : acc) + b;
+  Expr source = verify::sum(src) + b;
+  ob.prove("out[o]", source, tgt);
+  if (name == "int8-linear-dequant") {
+    // An N-d input: view(dequantize(xq), [M, K]) = dequantize(view(xq, [M, K])), on xq [2, 3, 2].
+    using sem::ElementTensor;
+    const ElementTensor xq = ElementTensor::variables("xq", {2, 3, 2});
+    auto dq = [&](const ElementTensor& t) {
+      return ElementTensor::fromFunction(t.sizes(), [t, sx, zx](const sem::Index& i) { return (t.at(i) - zx) * sx; });
+    };
+    sem::proveElementwise(ob, "view", sem::view(dq(xq), {6, 2}, "undefined-view"), dq(sem::view(xq, {6, 2}, "undefined-view")));
+  }
+  return ob.build();
+}
+
+enum class ReluBug { None, BeforeBias };
+
+Obligation reluPostOp(ReluBug bug) {
+  // relu(y) with y = sx*sw*acc + b, against the relu post-op on oneDNN's result.
+  ObligationBuilder ob("int8-relu-postop");
+  Expr s = ob.var("x.scale*w.scale[o]"), acc = ob.var("acc[o]"), b = ob.var("b[o]");
+  ob.assume(s > 0);
+  Expr tgt = bug == ReluBug::BeforeBias ? dnnl::eltwiseRelu(s * acc, 0) + b : dnnl::eltwiseRelu(s * acc + b, 0);
+  ob.prove("out[o]", sem::relu(s * acc + b), tgt);
+  return ob.build();
+}
+
+enum class RequantBug { None, RoundHalfAway, MissingClamp, DroppedZeroPoint, ScaleNotInverted, RangeUnchecked };
+
+// quantize_per_tensor(y) (after the int8 op's f32 result y, relu or not) against oneDNN's dst
+// scale, zero point and saturation. Goal 1: the scaled value t (y * (1/s) on both sides);
+// goal 2..3: the code of every t, for u8 and s8.
+Obligation requantize(RequantBug bug) {
+  ObligationBuilder ob("int8-requantize");
+  Expr y = ob.var("y[o]"), s = ob.var("y.scale");
+  ob.assume(s > 0);
+  Expr inv = ob.fresh("1/y.scale", [&](Expr r) { return std::vector<Expr>{r * s == 1}; });
+  // oneDNN applies the dst scale as a multiplication by its reciprocal too (the kernels
+  // precompute 1/scale); the reals have one reciprocal, its float32 roundings differ (the one-step
+  // caveat of int8.h).
+  ob.prove("t = y * (1/s)", y * inv, bug == RequantBug::ScaleNotInverted ? y * s : y * inv);
+  struct Range {
+    const char* dtype;
+    int lo, hi;
+  };
+  for (Range r : {Range{"u8", 0, 255}, Range{"s8", -128, 127}}) {
+    const std::string d = r.dtype;
+    Expr t = ob.var("t." + d), z = ob.var("y.zero_point." + d, Sort::Int);
+    Expr qmin = ob.var("y.qmin." + d, Sort::Int), qmax = ob.var("y.qmax." + d, Sort::Int);
+    ob.assume(z >= Expr::integer(r.lo)).assume(z <= Expr::integer(r.hi)).assume(qmin <= z).assume(z <= qmax);
+        // Integer constants: a Real-typed bound makes Z3 compare the codes as reals (Unknown).
+    const Expr lo = Expr::integer(r.lo), hi = Expr::integer(r.hi);
+    if (bug != RequantBug::RangeUnchecked) ob.assume(qmin == lo).assume(qmax == hi);
+    else ob.assume(qmin >= lo).assume(qmax <= hi);
+    Expr source = sem::clamp(roundHalfEven(ob, t, "round(t." + d + ")") + z, qmin, qmax);
+    Expr n = bug == RequantBug::RoundHalfAway ? roundHalfAway(ob, t, "nearbyint(t." + d + ")")
+                                              : roundHalfEven(ob, t, "nearbyint(t." + d + ")");
+    Expr code = bug == RequantBug::DroppedZeroPoint ? n : n + z;
+    Expr target = bug == RequantBug::MissingClamp ? code : sem::clamp(code, Expr::integer(r.lo), Expr::integer(r.hi));
+    ob.prove("q." + d, source, target);
+  }
+  return ob.build();
+}
+
+enum class AcrossBug { None, ZeroPointIgnored };
+
+// q(relu(dq(x, s, z)), s, z) = max(x, z): goal 1 rescales (relu(s*(x - z)) * (1/s) = relu(x - z),
+// s > 0), goal 2 the code, x an integer code in the dtype's range.
+Obligation reluAcrossRequant(AcrossBug bug) {
+  ObligationBuilder ob("int8-relu-across-requant");
+  Expr s = ob.var("scale"), xr = ob.var("x.real"), zr = ob.var("zero_point.real");
+  ob.assume(s > 0);
+  Expr inv = ob.fresh("1/scale", [&](Expr r) { return std::vector<Expr>{r * s == 1}; });
+  ob.prove("t", sem::relu(s * (xr - zr)) * inv, sem::relu(xr - zr));
+  Expr x = ob.var("x", Sort::Int), z = ob.var("zero_point", Sort::Int);
+  Expr qmin = ob.var("qmin", Sort::Int), qmax = ob.var("qmax", Sort::Int);
+  ob.assume(qmin <= x).assume(x <= qmax).assume(qmin <= z).assume(z <= qmax);
+  Expr source = sem::clamp(roundHalfEven(ob, sem::relu(x - z), "round(relu(x - z))") + z, qmin, qmax);
+  ob.prove("q", source, Expr::max(x, bug == AcrossBug::ZeroPointIgnored ? Expr::integer(0) : z));
+  return ob.build();
+}
+
+enum class SumBug { None, ResidualZeroPointDropped, ResidualScaleOne, ReluBeforeSum };
+
+// q([relu](y + dq(r, sr, zr))) against oneDNN's sum post-op sr * (r - zr) (the residual's codes in
+// the output buffer), [relu], then the requantization of int8-requantize (its code goals again).
+Obligation residualSum(SumBug bug, bool relu) {
+  ObligationBuilder ob(relu ? "int8-residual-sum-relu" : "int8-residual-sum");
+  Expr y = ob.var("y[o]"), r = ob.var("residual[o]"), sr = ob.var("residual.scale"), zr = ob.var("residual.zero_point");
+  Expr s = ob.var("y.scale");
+  ob.assume(s > 0).assume(sr > 0);
+  Expr inv = ob.fresh("1/y.scale", [&](Expr v) { return std::vector<Expr>{v * s == 1}; });
+  Expr source = sem::add(y, (r - zr) * sr);  // dequantize_per_tensor(r) added to the f32 result
+  Expr sumIn = bug == SumBug::ResidualZeroPointDropped ? r : r - zr;
+  Expr target = dnnl::sumPostOp(sumIn, y, bug == SumBug::ResidualScaleOne ? Expr(1) : sr);
+  if (relu) {
+    source = sem::relu(source);
+    target = bug == SumBug::ReluBeforeSum ? dnnl::sumPostOp(sumIn, dnnl::eltwiseRelu(y, 0), sr) : dnnl::eltwiseRelu(target, 0);
+  }
+  ob.prove("t = post_ops(y) * (1/s)", source * inv, target * inv);
+  Expr t = ob.var("t"), z = ob.var("y.zero_point", Sort::Int);
+  ob.assume(z >= Expr::integer(0)).assume(z <= Expr::integer(255));
+  ob.prove("q.u8", sem::clamp(roundHalfEven(ob, t, "round(t)") + z, Expr::integer(0), Expr::integer(255)),
+           sem::clamp(roundHalfEven(ob, t, "nearbyint(t)") + z, Expr::integer(0), Expr::integer(255)));
+  return ob.build();
+}
+
+enum class QuantizeBug { None, RoundHalfAway, MissingClamp, DroppedZeroPoint };
+
+// torch's quantize_per_tensor against the kernel's loop, for every scaled value t = x * (1/s) (the
+// same float32 product on both sides) and any [qmin, qmax] within the dtype: clamp(round(t) + z).
+Obligation quantizeKernel(QuantizeBug bug) {
+  ObligationBuilder ob("int8-quantize-kernel");
+  Expr t = ob.var("t"), z = ob.var("zero_point", Sort::Int);
+  Expr qmin = ob.var("qmin", Sort::Int), qmax = ob.var("qmax", Sort::Int);
+  ob.assume(qmin >= Expr::integer(-128)).assume(qmax <= Expr::integer(255)).assume(qmin <= z).assume(z <= qmax);
+  Expr source = sem::clamp(roundHalfEven(ob, t, "round(t)") + z, qmin, qmax);
+  Expr n = bug == QuantizeBug::RoundHalfAway ? roundHalfAway(ob, t, "nearbyint(t)") : roundHalfEven(ob, t, "nearbyint(t)");
+  Expr code = bug == QuantizeBug::DroppedZeroPoint ? n : n + z;
+  ob.prove("q", source, bug == QuantizeBug::MissingClamp ? code : sem::clamp(code, qmin, qmax));
+  return ob.build();
+}
+
+verify::Mutant foldMutant(const std::string& rule, const char* name, const char* what, FoldBug bug) {
+  return {name, what, u::bindNoModel(dequantFold, rule, bug)};
+}
+
+}  // namespace
+
+std::vector<RuleDeclaration> quantizedInt8() {
+  std::vector<RuleDeclaration> rules;
+  rules.push_back({
+      .id = "int8-conv-dequant",
+      .summary = "conv of dequantized u8/s8 input and s8 per-channel weights -> int8 conv (f32 result)",
+      .math = "sum_k ((W_k - 0) sw[o]) ((x_k - zx) sx) + b = (sx sw[o]) sum_k W_k (x_k - zx) + b",
+      .phase = Phase::kFusion,
+      .anchors = {"aten::convolution"},
+      .match = matchConvDequant,
+      .rewrite = rewriteConvDequant,
+      .obligation = u::bindNoModel(dequantFold, std::string("int8-conv-dequant"), FoldBug::None),
+      .mutants = {foldMutant("int8-conv-dequant", "dropped-zero-point", "accumulate W*x without the source zero point",
+                             FoldBug::DroppedZeroPoint),
+                  foldMutant("int8-conv-dequant", "wrong-scale-product", "output scale sx * sw[i] (input channel's)",
+                             FoldBug::WeightScaleOfInputChannel),
+                  foldMutant("int8-conv-dequant", "input-scale-missing", "output scale sw[o] alone",
+                             FoldBug::InputScaleMissing),
+                  foldMutant("int8-conv-dequant", "weight-zero-point-unchecked", "weight zero point assumed 0, not checked",
+                             FoldBug::WeightZeroPointUnchecked)},
+  });
+  rules.push_back({
+      .id = "int8-linear-dequant",
+      .summary = "addmm of dequantized u8/s8 input and s8 per-channel weights -> int8 linear (f32 result)",
+      .math = "sum_k ((W[o,k] - 0) sw[o]) ((x_k - zx) sx) + b = (sx sw[o]) sum_k W[o,k] (x_k - zx) + b",
+      .phase = Phase::kFusion,
+      .anchors = {"aten::addmm"},
+      .match = matchLinearDequant,
+      .rewrite = rewriteLinearDequant,
+      .obligation = u::bindNoModel(dequantFold, std::string("int8-linear-dequant"), FoldBug::None),
+      .mutants = {foldMutant("int8-linear-dequant", "dropped-zero-point", "accumulate W*x without the source zero point",
+                             FoldBug::DroppedZeroPoint),
+                  foldMutant("int8-linear-dequant", "wrong-scale-product", "output scale sx * sw[i] (input feature's)",
+                             FoldBug::WeightScaleOfInputChannel),
+                  foldMutant("int8-linear-dequant", "weight-zero-point-unchecked",
+                             "weight zero point assumed 0, not checked", FoldBug::WeightZeroPointUnchecked)},
+  });
+  rules.push_back({
+      .id = "int8-relu-postop",
+      .summary = "relu of an int8 op's f32 result -> its relu post-op (before any requantization)",
+      .math = "relu(sx sw[o] acc + b) = eltwise_relu(sx sw[o] acc + b, 0)",
+      .phase = Phase::kFusion,
+      .anchors = {"aten::relu"},
+      .match = matchReluPostOp,
+      .rewrite = rewriteReluPostOp,
+      .obligation = u::bindNoModel(reluPostOp, ReluBug::None),
+      .mutants = {{"relu-before-bias", "relu on the scaled accumulator, bias added after",
+                   u::bindNoModel(reluPostOp, ReluBug::BeforeBias)}},
+  });
+  rules.push_back({
+      .id = "int8-requantize",
+      .summary = "quantize_per_tensor of an int8 op's f32 result -> the op's u8/s8 output (dst scale, zero point)",
+      .math = "clamp(round_half_even(y * (1/s)) + z, qmin, qmax) = saturate(nearbyint(y * (1/s)) + z), [qmin, qmax] "
+              "the dtype's range",
+      .phase = Phase::kFusion,
+      .anchors = {kQuantize},
+      .match = matchRequantize,
+      .rewrite = rewriteRequantize,
+      .obligation = u::bindNoModel(requantize, RequantBug::None),
+      .mutants = {{"round-half-away", "ties rounded away from zero (std::round) instead of to even",
+                   u::bindNoModel(requantize, RequantBug::RoundHalfAway)},
+                  {"missing-clamp", "no saturation to the dtype's range", u::bindNoModel(requantize, RequantBug::MissingClamp)},
+                  {"dropped-zero-point", "output zero point not added", u::bindNoModel(requantize, RequantBug::DroppedZeroPoint)},
+                  {"scale-not-inverted", "y * s instead of y / s", u::bindNoModel(requantize, RequantBug::ScaleNotInverted)},
+                  {"reduced-range-unchecked", "a [qmin, qmax] narrower than the dtype saturated to the dtype",
+                   u::bindNoModel(requantize, RequantBug::RangeUnchecked)}},
+  });
+  rules.push_back({
+      .id = "int8-relu-across-requant",
+      .summary = "q(relu(dq(x, s, z)), s, z) -> max(x, z) on the integer codes",
+      .math = "clamp(round(relu(s (x - z)) / s) + z, qmin, qmax) = max(x, z)",
+      .phase = Phase::kFusion,
+      .anchors = {kQuantize},
+      .match = matchReluAcrossRequant,
+      .rewrite = rewriteReluAcrossRequant,
+      .obligation = u::bindNoModel(reluAcrossRequant, AcrossBug::None),
+      .mutants = {{"relu-across-nonzero-zero-point", "max(x, 0): relu moved onto the codes ignoring the zero point",
+                   u::bindNoModel(reluAcrossRequant, AcrossBug::ZeroPointIgnored)}},
+  });
+  rules.push_back({
+      .id = "int8-residual-sum",
+      .summary = "q([relu](int8 op f32 + dq(residual))) -> the op's u8/s8 output with the sum post-op",
+      .math = "clamp(round([relu](y + sr (r - zr)) / s) + z) = saturate(nearbyint([relu](sum(sr, zr)(r, y)) / s) + z)",
+      .phase = Phase::kFusion,
+      .anchors = {kQuantize},
+      .match = matchResidualSum,
+      .rewrite = rewriteResidualSum,
+      .obligation = [](const sem::DotModel&) {
+        Obligation plain = residualSum(SumBug::None, false), withRelu = residualSum(SumBug::None, true);
+        // Both forms in one obligation: the goals of the relu form under fresh names.
+        Obligation o = plain;
+        o.name = "int8-residual-sum";
+        for (auto& a : withRelu.assumptions) o.assumptions.push_back(a);
+        for (auto& f : withRelu.fresh) o.fresh.push_back(f);
+        for (auto& goal : withRelu.goals) o.goals.push_back({goal.label + " (relu)", goal.source, goal.target});
+        return o;
+      },
+      .mutants = {{"residual-zero-point-dropped", "sum post-op without the residual's zero point",
+                   u::bindNoModel(residualSum, SumBug::ResidualZeroPointDropped, false)},
+                  {"residual-scale-one", "sum post-op scale 1 instead of the residual's scale",
+                   u::bindNoModel(residualSum, SumBug::ResidualScaleOne, false)},
+                  {"relu-before-sum", "relu on the conv result before the residual is added",
+                   u::bindNoModel(residualSum, SumBug::ReluBeforeSum, true)}},
+  });
+  rules.push_back({
+      .id = "int8-quantize-kernel",
+      .summary = "quantize_per_tensor of a float32 tensor -> verifuse::quantize (one pass, same float32 steps)",
+      .math = "clamp(round_half_even(x * (1/s)) + z, qmin, qmax) = clamp(nearbyint(x * (1/s)) + z, qmin, qmax)",
+      .phase = Phase::kFusion,
+      .anchors = {kQuantize},
+      .match = matchQuantizeKernel,
+      .rewrite = rewriteQuantizeKernel,
+      .obligation = u::bindNoModel(quantizeKernel, QuantizeBug::None),
+      .mutants = {{"round-half-away", "ties away from zero", u::bindNoModel(quantizeKernel, QuantizeBug::RoundHalfAway)},
+                  {"missing-clamp", "no clamp to [qmin, qmax]", u::bindNoModel(quantizeKernel, QuantizeBug::MissingClamp)},
+                  {"dropped-zero-point", "zero point not added", u::bindNoModel(quantizeKernel, QuantizeBug::DroppedZeroPoint)}},
+  });
+  return rules;
+}
+
+RuleDeclaration plantedInt8DroppedZeroPoint() {
+  // Test only: int8-conv-dequant whose kernel would drop the source zero point, carrying the
+  // obligation of that (wrong) math. Refuted, so it never applies.
+  auto rules = quantizedInt8();
+  RuleDeclaration d = rules.front();
+  return RuleDeclaration{
+      .id = "test-planted-int8-dropped-zero-point",
+      .summary = "test only: int8 conv without the source zero point",
+      .math = "sum_k W_k sw[o] (x_k - zx) sx + b = (sx sw[o]) sum_k W_k x_k + b  (wrong)",
+      .phase = Phase::kFusion,
+      .anchors = {"aten::convolution"},
+      .match = d.match.get(),
+      .rewrite = d.rewrite.get(),
+      .obligation = u::bindNoModel(dequantFold, std::string("test-planted-int8-dropped-zero-point"),
+                                   FoldBug::DroppedZeroPoint),
+      .mutants = {foldMutant("test-planted-int8-dropped-zero-point", "input-scale-missing", "output scale sw[o] alone",
+                             FoldBug::InputScaleMissing)},
+  };
+}
+
+}  // namespace verifuse::rules::families

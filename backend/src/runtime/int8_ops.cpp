@@ -1,0 +1,282 @@
+// verifuse::qconv / verifuse::qlinear on oneDNN's int8 kernels (kernels/int8.h), with the ATen
+// composition of the quantized graph as the reference and fallback.
+//
+//   qconv(x, Wq, b?, stride, padding, dilation, groups, post_ops, x_scale, x_zp, w_scales, w_zps,
+//         y_scale, y_zp, y_qmin, y_qmax, y_dtype?, residual?, r_scale, r_zp)
+//   qlinear(x, Wq, b?, post_ops, x_scale, x_zp, w_scales, w_zps, y_scale, y_zp, y_qmin, y_qmax, y_dtype?,
+//           residual?, r_scale, r_zp)
+//
+// x is u8/s8 (quantized with x_scale, x_zp), Wq s8 [O, ...] per-channel symmetric (w_scales,
+// w_zps: the graph's own constants, w_zps all zero: the rule's guard), post_ops "", "relu", "sum" or
+// "sum,relu" (sum: + dequantize(residual, r_scale, r_zp), the residual's codes of the output's shape).
+// y_dtype None: the f32 result (the dequantizing form); u8/s8: requantized with y_scale, y_zp
+// clamped to [y_qmin, y_qmax] (the dtype's range: the rule's guard). The reference computes
+// exactly what torch's quantized_decomposed ops and ATen compute in the source graph
+// (torch/ao/quantization/fx/_decomposed.py), so an input the kernel cannot take (or a shape error)
+// gives eager's result or eager's error.
+#include "runtime/int8_ops.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "verifuse/kernels/int8.h"
+#include "verifuse/kernels/kernel.h"
+
+namespace verifuse::runtime {
+
+namespace {
+
+// ---- the reference: the source graph's ops, as torch computes them -------------------------------
+
+at::Tensor dequantizePerTensor(const at::Tensor& x, double scale, int64_t zp) {
+  return (x.to(at::kFloat) - zp) * scale;
+}
+
+at::Tensor dequantizePerChannel(const at::Tensor& w, const at::Tensor& scales, const at::Tensor& zps) {
+  std::vector<int64_t> shape(static_cast<size_t>(w.dim()), 1);
+  shape[0] = scales.size(0);
+  return ((w - zps.view(shape)) * scales.view(shape)).to(at::kFloat);
+}
+
+at::Tensor quantizePerTensor(const at::Tensor& y, double scale, int64_t zp, int64_t qmin, int64_t qmax,
+                             at::ScalarType dtype) {
+  const double inv = 1.0 / scale;
+  return at::clamp(at::round(y * inv) + zp, qmin, qmax).to(dtype);
+}
+
+at::Tensor finish(at::Tensor y, c10::string_view postOps, double yScale, int64_t yZp, int64_t yQmin, int64_t yQmax,
+                  std::optional<at::ScalarType> yDtype, const std::optional<at::Tensor>& residual, double rScale,
+                  int64_t rZp) {
+  if (postOps == "sum" || postOps == "sum,relu") {
+    TORCH_CHECK(residual.has_value(), "verifuse: a sum post-op without its residual");
+    y = y + dequantizePerTensor(*residual, rScale, rZp);
+  }
+  if (postOps == "relu" || postOps == "sum,relu") y = at::relu(y);
+  if (!yDtype) return y;
+  return quantizePerTensor(y, yScale, yZp, yQmin, yQmax, *yDtype);
+}
+
+// ---- the kernel path ----------------------------------------------------------------------------
+
+struct KernelEntry {
+  c10::weak_intrusive_ptr<c10::TensorImpl> weight;  ///< the prepacked weights' source
+  std::shared_ptr<kernels::Kernel> kernel;           ///< null: oneDNN refused this configuration
+};
+
+/// Kernels by (weight address, src shape/strides/dtype, parameters): created (and the weights
+/// prepacked) at the first run of each configuration, reused afterwards.
+std::mutex& cacheMutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, KernelEntry>& cache() {
+  static std::map<std::string, KernelEntry> c;
+  return c;
+}
+
+/// Eager's convolution writes a channels-last result for a channels-last input (its suggested
+/// memory format); the int8 conv does the same, so a channels-last model stays without reorders.
+bool channelsLastOut(const at::Tensor& x) {
+  return (x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast)) ||
+         (x.dim() == 5 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+}
+
+std::optional<kernels::Int8Type> int8Type(at::ScalarType t) {
+  if (t == at::kByte) return kernels::Int8Type::kU8;
+  if (t == at::kChar) return kernels::Int8Type::kS8;
+  return std::nullopt;
+}
+
+bool isDtypeRange(at::ScalarType t, int64_t qmin, int64_t qmax) {
+  return (t == at::kByte && qmin == 0 && qmax == 255) || (t == at::kChar && qmin == -128 && qmax == 127);
+}
+
+/// The kernel for this call, or null (run the reference).
+std::shared_ptr<kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b,
+                                           bool conv, at::IntArrayRef stride, at::IntArrayRef padding,
+                                           at::IntArrayRef dilation, int64_t groups, c10::string_view postOps,
+                                           double xScale, int64_t xZp, const at::Tensor& wScales, const at::Tensor& wZps,
+                                           double yScale, int64_t yZp, int64_t yQmin, int64_t yQmax,
+                                           std::optional<at::ScalarType> yDtype, const std::optional<at::Tensor>& residual,
+                                           double rScale, int64_t rZp) {
+  auto srcType = int8Type(x.scalar_type());
+  if (!srcType || w.scalar_type() != at::kChar || !w.is_contiguous() || x.numel() == 0) return nullptr;
+  if (!x.is_contiguous() && !x.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+      !x.is_contiguous(at::MemoryFormat::ChannelsLast3d)) {
+    return nullptr;
+  }
+  if (b && (b->scalar_type() != at::kFloat || !b->is_contiguous() || b->numel() != w.size(0))) return nullptr;
+  if (postOps != "" && postOps != "relu" && postOps != "sum" && postOps != "sum,relu") return nullptr;
+  const bool sum = postOps.starts_with("sum");
+  // The sum post-op reads the residual's codes from the output buffer: same integer dtype, and
+  // finite scale (its zero point is the residual's).
+  if (sum && (!residual || !yDtype || residual->scalar_type() != *yDtype || !std::isfinite(rScale))) return nullptr;
+  if (wScales.dim() != 1 || wScales.numel() != w.size(0)) return nullptr;
+  if (yDtype && (!int8Type(*yDtype) || !isDtypeRange(*yDtype, yQmin, yQmax))) return nullptr;
+  if (conv ? (x.dim() != w.dim() || x.dim() < 3 || x.dim() > 5) : (x.dim() != 2 || w.dim() != 2)) return nullptr;
+
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(w.data_ptr())) + "|" + std::to_string(conv) + "|" +
+                    c10::str(x.sizes(), x.strides(), x.scalar_type(), stride, padding, dilation, groups, "|",
+                             std::string(postOps), "|", xScale, xZp, yScale, yZp, yDtype ? int(*yDtype) : -1, "|",
+                             b ? reinterpret_cast<uintptr_t>(b->data_ptr()) : 0, "|", rScale, rZp);
+  std::lock_guard<std::mutex> lock(cacheMutex());
+  auto& entries = cache();
+  auto it = entries.find(key);
+  if (it != entries.end() && !it->second.weight.expired()) return it->second.kernel;
+  // A new configuration: the weight zero points must be 0 (the rule's guard, checked again here).
+  if (!wZps.eq(0).all().item<bool>()) return nullptr;
+  // Entries of freed weights go (a new tensor may reuse the address).
+  for (auto e = entries.begin(); e != entries.end();) e = e->second.weight.expired() ? entries.erase(e) : std::next(e);
+
+  kernels::Int8Params p;
+  p.conv = conv;
+  p.srcDims.assign(x.sizes().begin(), x.sizes().end());
+  p.srcStrides.assign(x.strides().begin(), x.strides().end());
+  p.weightDims.assign(w.sizes().begin(), w.sizes().end());
+  p.dstChannelsLast = channelsLastOut(x);
+  if (conv) {
+    p.stride.assign(stride.begin(), stride.end());
+    p.padL.assign(padding.begin(), padding.end());
+    p.dilation.assign(dilation.begin(), dilation.end());
+    p.groups = groups;
+  }
+  p.srcType = *srcType;
+  p.dstType = yDtype ? *int8Type(*yDtype) : kernels::Int8Type::kF32;
+  p.weights = static_cast<const int8_t*>(w.data_ptr());
+  p.bias = b ? b->data_ptr<float>() : nullptr;
+  p.srcScale = static_cast<float>(xScale);
+  p.srcZeroPoint = static_cast<int32_t>(xZp);
+  at::Tensor ws = wScales.to(at::kFloat).contiguous();
+  p.weightScales.assign(ws.data_ptr<float>(), ws.data_ptr<float>() + ws.numel());
+  p.dstScale = static_cast<float>(yScale);
+  p.dstZeroPoint = static_cast<int32_t>(yZp);
+  if (sum) p.postOps.push_back(kernels::Int8Params::PostOp::kSum);
+  if (postOps.ends_with("relu")) p.postOps.push_back(kernels::Int8Params::PostOp::kRelu);
+  p.sumScale = static_cast<float>(rScale);
+  p.sumZeroPoint = static_cast<int32_t>(rZp);
+  auto made = kernels::createInt8(p);
+  KernelEntry entry{c10::weak_intrusive_ptr<c10::TensorImpl>(w.getIntrusivePtr()),
+                    made.isOk() ? std::shared_ptr<kernels::Kernel>(std::move(made).value()) : nullptr};
+  entries.insert_or_assign(key, entry);
+  return entry.kernel;
+}
+
+at::Tensor runKernel(const kernels::Kernel& k, const at::Tensor& x, std::vector<int64_t> outDims,
+                     std::optional<at::ScalarType> yDtype, c10::string_view postOps,
+                     const std::optional<at::Tensor>& residual) {
+  const bool cl = x.dim() >= 4 && x.dim() == static_cast<int64_t>(outDims.size()) && channelsLastOut(x);
+  at::Tensor out = at::empty(outDims, x.options()
+                                          .dtype(yDtype ? *yDtype : at::kFloat)
+                                          .memory_format(!cl ? at::MemoryFormat::Contiguous
+                                                         : x.dim() == 4 ? at::MemoryFormat::ChannelsLast
+                                                                        : at::MemoryFormat::ChannelsLast3d));
+  if (postOps.starts_with("sum")) {
+    TORCH_CHECK(residual->sizes() == out.sizes(), "verifuse: residual of shape ", residual->sizes(),
+                " for an output of shape ", out.sizes());
+    out.copy_(*residual);  // the sum post-op accumulates into the residual's codes
+  }
+  Status s = k.execute({x.data_ptr()}, out.data_ptr());
+  TORCH_CHECK(s.isOk(), "verifuse: oneDNN int8 kernel failed: ", s.toString());
+  return out;
+}
+
+// verifuse::quantize(x, scale, zp, qmin, qmax, dtype): quantize_per_tensor in one pass, the same
+// float32 operations torch's composition performs (x * float(1/scale), nearbyint = round half to
+// even, + zp, clamp to [qmin, qmax], convert), so the codes are bit-identical to eager's.
+at::Tensor quantize(const at::Tensor& x, double scale, int64_t zp, int64_t qmin, int64_t qmax, at::ScalarType dtype) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "Expecting input to have dtype torch.float32, but got dtype: ",
+              x.scalar_type());
+  if (!int8Type(dtype) || !x.is_non_overlapping_and_dense()) return quantizePerTensor(x, scale, zp, qmin, qmax, dtype);
+  at::Tensor out = at::empty_like(x, x.options().dtype(dtype));
+  const float inv = static_cast<float>(1.0 / scale), z = static_cast<float>(zp);
+  const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
+  const float* src = x.data_ptr<float>();
+  const int64_t n = x.numel();
+  auto body = [&](auto* dst) {
+    using T = std::remove_pointer_t<decltype(dst)>;
+    at::parallel_for(0, n, 16384, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        float v = std::nearbyint(src[i] * inv) + z;
+        v = std::isnan(v) ? v : std::min(std::max(v, lo), hi);  // torch.clamp propagates NaN
+        dst[i] = static_cast<T>(static_cast<int32_t>(v));
+      }
+    });
+  };
+  if (dtype == at::kByte) body(out.data_ptr<uint8_t>());
+  else body(out.data_ptr<int8_t>());
+  return out;
+}
+
+at::Tensor qconv(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b, at::IntArrayRef stride,
+                 at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups, c10::string_view postOps,
+                 double xScale, int64_t xZp, const at::Tensor& wScales, const at::Tensor& wZps, double yScale,
+                 int64_t yZp, int64_t yQmin, int64_t yQmax, std::optional<at::ScalarType> yDtype,
+                 const std::optional<at::Tensor>& residual, double rScale, int64_t rZp) {
+  if (auto k = kernelFor(x, w, b, true, stride, padding, dilation, groups, postOps, xScale, xZp, wScales, wZps, yScale,
+                         yZp, yQmin, yQmax, yDtype, residual, rScale, rZp)) {
+    kernels::Int8Params p;
+    p.conv = true;
+    p.srcDims.assign(x.sizes().begin(), x.sizes().end());
+    p.weightDims.assign(w.sizes().begin(), w.sizes().end());
+    p.stride.assign(stride.begin(), stride.end());
+    p.padL.assign(padding.begin(), padding.end());
+    p.dilation.assign(dilation.begin(), dilation.end());
+    p.groups = groups;
+    return runKernel(*k, x, kernels::int8OutputDims(p), yDtype, postOps, residual);
+  }
+  at::Tensor y = at::convolution(dequantizePerTensor(x, xScale, xZp), dequantizePerChannel(w, wScales, wZps), b, stride,
+                                 padding, dilation, false, std::vector<int64_t>(stride.size(), 0), groups);
+  return finish(y, postOps, yScale, yZp, yQmin, yQmax, yDtype, residual, rScale, rZp);
+}
+
+at::Tensor qlinear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b,
+                   c10::string_view postOps, double xScale, int64_t xZp, const at::Tensor& wScales,
+                   const at::Tensor& wZps, double yScale, int64_t yZp, int64_t yQmin, int64_t yQmax,
+                   std::optional<at::ScalarType> yDtype, const std::optional<at::Tensor>& residual, double rScale,
+                   int64_t rZp) {
+  if (x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1)) {
+    if (auto k = kernelFor(x, w, b, false, {}, {}, {}, 1, postOps, xScale, xZp, wScales, wZps, yScale, yZp, yQmin,
+                           yQmax, yDtype, residual, rScale, rZp)) {
+      return runKernel(*k, x, {x.size(0), w.size(0)}, yDtype, postOps, residual);
+    }
+  }
+  // The source graph's addmm(b, x, permute(W)) (or mm without a bias).
+  at::Tensor xf = dequantizePerTensor(x, xScale, xZp);
+  at::Tensor wt = dequantizePerChannel(w, wScales, wZps).permute({1, 0});
+  at::Tensor y = b ? at::addmm(*b, xf, wt) : at::mm(xf, wt);
+  return finish(y, postOps, yScale, yZp, yQmin, yQmax, yDtype, residual, rScale, rZp);
+}
+
+}  // namespace
+
+void registerInt8Ops() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static torch::Library defs(torch::Library::FRAGMENT, "verifuse", std::nullopt, __FILE__, __LINE__);
+    defs.def(
+        "qconv(Tensor x, Tensor w, Tensor? b, int[] stride, int[] padding, int[] dilation, int groups, str post_ops, "
+        "float x_scale, int x_zp, Tensor w_scales, Tensor w_zps, float y_scale, int y_zp, int y_qmin, int y_qmax, "
+        "ScalarType? y_dtype, Tensor? residual, float r_scale, int r_zp) -> Tensor");
+    defs.def(
+        "qlinear(Tensor x, Tensor w, Tensor? b, str post_ops, float x_scale, int x_zp, Tensor w_scales, Tensor w_zps, "
+        "float y_scale, int y_zp, int y_qmin, int y_qmax, ScalarType? y_dtype, Tensor? residual, float r_scale, "
+        "int r_zp) -> Tensor");
+    defs.def("quantize(Tensor x, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
+    static torch::Library impls(torch::Library::IMPL, "verifuse", c10::DispatchKey::CPU, __FILE__, __LINE__);
+    impls.impl("quantize", TORCH_FN(quantize));
+    impls.impl("qconv", TORCH_FN(qconv));
+    impls.impl("qlinear", TORCH_FN(qlinear));
+  });
+}
+
+}  // namespace verifuse::runtime

@@ -1,0 +1,160 @@
+// Int8 conv / linear kernels (kernels/int8.h) against an exact integer reference: the s32
+// accumulator with the source zero point, the folded scale, relu / sum post-ops, requantization
+// with round-half-even and saturation. The kernel scales in float32, so a code may differ from the
+// exact rational result by one step at a rounding boundary; the test allows that and requires
+// almost all codes to match.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "verifuse/kernels/int8.h"
+
+namespace verifuse::kernels {
+namespace {
+
+struct Case {
+  bool conv = true;
+  int64_t n = 2, c = 8, h = 7, w = 7, o = 16, k = 3, groups = 1;
+  Int8Type dst = Int8Type::kU8;
+  bool relu = false, sum = false;
+};
+
+/// Exact reference in double: y = sx*sw[o]*acc + b, post-ops, requantization (half to even).
+std::vector<double> reference(const Case& t, const std::vector<uint8_t>& x, const std::vector<int8_t>& w,
+                              const std::vector<float>& b, const Int8Params& p, const std::vector<uint8_t>& residual,
+                              std::vector<int64_t>* outDims) {
+  *outDims = int8OutputDims(p);
+  std::vector<double> out;
+  const int64_t cg = t.c / t.groups, og = t.o / t.groups;
+  const int64_t pad = t.conv ? t.k / 2 : 0;
+  const int64_t oh = t.conv ? (*outDims)[2] : 1, ow = t.conv ? (*outDims)[3] : 1, n = t.conv ? t.n : t.n;
+  for (int64_t b0 = 0; b0 < n; ++b0)
+    for (int64_t oc = 0; oc < t.o; ++oc)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          int64_t acc = 0;
+          if (t.conv) {
+            const int64_t g = oc / og;
+            for (int64_t ic = 0; ic < cg; ++ic)
+              for (int64_t u = 0; u < t.k; ++u)
+                for (int64_t v = 0; v < t.k; ++v) {
+                  const int64_t y = i + u - pad, z = j + v - pad;
+                  if (y < 0 || z < 0 || y >= t.h || z >= t.w) continue;  // zero padding of the centred input
+                  const int64_t xi = ((b0 * t.c + g * cg + ic) * t.h + y) * t.w + z;
+                  const int64_t wi = ((oc * cg + ic) * t.k + u) * t.k + v;
+                  acc += static_cast<int64_t>(w[wi]) * (static_cast<int64_t>(x[xi]) - p.srcZeroPoint);
+                }
+          } else {
+            for (int64_t ic = 0; ic < t.c; ++ic) {
+              acc += static_cast<int64_t>(w[oc * t.c + ic]) * (static_cast<int64_t>(x[b0 * t.c + ic]) - p.srcZeroPoint);
+            }
+          }
+          double yv = static_cast<double>(p.srcScale) * p.weightScales[oc] * static_cast<double>(acc) + b[oc];
+          const size_t flat = out.size();
+          if (t.sum) yv += p.sumScale * (static_cast<double>(residual[flat]) - p.sumZeroPoint);
+          if (t.relu) yv = std::max(yv, 0.0);
+          if (t.dst == Int8Type::kF32) {
+            out.push_back(yv);
+          } else {
+            const double lo = t.dst == Int8Type::kU8 ? 0 : -128, hi = t.dst == Int8Type::kU8 ? 255 : 127;
+            out.push_back(std::min(hi, std::max(lo, std::nearbyint(yv / p.dstScale) + p.dstZeroPoint)));
+          }
+        }
+  return out;
+}
+
+void run(const Case& t) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> u8(0, 255), s8(-128, 127);
+  const int64_t cg = t.c / t.groups;
+  std::vector<uint8_t> x(static_cast<size_t>(t.conv ? t.n * t.c * t.h * t.w : t.n * t.c));
+  for (auto& v : x) v = static_cast<uint8_t>(u8(rng));
+  std::vector<int8_t> w(static_cast<size_t>(t.conv ? t.o * cg * t.k * t.k : t.o * t.c));
+  for (auto& v : w) v = static_cast<int8_t>(s8(rng));
+  std::vector<float> b(static_cast<size_t>(t.o)), ws(static_cast<size_t>(t.o));
+  for (int64_t o = 0; o < t.o; ++o) {
+    b[o] = 0.01f * static_cast<float>(o % 7 - 3);
+    ws[o] = 0.001f * static_cast<float>(1 + o % 5);
+  }
+  Int8Params p;
+  p.conv = t.conv;
+  p.srcDims = t.conv ? std::vector<int64_t>{t.n, t.c, t.h, t.w} : std::vector<int64_t>{t.n, t.c};
+  p.srcStrides = t.conv ? std::vector<int64_t>{t.c * t.h * t.w, t.h * t.w, t.w, 1} : std::vector<int64_t>{t.c, 1};
+  p.weightDims = t.conv ? std::vector<int64_t>{t.o, cg, t.k, t.k} : std::vector<int64_t>{t.o, t.c};
+  if (t.conv) {
+    p.padL = {t.k / 2, t.k / 2};
+    p.groups = t.groups;
+  }
+  p.srcType = Int8Type::kU8;
+  p.dstType = t.dst;
+  p.weights = w.data();
+  p.bias = b.data();
+  p.srcScale = 0.02f;
+  p.srcZeroPoint = 100;
+  p.weightScales = ws;
+  p.dstScale = 0.05f;
+  p.dstZeroPoint = t.dst == Int8Type::kS8 ? -3 : 5;
+  if (t.sum) p.postOps.push_back(Int8Params::PostOp::kSum);
+  if (t.relu) p.postOps.push_back(Int8Params::PostOp::kRelu);
+  p.sumScale = 0.04f;
+  p.sumZeroPoint = 17;
+  std::vector<int64_t> dims = int8OutputDims(p);
+  int64_t numel = 1;
+  for (int64_t d : dims) numel *= d;
+  std::vector<uint8_t> residual(static_cast<size_t>(numel));
+  for (auto& v : residual) v = static_cast<uint8_t>(u8(rng));
+  std::vector<int64_t> refDims;
+  std::vector<double> ref = reference(t, x, w, b, p, residual, &refDims);
+  auto k = createInt8(p);
+  ASSERT_TRUE(k.isOk()) << k.status().toString();
+  std::vector<uint8_t> outBytes(static_cast<size_t>(numel) * (t.dst == Int8Type::kF32 ? 4 : 1));
+  if (t.sum) outBytes.assign(residual.begin(), residual.end());
+  ASSERT_TRUE((*k)->execute({x.data()}, outBytes.data()).isOk());
+  int64_t exact = 0;
+  for (int64_t i = 0; i < numel; ++i) {
+    double got;
+    if (t.dst == Int8Type::kF32) got = reinterpret_cast<const float*>(outBytes.data())[i];
+    else if (t.dst == Int8Type::kU8) got = outBytes[static_cast<size_t>(i)];
+    else got = static_cast<int8_t>(outBytes[static_cast<size_t>(i)]);
+    if (t.dst == Int8Type::kF32) {
+      ASSERT_NEAR(got, ref[static_cast<size_t>(i)], 1e-4 * std::max(1.0, std::abs(ref[static_cast<size_t>(i)]))) << i;
+      ++exact;
+    } else {
+      ASSERT_LE(std::abs(got - ref[static_cast<size_t>(i)]), 1.0) << i;
+      exact += got == ref[static_cast<size_t>(i)];
+    }
+  }
+  EXPECT_GE(static_cast<double>(exact), 0.99 * static_cast<double>(numel));
+}
+
+TEST(Int8KernelTest, ConvDequantizedF32) { run(Case{.dst = Int8Type::kF32}); }
+TEST(Int8KernelTest, ConvRequantizedU8WithRelu) { run(Case{.relu = true}); }
+TEST(Int8KernelTest, ConvRequantizedS8Grouped) { run(Case{.groups = 2, .dst = Int8Type::kS8}); }
+TEST(Int8KernelTest, ConvSumThenRelu) { run(Case{.relu = true, .sum = true}); }
+TEST(Int8KernelTest, LinearU8AndF32) {
+  run(Case{.conv = false, .n = 5, .c = 64, .o = 24});
+  run(Case{.conv = false, .n = 5, .c = 64, .o = 24, .dst = Int8Type::kF32});
+}
+
+TEST(Int8KernelTest, RefusesBadScales) {
+  std::vector<int8_t> w(16, 1);
+  Int8Params p;
+  p.conv = false;
+  p.srcDims = {2, 4};
+  p.srcStrides = {4, 1};
+  p.weightDims = {4, 4};
+  p.weights = w.data();
+  p.weightScales = {1, 1, 0, 1};
+  EXPECT_FALSE(createInt8(p).isOk());
+  p.weightScales = {1, 1, 1, 1};
+  p.srcScale = std::nanf("");
+  EXPECT_FALSE(createInt8(p).isOk());
+  p.srcScale = 1;
+  EXPECT_TRUE(createInt8(p).isOk());
+}
+
+}  // namespace
+}  // namespace verifuse::kernels

@@ -1,0 +1,98 @@
+"""PT2E int8 models for the quantized tests (issue 17): torchao's X86InductorQuantizer flow.
+
+``quantize_pt2e(model, x)`` exports the model, inserts observers (static per-tensor u8
+activations, per-channel symmetric s8 weights), calibrates on ``x`` and converts: the result is a
+GraphModule of ``quantized_decomposed`` quantize/dequantize ops around float conv/linear/add/relu,
+the graph eager PyTorch runs as the reference semantics.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def _import_torchao():
+    # torchao prints "Failed to load ..." for its CUDA extensions on a CPU machine; harmless.
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+        from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+    return prepare_pt2e, convert_pt2e, xiq
+
+
+def quantize_pt2e(model: nn.Module, *calibration: torch.Tensor, reduce_range: bool = False) -> torch.fx.GraphModule:
+    prepare_pt2e, convert_pt2e, xiq = _import_torchao()
+    model = model.eval()
+    exported = torch.export.export(model, calibration).module()
+    quantizer = xiq.X86InductorQuantizer()
+    quantizer.set_global(xiq.get_default_x86_inductor_quantization_config(reduce_range=reduce_range))
+    prepared = prepare_pt2e(exported, quantizer)
+    with torch.no_grad():
+        prepared(*calibration)
+    return convert_pt2e(prepared)
+
+
+class ConvNet(nn.Module):
+    """conv-relu, conv + residual add, relu, max pool, conv, adaptive avg pool, linear."""
+
+    def __init__(self, c: int = 8):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, c, 3, padding=1)
+        self.c2 = nn.Conv2d(c, c, 3, padding=1)
+        self.c3 = nn.Conv2d(c, 2 * c, 1, stride=2)
+        self.fc = nn.Linear(2 * c, 10)
+
+    def forward(self, x):
+        y = F.relu(self.c1(x))
+        y = F.relu(self.c2(y) + y)
+        y = F.max_pool2d(y, 2)
+        y = F.relu(self.c3(y))
+        y = F.adaptive_avg_pool2d(y, 1).flatten(1)
+        return self.fc(y)
+
+
+class LinearNet(nn.Module):
+    """BERT-like block of linears: linear-relu, linear + residual, linear."""
+
+    def __init__(self, d: int = 32):
+        super().__init__()
+        self.l1 = nn.Linear(d, 2 * d)
+        self.l2 = nn.Linear(2 * d, d)
+        self.l3 = nn.Linear(d, 8)
+
+    def forward(self, x):
+        y = F.relu(self.l1(x))
+        y = self.l2(y) + x
+        return self.l3(y)
+
+
+def untie_resnet_relus(model: nn.Module) -> nn.Module:
+    """torchvision's ResNet blocks call one ReLU module two or three times; the X86 quantizer's
+    conv-add-relu pattern then sees one partition with several outputs and raises ("Input
+    partition has more than one output node"). Gives every call its own ReLU module."""
+    import types
+
+    def bottleneck_forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu1(self.bn1(self.conv1(x)))
+        out = self.relu2(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu3(out + identity)
+
+    def basic_forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu1(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu2(out + identity)
+
+    for block in model.modules():
+        kind = type(block).__name__
+        if kind not in ("Bottleneck", "BasicBlock"):
+            continue
+        for k in (1, 2, 3):
+            setattr(block, f"relu{k}", nn.ReLU())
+        block.forward = types.MethodType(bottleneck_forward if kind == "Bottleneck" else basic_forward, block)
+    return model
