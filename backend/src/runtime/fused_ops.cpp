@@ -569,8 +569,25 @@ class RowwiseOp final : public FusedOp {
     if (e == Engine::kRowwise) {
       std::vector<at::Tensor> out;
       if (runKernel(in, out)) return out;
+      // The engine reads rows dense (last-dim stride 1) or broadcast (0). An input with strided
+      // rows (a permuted view of an NCHW tensor, e.g. ConvNeXt's norm after an ATen convolution)
+      // is copied dense: one pass, where the op-by-op ATen program would be one per instruction.
+      std::vector<at::Tensor> dense;
+      if (denseRows(in, dense) && runKernel(dense, out)) return out;
     }
     return runAten(in);
+  }
+
+  /// \p in with each input whose rows are strided made contiguous; false if none is.
+  static bool denseRows(const std::vector<at::Tensor>& in, std::vector<at::Tensor>& dense) {
+    bool changed = false;
+    dense.clear();
+    for (const at::Tensor& t : in) {
+      const bool strided = t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1 && t.stride(-1) != 0;
+      dense.push_back(strided ? t.contiguous() : t);
+      changed = changed || strided;
+    }
+    return changed;
   }
 
   bool rowOk_ = true;
