@@ -204,3 +204,32 @@ def test_transformers_models_match_eager_with_rows_fused(name, min_rowwise):
         rows = _C.engine_run_counts().get("rowwise", 0) - before.get("rowwise", 0)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     assert rows >= min_rowwise, rows
+
+
+def test_strided_rows_are_copied_dense_for_the_row_engine():
+    """A chain reading rows through a permuted NCHW view (stride H*W along the row) still runs on the
+    row engine: the input is copied dense once, instead of the program being interpreted op by op on
+    ATen (one aten::mean/sub/... per instruction)."""
+    from torch.profiler import profile
+
+    class NormAfterPermute(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln = torch.nn.LayerNorm(16)
+
+        def forward(self, x):
+            return self.ln(x.permute(0, 2, 3, 1)) * 2.0 + 1.0
+
+    torch.manual_seed(0)
+    model = NormAfterPermute().eval()
+    x = torch.randn(2, 16, 5, 7)
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+        compiled(x)
+        with profile() as prof:
+            got = compiled(x)
+        expected = model(x)
+    names = [e.name for e in prof.events()]
+    assert "verifuse::rowwise@rowwise" in names, names
+    assert not any(n in ("aten::mean", "aten::sub", "aten::rsqrt") for n in names), names
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
