@@ -1,9 +1,16 @@
 // The compile driver (see compile.h): rules under their proof gates, partitions, plan, report.
 #include "verifuse/driver/compile.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include "verifuse/kernels/tuning_db.h"
 #include "verifuse/partition/partitioner.h"
@@ -299,9 +306,11 @@ StatusOr<CompiledModel> compileOnce(ir::Graph graph, const CompileRequest& reque
   return CompiledModel{std::move(compiled), std::move(report), nullptr};
 }
 
-std::vector<ir::ConstantId> frozenConstants(const CompileRequest& request) {
+/// The constants a plan was validated for: the frozen weights and every other tensor the lowered
+/// graph holds (lifted constants: a fold may read them too), in id order.
+std::vector<ir::ConstantId> fingerprintedConstants(const ir::Graph& graph) {
   std::vector<ir::ConstantId> ids;
-  for (const runtime::FrozenInput& f : request.frozen) ids.push_back(f.constant);
+  for (size_t k = 0; k < graph.constants().size(); ++k) ids.push_back(static_cast<ir::ConstantId>(k));
   return ids;
 }
 
@@ -319,6 +328,37 @@ std::string planCacheKey(const std::string& environment, const ir::Graph& graph,
   return support::hex16(h);
 }
 
+/// While a process compiles a plan the cache does not have, others compiling the same graph wait
+/// for it (an flock per key under cacheDir/plans-v1.locks), then replay its plan: replicas that
+/// start together do the solver and tuner work once. Released on destruction or process death.
+/// Best effort: a lock that cannot be taken within \p timeoutSeconds (or at all) is not waited for.
+class CompileLock {
+ public:
+  CompileLock(const std::string& cacheDir, const std::string& key, int timeoutSeconds) {
+    const std::string dir = cacheDir + "/" + kPlanStore + ".locks";
+    ::mkdir(dir.c_str(), 0755);
+    fd_ = ::open((dir + "/" + key + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) return;
+    const auto end = Clock::now() + std::chrono::seconds(timeoutSeconds);
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) break;
+      waited_ = true;
+      if (Clock::now() > end) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ~CompileLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing the only descriptor releases the flock
+  }
+  CompileLock(const CompileLock&) = delete;
+  CompileLock& operator=(const CompileLock&) = delete;
+  bool waited() const { return waited_; }
+
+ private:
+  int fd_ = -1;
+  bool waited_ = false;
+};
+
 uint64_t z3Queries() { return verify::solverQueryCount() + verify::layerCheckQueryCount(); }
 
 }  // namespace
@@ -329,15 +369,20 @@ StatusOr<CompiledModel> compile(ir::Graph graph, const CompileRequest& request) 
   const bool savable = !request.environment.empty() && !request.shapeFacts.dynamic && request.fuse;
   std::string note;
   if (!request.environment.empty() && !savable && request.fuse) note = "dynamic shapes: plan not saved or cached";
+  if (request.replay && !savable) {
+    note = "saved plan refused, compiled from scratch: " +
+           (request.environment.empty() ? std::string("no environment given") : note);
+  }
   std::string environment;
   std::vector<WeightPrint> weights;
   std::string cacheKey;
   std::unique_ptr<support::RecordStore> store;
+  std::unique_ptr<CompileLock> lock;  // held from a cache miss until this plan is stored
   std::shared_ptr<const SavedPlan> replay;
   std::string source;
   if (savable) {
     environment = environmentKey() + ";" + request.environment;
-    VF_ASSIGN_OR_RETURN(weights, fingerprintWeights(graph, frozenConstants(request)));
+    VF_ASSIGN_OR_RETURN(weights, fingerprintWeights(graph, fingerprintedConstants(graph)));
   }
   if (savable && (request.replay || (request.planCache && !request.cacheDir.empty()))) {
     if (request.replay) {
@@ -348,6 +393,10 @@ StatusOr<CompiledModel> compile(ir::Graph graph, const CompileRequest& request) 
       auto opened = support::RecordStore::open(request.cacheDir, kPlanStore);
       if (opened.isOk()) {
         store = std::move(opened).value();
+        if (!store->contains(cacheKey)) {
+          lock = std::make_unique<CompileLock>(request.cacheDir, cacheKey, 600);
+          if (lock->waited()) (void)store->reload();  // the other process may have stored it
+        }
         if (auto hit = store->get(cacheKey)) {
           auto decoded = SavedPlan::decode(hit->payload);
           if (decoded.isOk()) {

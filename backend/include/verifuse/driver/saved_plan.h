@@ -41,7 +41,7 @@ struct SavedPlan {
   /// Where the plan was made: environmentKey() plus the caller's part (verifuse build, torch
   /// version, options). A plan from another environment is never used.
   std::string environment;
-  std::vector<WeightPrint> weights;  ///< frozen weights, in the request's order
+  std::vector<WeightPrint> weights;  ///< every constant of the lowered graph (weights first), by id
   std::map<std::string, passes::ProofOutcome> proofs;  ///< rule id -> verdict, rules that matched
   /// Every fold instance check, in the order the pipeline asked for them (rule id, result).
   std::vector<std::pair<std::string, rules::InstanceCheck>> instances;
@@ -61,8 +61,8 @@ struct SavedPlan {
 /// the ISA of verifuse's own kernels.
 std::string environmentKey();
 
-/// 16 hex digits over \p g's frozen constants \p constants: sizes, strides, dtype and the bytes
-/// they span. Errors: a constant without data.
+/// 16 hex digits per constant of \p g listed in \p constants: sizes, strides, dtype and the bytes
+/// it spans. Errors: a constant without data.
 StatusOr<std::vector<WeightPrint>> fingerprintWeights(const ir::Graph& g, const std::vector<ir::ConstantId>& constants);
 
 /// Ok when \p saved was made over the same weights; else kInvalidArgument naming the first
