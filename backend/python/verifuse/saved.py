@@ -235,13 +235,36 @@ def _load_runner(state: dict, args: list) -> Callable:
         return eager(f"{type(exc).__name__}: {exc}")
     graph_report.compile_seconds = time.perf_counter() - start
     _report.publish(graph_report)
-    return lambda *a: runner(list(a))
+    # The plan is for the traced shapes. Dynamo's saved guards check them too, unless a
+    # guard_filter_fn dropped those guards: this check holds either way (a few compares per call).
+    static = set(state["static"])
+    placeholders = [spec for target, spec in state["graph"] if target == "placeholder"]
+    expected = [(i, tuple(spec[1]), getattr(torch, spec[3])) for i, spec in enumerate(placeholders)
+                if i not in static and spec is not None and spec[0] == "tensor"]
+    names = state["names"]
+
+    def run(*a: Any) -> Any:
+        for i, shape, dtype in expected:
+            t = a[i]
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != dtype:
+                got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise RuntimeError(f"verifuse: input {names[i] if i < len(names) else i} is {got}; the saved "
+                                   f"plan was compiled for {shape} {dtype}")
+        return runner(list(a))
+
+    return run
 
 
-def save(model: torch.nn.Module, example_inputs: Sequence[Any], path: str, **options: Any) -> None:
+def save(model: torch.nn.Module, example_inputs: Sequence[Any], path: str, *,
+         guard_filter_fn: Optional[Callable] = None, **options: Any) -> None:
     """Compiles ``model`` with verifuse for ``example_inputs`` through ``aot_compile`` and saves the
     function to ``path``: load it with :func:`load` (or ``torch.compiler.load_compiled_function``)
-    and call it as ``fn(model, *inputs)``."""
+    and call it as ``fn(model, *inputs)``. ``guard_filter_fn`` goes to Dynamo: torch cannot save
+    some guards (an ID_MATCH guard, e.g. on a transformers model), and a filter such as
+    ``torch.compiler.skip_all_guards_unsafe`` drops them (torch's own, unsafe, choice; verifuse
+    still checks the weights' fingerprints once and every input's shape and dtype per call)."""
+    if guard_filter_fn is not None:
+        options = dict(options, guard_filter_fn=guard_filter_fn)
     compiled = _aot(model, tuple(example_inputs), options)
     compiled.save_compiled_function(path)
 
