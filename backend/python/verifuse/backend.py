@@ -122,7 +122,7 @@ def verifuse_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options:
             save_state.reason = problem
         else:
             compiled = _compile_with_aot(gm, example_inputs, names, opts, graph_report, save_state,
-                                         plan_cache=_plan_cache_wanted(options))
+                                         plan_cache=_plan_cache_wanted(options), record=_under_aot_compile())
         graph_report.compile_seconds = time.perf_counter() - start
         _report.publish(graph_report)
         return SavedGraph(compiled, save_state)
@@ -135,14 +135,17 @@ def verifuse_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options:
         if opts.strict:
             raise VerifuseError(f"verifuse (strict): compile failed: {type(exc).__name__}: {exc}") from exc
         graph_report.fallbacks.clear()
-        compiled = _fallback(gm, f"internal error while compiling: {type(exc).__name__}: {exc}", opts, graph_report)
+        reason = f"internal error while compiling: {type(exc).__name__}: {exc}"
+        compiled = _fallback(gm, reason, opts, graph_report)
         graph_report.compile_seconds = time.perf_counter() - start
         _report.publish(graph_report)
-        return compiled
+        save_state.reason = reason
+        return SavedGraph(compiled, save_state)
 
 
 def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: list[str], opts: Options,
-                      graph_report: _report.GraphReport, save_state: Any = None, plan_cache: bool = False) -> Callable:
+                      graph_report: _report.GraphReport, save_state: Any = None, plan_cache: bool = False,
+                      record: bool = False) -> Callable:
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from torch._guards import TracingContext
@@ -168,7 +171,7 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
         shape_facts = collect_shape_facts(fake_inputs, example_inputs, static, graph_report, opts.strict)
         try:
             runner = CompiledGraphRunner(aot_gm, example_inputs, set(static), names, opts, graph_report, shape_facts,
-                                         plan_cache=plan_cache)
+                                         plan_cache=plan_cache, record=record)
         except LoweringError as err:
             return make_boxed_func(_fallback(aot_gm, err.reason, opts, graph_report, op=err.node))
         except _unsupported_error() as err:
@@ -193,6 +196,13 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
     with torch._functorch.config.patch(bundled_autograd_cache=False, force_autograd_cache=False,
                                        strict_autograd_cache=False):
         return compiler(gm, example_inputs)
+
+
+def _under_aot_compile() -> bool:
+    """True while torch's aot_compile calls the backend (it turns the bundled autograd cache on
+    around that call): only then, or with the plan cache, is the plan recorded, since recording
+    reads every byte of every weight once (its content fingerprint)."""
+    return bool(getattr(torch._functorch.config, "bundled_autograd_cache", False))
 
 
 def _plan_cache_wanted(options: Optional[dict]) -> bool:
@@ -282,12 +292,13 @@ class CompiledGraphRunner:
 
     def __init__(self, aot_gm: torch.fx.GraphModule, real_inputs: list, static: set[int], names: list[str],
                  opts: Options, graph_report: _report.GraphReport, shape_facts: Any = None,
-                 saved_plan: Optional[bytes] = None, plan_cache: bool = False):
+                 saved_plan: Optional[bytes] = None, plan_cache: bool = False, record: bool = False):
         self._aot_gm = aot_gm
         self._static = static
         self._names = names
         self._opts = opts
         self._plan_cache = plan_cache and bool(opts.cache_dir)
+        self._record = record or self._plan_cache  # the first build records its plan for a save
         self._shape_facts = shape_facts  # guards.ShapeFacts under dynamic shapes
         self._graph_report = graph_report
         self._lock = threading.Lock()
@@ -332,7 +343,8 @@ class CompiledGraphRunner:
                 autotune=opts.autotune, layer_check_weights=opts.layer_check_weights,
                 linear_weights=opts.linear_weights,
                 shape_facts=facts.cpp if facts is not None else None,
-                environment=_environment(opts), saved_plan=saved_plan, plan_cache=self._plan_cache)
+                environment=_environment(opts) if self._record or saved_plan is not None else "",
+                saved_plan=saved_plan, plan_cache=self._plan_cache)
 
     def __call__(self, args: list) -> list:
         _report.observe(self._graph_report)
