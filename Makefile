@@ -4,7 +4,7 @@ PYTHON ?= python
 BUILD_DIR ?= build/cmake
 JOBS ?= 2
 
-.PHONY: install deps demo test test-cpp test-python test-sanitize prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16
+.PHONY: install deps demo test test-cpp test-python test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16
 
 deps:
 	@# GoogleTest from Debian (docs/dependencies.md); everything else from PyPI, pinned.
@@ -50,6 +50,16 @@ test: install
 	$(MAKE) --no-print-directory test-cpp
 	$(MAKE) --no-print-directory test-python
 	$(MAKE) --no-print-directory test-sanitize
+
+# ---- serving (issue 18; examples/ray_serve/README.md) --------------------------------------------
+# Ray Serve with 2 replicas on a local Ray cluster (loopback), verifuse vs eager vs inductor under
+# bounded load, one verifuse replica killed mid-load. Minutes on 2 cores: not part of `make test`.
+# Scale with SERVE_MODELS=resnet50,bert SERVE_BACKENDS=verifuse,eager,inductor SERVE_REQUESTS=2000.
+serve-deps:
+	$(PYTHON) -m pip install -q -c examples/ray_serve/constraints-serve.txt -r examples/ray_serve/requirements-serve.txt
+
+test-serve: install serve-deps
+	PYTHONPATH=$(CURDIR)/bench$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m pytest -s -q tests/serve
 
 prove: install
 	$(PYTHON) -m verifuse prove

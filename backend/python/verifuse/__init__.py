@@ -12,9 +12,10 @@ from typing import Any
 from .backend import VerifuseError, VerifuseFallbackWarning, verifuse_backend
 from .options import Options, OptionsError
 from .report import Report, reset_stats, stats
+from .saved import VerifusePlanWarning, load, save
 
 __all__ = ["verifuse_backend", "explain", "stats", "reset_stats", "Report", "Options", "OptionsError",
-           "VerifuseError", "VerifuseFallbackWarning"]
+           "VerifuseError", "VerifuseFallbackWarning", "VerifusePlanWarning", "save", "load"]
 __version__ = "0.1.0"
 
 

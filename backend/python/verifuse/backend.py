@@ -7,6 +7,7 @@ VerifuseError under ``strict``.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -131,19 +132,24 @@ def verifuse_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options:
                      mode: Optional[str] = None) -> Callable:
     """Dynamo backend entry point (registered as "verifuse" through the torch_dynamo_backends
     entry point, so no import is needed)."""
+    from .saved import SavedGraph, SaveState
+
     opts = Options.parse(options)  # an unknown option is the user's error, even when not strict
     start = time.perf_counter()
     graph_report = _report.GraphReport(graph_id=_report.next_graph_id())
     names = _input_names(gm)
+    save_state = SaveState()  # what aot_compile's save needs (saved.py)
     try:
         problem = _inference_problem(example_inputs, names) or _bf16_problem(example_inputs, names)
         if problem is not None:
             compiled = _fallback(gm, problem, opts, graph_report)
+            save_state.reason = problem
         else:
-            compiled = _compile_with_aot(gm, example_inputs, names, opts, graph_report)
+            compiled = _compile_with_aot(gm, example_inputs, names, opts, graph_report, save_state,
+                                         plan_cache=_plan_cache_wanted(options), record=_under_aot_compile())
         graph_report.compile_seconds = time.perf_counter() - start
         _report.publish(graph_report)
-        return compiled
+        return SavedGraph(compiled, save_state)
     except _pass_through_exceptions():
         # Dynamo's own control flow (restart analysis with scalars tensorified, ...): not a
         # failure of this graph, and Dynamo must see it to try again.
@@ -153,14 +159,17 @@ def verifuse_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options:
         if opts.strict:
             raise VerifuseError(f"verifuse (strict): compile failed: {type(exc).__name__}: {exc}") from exc
         graph_report.fallbacks.clear()
-        compiled = _fallback(gm, f"internal error while compiling: {type(exc).__name__}: {exc}", opts, graph_report)
+        reason = f"internal error while compiling: {type(exc).__name__}: {exc}"
+        compiled = _fallback(gm, reason, opts, graph_report)
         graph_report.compile_seconds = time.perf_counter() - start
         _report.publish(graph_report)
-        return compiled
+        save_state.reason = reason
+        return SavedGraph(compiled, save_state)
 
 
 def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: list[str], opts: Options,
-                      graph_report: _report.GraphReport) -> Callable:
+                      graph_report: _report.GraphReport, save_state: Any = None, plan_cache: bool = False,
+                      record: bool = False) -> Callable:
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from torch._guards import TracingContext
@@ -185,11 +194,18 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
         # every call (None for static shapes).
         shape_facts = collect_shape_facts(fake_inputs, example_inputs, static, graph_report, opts.strict)
         try:
-            runner = CompiledGraphRunner(aot_gm, example_inputs, set(static), names, opts, graph_report, shape_facts)
+            runner = CompiledGraphRunner(aot_gm, example_inputs, set(static), names, opts, graph_report, shape_facts,
+                                         plan_cache=plan_cache, record=record)
         except LoweringError as err:
             return make_boxed_func(_fallback(aot_gm, err.reason, opts, graph_report, op=err.node))
         except _unsupported_error() as err:
             return make_boxed_func(_fallback(aot_gm, str(err), opts, graph_report))
+        if save_state is not None:
+            from .saved import graph_problem, inference_problem
+
+            save_state.reason = inference_problem(meta) or graph_problem(aot_gm)
+            save_state.aot_gm, save_state.static, save_state.names = aot_gm, static, names
+            save_state.options, save_state.runner = dataclasses.asdict(opts), runner
         # A violated shape guard runs the graph eagerly, or raises ShapeGuardError under strict.
         return attach_shape_guards(runner, aot_gm, graph_report, opts.strict)
 
@@ -199,7 +215,39 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
         decompositions=decomposition_table(),
         keep_inference_input_mutations=False,
     )
-    return compiler(gm, example_inputs)
+    # aot_compile turns on AOT's bundled, forced, strict autograd cache, which only stores
+    # inductor's OutputCode: verifuse's graph is saved by saved.SavedGraph instead.
+    with torch._functorch.config.patch(bundled_autograd_cache=False, force_autograd_cache=False,
+                                       strict_autograd_cache=False):
+        return compiler(gm, example_inputs)
+
+
+def _under_aot_compile() -> bool:
+    """True while torch's aot_compile calls the backend (it turns the bundled autograd cache on
+    around that call): only then, or with the plan cache, is the plan recorded, since recording
+    reads every byte of every weight once (its content fingerprint)."""
+    return bool(getattr(torch._functorch.config, "bundled_autograd_cache", False))
+
+
+def _plan_cache_wanted(options: Optional[dict]) -> bool:
+    """The plan cache is used when the user chose a cache_dir (the option or VERIFUSE_CACHE_DIR),
+    not with the default one every process shares: a plan record holds the optimized graph's
+    text (tens of KB per graph and weights), and the store keeps every record it is given."""
+    return bool(options and options.get("cache_dir")) or bool(os.environ.get("VERIFUSE_CACHE_DIR"))
+
+
+_ENVIRONMENTS: dict = {}
+
+
+def _environment(opts: Options) -> str:
+    """saved.environment, once per options and thread count (it stats the extension)."""
+    key = (opts, torch.get_num_threads())
+    env = _ENVIRONMENTS.get(key)
+    if env is None:
+        from .saved import environment
+
+        env = _ENVIRONMENTS[key] = environment(opts)
+    return env
 
 
 def _pass_through_exceptions() -> tuple:
@@ -222,6 +270,13 @@ def _fill_report(graph_report: _report.GraphReport, cpp: dict) -> None:
     for counter in ("rules_matched", "rules_applied", "rules_refused", "onednn_steps"):
         _report.bump(counter, int(cpp[counter]))
     _report.bump("rules_proved", sum(1 for p in cpp["proofs"] if p["verdict"] == "Proved"))
+    # Saved plans (issue 18): a replayed plan ran no Z3 query and no timing; these say so.
+    _report.bump("solver_queries", int(cpp.get("solver_queries", 0)))
+    _report.bump("timings_run", int(cpp["timings_run"]))
+    source = cpp.get("plan_source", "compiled")
+    _report.bump({"plan-cache": "plan_cache_hits", "saved-plan": "plans_loaded"}.get(source, "plans_compiled"))
+    if "refused" in cpp.get("plan_note", ""):
+        _report.bump("plans_refused")
 
 
 _REPORT_FIELDS = frozenset(f.name for f in __import__("dataclasses").fields(_report.GraphReport))
@@ -260,11 +315,14 @@ class CompiledGraphRunner:
     _boxed_call = True
 
     def __init__(self, aot_gm: torch.fx.GraphModule, real_inputs: list, static: set[int], names: list[str],
-                 opts: Options, graph_report: _report.GraphReport, shape_facts: Any = None):
+                 opts: Options, graph_report: _report.GraphReport, shape_facts: Any = None,
+                 saved_plan: Optional[bytes] = None, plan_cache: bool = False, record: bool = False):
         self._aot_gm = aot_gm
         self._static = static
         self._names = names
         self._opts = opts
+        self._plan_cache = plan_cache and bool(opts.cache_dir)
+        self._record = record or self._plan_cache  # the first build records its plan for a save
         self._shape_facts = shape_facts  # guards.ShapeFacts under dynamic shapes
         self._graph_report = graph_report
         self._lock = threading.Lock()
@@ -273,12 +331,22 @@ class CompiledGraphRunner:
         self._stale_weights_error = _C.StaleWeightsError  # looked up once, not per call
         self._unsupported_error = _C.UnsupportedError
         self._exact_plan = None
-        self._plan, cpp_report = self._build(real_inputs)
+        self._plan, cpp_report = self._build(real_inputs, saved_plan)
         # The added shape guards (C++), checked before every run; None when nothing is checked.
         self.shape_check = cpp_report.get("shape_check")
+        self._note_plan(cpp_report, saved_plan is not None)
         _fill_report(graph_report, cpp_report)
 
-    def _build(self, real_inputs: Sequence[Any]) -> tuple:
+    def _note_plan(self, cpp_report: dict, loading: bool) -> None:
+        # The plan as a record (saved.py serializes it), and why it was not saved or was refused.
+        self.saved_plan = cpp_report.pop("saved_plan", None)
+        self.plan_note = cpp_report.get("plan_note", "")
+        if loading and cpp_report.get("plan_source") != "saved-plan":
+            from .saved import VerifusePlanWarning
+
+            warnings.warn(f"verifuse: {self.plan_note}", VerifusePlanWarning, stacklevel=2)
+
+    def _build(self, real_inputs: Sequence[Any], saved_plan: Optional[bytes] = None) -> tuple:
         from . import _C
         from .lowering import lower_graph
 
@@ -298,7 +366,9 @@ class CompiledGraphRunner:
                 planted_bug=os.environ.get("VERIFUSE_TEST_PLANTED_BUG") == "1",
                 autotune=opts.autotune, layer_check_weights=opts.layer_check_weights,
                 linear_weights=opts.linear_weights,
-                shape_facts=facts.cpp if facts is not None else None)
+                shape_facts=facts.cpp if facts is not None else None,
+                environment=_environment(opts) if self._record or saved_plan is not None else "",
+                saved_plan=saved_plan, plan_cache=self._plan_cache)
 
     def __call__(self, args: list) -> list:
         _report.observe(self._graph_report)
@@ -347,6 +417,7 @@ class CompiledGraphRunner:
             if self._plan is stale_plan:  # another thread may have refreshed already
                 self._plan, cpp_report = self._build(args)
                 self.shape_check = cpp_report.get("shape_check")
+                self._note_plan(cpp_report, False)
                 self._exact_plan = None
                 _report.bump("weight_refreshes")
             return self._plan

@@ -60,6 +60,11 @@ class GraphReport:
     # Bytes of weight copies the engines hold beyond the frozen weights (own GEMM's packed copies,
     # oneDNN's prepacked ones): the memory price of the engine decisions.
     weight_copy_bytes: int = 0
+    # Saved plans (issue 18): "compiled", "plan-cache" or "saved-plan"; why a plan was refused or
+    # not saved; Z3 queries this compile ran (0 when a plan was replayed).
+    plan_source: str = "compiled"
+    plan_note: str = ""
+    solver_queries: int = 0
 
 
 def record_fallback(report: GraphReport, op: str, reason: str) -> None:

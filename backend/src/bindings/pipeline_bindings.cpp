@@ -168,7 +168,8 @@ void registerPipeline(py::module_& m) {
       [](ir::Graph graph, std::vector<int32_t> inputArgIndex, const std::vector<std::pair<int32_t, int32_t>>& frozen,
          int32_t numArgs, const std::string& verify, bool fuse, const std::string& engines, bool bf16,
          const std::string& cacheDir, bool plantedBug, bool autotune, int64_t layerCheckWeights,
-         const py::object& shapeFacts, const std::string& linearWeights) {
+         const py::object& shapeFacts, const std::string& linearWeights, const std::string& environment,
+         const py::object& savedPlan, bool planCache) {
         driver::CompileRequest request;
         request.inputArgIndex = std::move(inputArgIndex);
         for (const auto& [arg, constant] : frozen) request.frozen.push_back({arg, constant});
@@ -183,6 +184,13 @@ void registerPipeline(py::module_& m) {
         request.layerCheckWeights = layerCheckWeights;
         request.linearWeights = parseLinearWeights(linearWeights);
         request.shapeFacts = shapeFactsFrom(shapeFacts);
+        request.environment = environment;
+        request.planCache = planCache;
+        if (!savedPlan.is_none()) {
+          auto decoded = driver::SavedPlan::decode(savedPlan.cast<std::string>());
+          if (!decoded.isOk()) raise(decoded.status());
+          request.replay = std::make_shared<const driver::SavedPlan>(std::move(decoded).value());
+        }
         StatusOr<driver::CompiledModel> compiled = [&] {
           py::gil_scoped_release release;
           return driver::compile(std::move(graph), request);
@@ -190,12 +198,17 @@ void registerPipeline(py::module_& m) {
         if (!compiled.isOk()) raise(compiled.status());
         py::dict report = toDict(compiled->report, *compiled->plan);
         addShapeReport(report, compiled->report.shapes);
+        report["plan_source"] = compiled->report.planSource;
+        report["plan_note"] = compiled->report.planNote;
+        report["solver_queries"] = compiled->report.solverQueries;
+        report["saved_plan"] = compiled->saved ? py::object(py::bytes(compiled->saved->encode())) : py::object(py::none());
         return py::make_tuple(std::const_pointer_cast<runtime::CompiledGraph>(compiled->plan), report);
       },
       py::arg("graph"), py::arg("input_arg_index"), py::arg("frozen"), py::arg("num_args"),
       py::arg("verify") = "instances", py::arg("fuse") = true, py::arg("engines") = "auto", py::arg("bf16") = false,
       py::arg("cache_dir") = "", py::arg("planted_bug") = false, py::arg("autotune") = true,
       py::arg("layer_check_weights") = 4096, py::arg("shape_facts") = py::none(), py::arg("linear_weights") = "auto",
+      py::arg("environment") = "", py::arg("saved_plan") = py::none(), py::arg("plan_cache") = false,
       "Runs the compile driver (rules, partitions, plan): returns (CompiledGraph, report dict).");
 }
 

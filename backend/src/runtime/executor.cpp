@@ -650,7 +650,8 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   for (size_t u : unitOrder) order.insert(order.end(), units[u].nodes.begin(), units[u].nodes.end());
 
   // Which partitions will be timed: static shapes, an engine choice to make, small enough.
-  const bool tuning = options.autotune && options.tuningDb != nullptr && options.useOnednn;
+  const bool tuning = options.autotune && (options.tuningDb != nullptr || options.replayTunings != nullptr) &&
+                      options.useOnednn;
   std::vector<double> partitionMacs(specs.size(), 0);
   std::vector<bool> partitionStatic(specs.size(), true);
   for (const Unit& u : units) {
@@ -1030,7 +1031,20 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         }
         auto key = kernels::TuningKey::forThisMachine(signature, shapes, options.bf16 ? "bf16" : "f32",
                                                       at::get_num_threads());
-        return kernels::tuneOrLookup(*options.tuningDb, key, cands, 1, options.tuneRepeats);
+        if (options.replayTunings) {  // a saved plan: its decision, never a timing
+          auto saved = options.replayTunings->find(key.canonical());
+          if (saved == options.replayTunings->end()) {
+            if (options.replayMiss && options.replayMiss->empty()) {
+              *options.replayMiss = "tuning key " + key.shortHash() + " (" + signature.substr(0, 80) + ") is not in the saved plan";
+            }
+            return Status(StatusCode::kNotFound, "not in the saved plan");
+          }
+          if (options.recordTunings) (*options.recordTunings)[key.canonical()] = saved->second;
+          return saved->second;
+        }
+        auto decided = kernels::tuneOrLookup(*options.tuningDb, key, cands, 1, options.tuneRepeats);
+        if (decided.isOk() && options.recordTunings) (*options.recordTunings)[key.canonical()] = *decided;
+        return decided;
       };
       auto parseEngine = [](const std::string& name) {
         for (Engine e : allEngines()) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "verifuse/driver/saved_plan.h"
 #include "verifuse/ir/graph.h"
 #include "verifuse/passes/pipeline.h"
 #include "verifuse/rules/rules.h"
@@ -48,6 +49,17 @@ struct CompileRequest {
   /// Dynamic shapes: Dynamo's shape guards, sent once by Python (verifuse/guards.py). With
   /// shapeFacts.dynamic the plan's shape assumptions are derived and decided (report.shapes).
   shape_guards::DynamoFacts shapeFacts;
+  /// Saved plans (saved_plan.h). \p environment: the caller's part of the environment key
+  /// (verifuse build, torch version, options); a plan is recorded (CompiledModel::saved) when it
+  /// is non-empty and the shapes are static.
+  std::string environment;
+  /// Replay this plan (aot_compile load): proofs, instance checks and tuning from the record, no
+  /// Z3 query and no timing. A plan that does not fit (weights, environment, a divergence) is
+  /// refused and the graph compiled from scratch; CompileReport::planSource says which happened.
+  std::shared_ptr<const SavedPlan> replay;
+  /// The plan cache: look the graph up in cacheDir's "plans-v1" store (key: the lowered graph,
+  /// weight fingerprints and environment) and replay a hit; store a fresh plan on a miss.
+  bool planCache = false;
 };
 
 /// One live node of the planned graph, for the report's picture.
@@ -85,11 +97,19 @@ struct CompileReport {
   /// Dynamic shapes: the plan's assumptions vs Dynamo's guards, the added guards and their
   /// per-call check (shapes.check), the shape program (empty unless request.shapeFacts.dynamic).
   shape_guards::ShapeGuardReport shapes;
+  /// "compiled", "plan-cache" (replayed from cacheDir) or "saved-plan" (replayed from the request).
+  std::string planSource = "compiled";
+  /// Why a saved or cached plan was refused or not stored ("" when nothing to say).
+  std::string planNote;
+  /// Z3 queries (rule proofs and layer checks) and timings this compile ran.
+  int64_t solverQueries = 0;
 };
 
 struct CompiledModel {
   std::shared_ptr<const runtime::CompiledGraph> plan;
   CompileReport report;
+  /// The plan as a record (null when not recorded: no environment given, or dynamic shapes).
+  std::shared_ptr<const SavedPlan> saved;
 };
 
 /// Runs the pipeline on \p graph and builds its plan. Errors: kUnsupported / kUnimplemented for a

@@ -110,6 +110,13 @@ struct CompileOptions {
   /// (decisions stored in \p tuningDb when given); false: a size heuristic decides.
   bool autotune = false;
   kernels::TuningDb* tuningDb = nullptr;
+  /// Saved plans (driver/saved_plan.h): when set, every timed partition's decision is read from
+  /// here by TuningKey::canonical() instead of \p tuningDb, and nothing is timed. A key it does not
+  /// hold is a divergence: \p replayMiss (when set) gets why and the caller refuses the plan.
+  const std::map<std::string, kernels::TuningDecision>* replayTunings = nullptr;
+  std::string* replayMiss = nullptr;
+  /// When set, every tuning decision the plan used is added here, by TuningKey::canonical().
+  std::map<std::string, kernels::TuningDecision>* recordTunings = nullptr;
   int tuneRepeats = 3;
   /// Static-shape fused ops on oneDNN keep only their prepacked weights (the folded float32 copy
   /// is freed). Inputs that need the ATen composition (NaN/Inf) then make run() return
