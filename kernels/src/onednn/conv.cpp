@@ -62,20 +62,22 @@ StatusOr<std::unique_ptr<Kernel>> createConv(const ConvParams& p) {
     if (d < 1) return invalidArgument("conv: empty output " + dimsToString(dstDimsV));
   }
   if (!p.srcLayout.empty() &&
-      (p.srcLayout.dims() != p.srcDims || p.srcLayout.dtype() != DataType::kF32)) {
+      (p.srcLayout.dims() != p.srcDims || p.srcLayout.dtype() != p.io)) {
     return invalidArgument("conv: srcLayout " + p.srcLayout.toString() + " does not match srcDims " +
                            dimsToString(p.srcDims));
   }
 
   return guarded("conv", [&]() -> StatusOr<std::unique_ptr<Kernel>> {
-    const bool bf16 = p.compute == ComputeType::kBF16;
-    const dt cdt = bf16 ? dt::bf16 : dt::f32;
+    // bf16 compute on f32 I/O converts the source on entry; a bf16 model's source is bf16 already.
+    const bool bf16 = p.compute == ComputeType::kBF16 && p.io == DataType::kF32;
+    const dt io = toDnnl(p.io);
+    const dt cdt = bf16 || p.io == DataType::kBF16 ? dt::bf16 : dt::f32;
     dims srcDims(p.srcDims.begin(), p.srcDims.end());
     dims dstDims(dstDimsV.begin(), dstDimsV.end());
 
     // User-side (f32) src: explicit layout, or chosen by format.
     dnnl::memory::desc userSrc =
-        !p.srcLayout.empty() ? toDesc(p.srcLayout) : activationDesc(srcDims, dt::f32, p.srcFormat);
+        !p.srcLayout.empty() ? toDesc(p.srcLayout) : activationDesc(srcDims, io, p.srcFormat);
     // Primitive-side src: in bf16 mode the primitive always chooses; we convert on entry.
     dnnl::memory::desc primSrc = bf16 ? dnnl::memory::desc(srcDims, dt::bf16, tag::any) : userSrc;
     if (bf16 && userSrc.get_format_kind() == dnnl::memory::format_kind::any) {
@@ -95,10 +97,10 @@ StatusOr<std::unique_ptr<Kernel>> createConv(const ConvParams& p) {
     dnnl::memory::desc userW(userWDims, dt::f32, plainTag(static_cast<int>(userWDims.size())));
     dnnl::memory::desc primW(userWDims, cdt, tag::any);
     dnnl::memory::desc biasMd({outC}, dt::f32, tag::a);
-    dnnl::memory::desc dstMd = activationDesc(dstDims, dt::f32, p.dstFormat);
+    dnnl::memory::desc dstMd = activationDesc(dstDims, io, p.dstFormat);
 
     std::vector<RuntimeInput> binaryInputs;
-    VF_ASSIGN_OR_RETURN(dnnl::primitive_attr attr, makeAttr(p.postOps, dstDims, &binaryInputs));
+    VF_ASSIGN_OR_RETURN(dnnl::primitive_attr attr, makeAttr(p.postOps, dstDims, &binaryInputs, io));
 
     dims dil(g.dilation.size());
     for (size_t i = 0; i < dil.size(); ++i) dil[i] = g.dilation[i] - 1;  // oneDNN: 0 = dense

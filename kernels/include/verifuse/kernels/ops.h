@@ -89,6 +89,9 @@ struct ConvParams {
   /// If non-empty, overrides srcFormat with an exact layout (e.g. the previous kernel's dst).
   Layout srcLayout;
   ComputeType compute = ComputeType::kF32;
+  /// dtype of src, dst and the post-op operands; kBF16 (a bf16 model) as LinearParams::io: bf16
+  /// in and out, weights (given as f32) prepacked in bf16, f32 accumulation, bias and post-ops.
+  DataType io = DataType::kF32;
 };
 StatusOr<std::unique_ptr<Kernel>> createConv(const ConvParams& p);
 /// torch's output spatial size: (in + padL + padR - dil*(k-1) - 1) / stride + 1.
