@@ -47,12 +47,12 @@ def child(mode: str, model_name: str, path: str, cache: str) -> None:
         elif mode in ("cold", "cache"):
             y = torch.compile(model, backend="verifuse", options={"cache_dir": cache})(x)
         elif mode == "save":
-            # BERT: Dynamo puts an ID_MATCH guard on the transformers module, which torch cannot save.
-            from torch._dynamo.guards import CheckFunctionManager
-
-            unsavable = CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
-            drop = torch.compiler.skip_all_guards_unsafe if model_name == "bert" else None
-            verifuse.save(model, (x,), path, cache_dir=cache, guard_filter_fn=drop)
+            # BERT: Dynamo puts an ID_MATCH guard on the transformers module, which torch cannot
+            # save; ResNet-50: verifuse's default filter (drop_weight_guards).
+            if model_name == "bert":
+                verifuse.save(model, (x,), path, cache_dir=cache, guard_filter_fn=torch.compiler.skip_all_guards_unsafe)
+            else:
+                verifuse.save(model, (x,), path, cache_dir=cache)
             y = verifuse.load(path)(model, x)  # (not timed as a load: same process)
         elif mode == "load":
             y = verifuse.load(path)(model, x)

@@ -336,3 +336,33 @@ if __name__ == "__main__" and len(sys.argv) > 4 and sys.argv[1] == "--child":
     import test_saved_plans
 
     test_saved_plans._child(sys.argv[2], sys.argv[3], sys.argv[4])
+
+
+def test_default_guard_filter_drops_weight_guards_and_verifuse_still_checks_weights(tmp_path):
+    """save's default filter leaves the weights to verifuse (Dynamo's per-weight guards were most of
+    a load's time): a loaded function then called with another model's weights, or after an in-place
+    weight update, still gives that model's result, never the saved weights'."""
+    from verifuse.saved import drop_weight_guards
+
+    class Entry:
+        def __init__(self, name, guard_type, value, is_global=False):
+            self.name, self.guard_type, self.value, self.has_value = name, guard_type, value, True
+            self.is_global = is_global
+
+    p = nn.Parameter(torch.ones(2))
+    flags = drop_weight_guards([Entry("L['model']._modules['fc']._parameters['weight']", "TENSOR_MATCH", p),
+                                Entry("L['model']._modules['bn1']._buffers['running_mean']", "TENSOR_MATCH", torch.ones(2)),
+                                Entry("L['x']", "TENSOR_MATCH", torch.ones(2)),
+                                Entry("L['x'].dim()", "EQUALS_MATCH", 4),
+                                Entry("G['torch']", "MODULE_MATCH", torch, is_global=True)])
+    assert flags == [False, False, True, True, False]  # torch's aot_compile default drops the last
+
+    path = str(tmp_path / "net.vfplan")
+    a, b, x = build(0), build(1), example()
+    verifuse.save(a, (x,), path, cache_dir=str(tmp_path / "cache"))
+    fn = verifuse.load(path)
+    with torch.no_grad():
+        assert max_diff(fn(a, x), a, x) < 1e-4
+        assert max_diff(fn(b, x), b, x) < 1e-4  # other weights: re-validated, not the saved plan's
+        a.fc.weight.mul_(2.0)  # an in-place update of a weight the plan folded or packed
+        assert max_diff(fn(a, x), a, x) < 1e-4
