@@ -239,6 +239,21 @@ def verifuse_stats() -> dict | None:
         return None
 
 
+@contextlib.contextmanager
+def _verifuse_reports():
+    """verifuse's GraphReports of the graphs compiled inside the block (what verifuse.explain
+    reads), or None when this verifuse has no report collector."""
+    try:
+        from verifuse import report as _report
+
+        cm = _report.collect()
+    except Exception:
+        yield None
+        return
+    with cm as graphs:
+        yield graphs
+
+
 def _verifuse_compile(model, opts, threads) -> CompileCtx:
     kwargs: dict[str, Any] = {"backend": "verifuse", "dynamic": False}
     if opts.verifuse_options:
@@ -253,9 +268,16 @@ def _verifuse_compile(model, opts, threads) -> CompileCtx:
         # (with the stats' graphs_fallback) in the results, and still show them
         import warnings
 
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, _verifuse_reports() as graphs:
             warnings.simplefilter("always")
             yield
+        if graphs is not None and getattr(opts, "dtype", "float32") == "int8":
+            # which ops the compiled graphs run (int8: verifuse::q* are its oneDNN int8 kernels)
+            ops: dict[str, int] = {}
+            for g in graphs:
+                for op, n in (getattr(g, "ops", None) or {}).items():
+                    ops[str(op)] = ops.get(str(op), 0) + int(n)
+            info["int8_ops"] = {k: v for k, v in sorted(ops.items()) if k.startswith("verifuse::q")}
         fb = [f"{w.category.__name__}: {w.message}" for w in caught if str(w.message).startswith("verifuse")]
         if fb:
             info["fallback_warnings"] = fb[:5]
@@ -314,7 +336,9 @@ def _openvino_avail():
     return True, None, {"version": getattr(openvino, "__version__", None)}
 
 
-OPENVINO_PRECISION = {"float32": "f32", "bfloat16": "bf16"}
+# int8: the quantized graph's float parts (everything between dequantize and quantize) in f32, as
+# in eager; OpenVINO's int8 execution comes from the graph's quantize/dequantize pairs, not the hint
+OPENVINO_PRECISION = {"float32": "f32", "bfloat16": "bf16", "int8": "f32"}
 
 
 def openvino_options(threads: int, dtype: str = "float32") -> dict[str, Any]:
