@@ -64,7 +64,11 @@ class _Records(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.records.append((record.name, record.levelname, record.getMessage()[:500]))
+            msg = record.getMessage()
+            # long messages keep their head and their tail: OpenVINO's "... Falling back to native
+            # PyTorch execution." comes after a conversion report of many lines
+            self.records.append((record.name, record.levelname,
+                                 msg if len(msg) <= 500 else msg[:300] + " [...] " + msg[-200:]))
         except Exception:  # pragma: no cover
             pass
 
@@ -409,7 +413,8 @@ def _openvino_compile(model, opts, threads) -> CompileCtx:
         info["fell_back_to_inductor"] = len(fallback)
         if fallback:
             info["fallback_reasons"] = fallback[:5]
-        in_pytorch = [m for (_, _, m) in run_logs if "Falling back to native PyTorch" in m]
+        in_pytorch = [m for (_, _, m) in run_logs
+                      if "Falling back to native PyTorch" in m or m.startswith("OpenVINO execution failed")]
         info["ran_in_pytorch"] = len(in_pytorch)
         if in_pytorch:
             info["ran_in_pytorch_reasons"] = in_pytorch[:5]

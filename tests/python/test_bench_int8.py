@@ -208,10 +208,28 @@ def test_openvino_on_the_quantized_graph_is_recorded(monkeypatch):
                                                                        warmup=0), 1)
     assert p.status == "ok", p.reason
     assert p.info["graph_quantized_ops"] > 0
-    if p.info.get("ran_in_pytorch"):
+    out = p.fn()
+    with torch.no_grad():
+        same_as_eager = torch.equal(out, rm.model(*rm.inputs.args))
+    if same_as_eager:  # bit-identical to eager int8: it ran in PyTorch, and the record must say so
+        assert p.info["ran_in_pytorch"] >= 1, p.info
         assert p.info["int8_not_run"] == harness.OPENVINO_INT8_NOT_RUN
     else:
         assert "int8_not_run" not in p.info
+
+
+def test_openvino_fallback_found_after_a_long_conversion_report(monkeypatch):
+    """The fallback message ends a many-line conversion report (> 500 characters)."""
+    import logging
+
+    monkeypatch.setattr(bk.torch, "compile", lambda model, **kw: model)
+    ctx = bk._openvino_compile(torch.nn.Identity(), _opts(["mlp_small"], ["eager"], dtype="int8"), 1)
+    with ctx.first_call:
+        logging.getLogger("openvino.frontend.pytorch.torchdynamo.execute").debug(
+            "OpenVINO execution failed with Check 'false' failed " + "x" * 2000
+            + ". Falling back to native PyTorch execution.")
+    assert ctx.info["ran_in_pytorch"] == 1
+    assert ctx.info["ran_in_pytorch_reasons"][0].endswith("Falling back to native PyTorch execution.")
 
 
 def test_float32_results_without_int8_fields_still_render():
