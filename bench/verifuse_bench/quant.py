@@ -94,6 +94,28 @@ def quantized_ops(gm: torch.nn.Module) -> dict[str, int]:
     return ops
 
 
+_WEIGHT_OPS = ("aten.linear.", "aten.conv1d.", "aten.conv2d.", "aten.conv3d.", "aten.convolution.", "aten.addmm.",
+               "aten.mm.", "aten.matmul.", "aten.bmm.", "aten.conv_transpose")
+
+
+def weight_layers(gm: torch.nn.Module) -> dict[str, int]:
+    """Layers with a weight (conv / linear / addmm / mm with a constant operand) in the converted
+    graph: how many read a dequantized int8 weight and how many stayed float (the quantizer did not
+    annotate them: e.g. GPT-2's Conv1D is an addmm, not a linear)."""
+    quantized = floating = 0
+    float_ops: dict[str, int] = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not str(node.target).startswith(_WEIGHT_OPS):
+            continue
+        ins = [a for a in node.args if isinstance(a, torch.fx.Node)]
+        if any(str(a.target).startswith(QUANT_NAMESPACE + ".dequantize_per_channel") for a in ins):
+            quantized += 1
+        elif any(a.op == "get_attr" for a in ins):
+            floating += 1
+            float_ops[str(node.target)] = float_ops.get(str(node.target), 0) + 1
+    return {"int8_weights": quantized, "float_weights": floating, "float_weight_ops": float_ops}
+
+
 def quantize_int8(bm: BenchModel, model: nn.Module, inputs: Inputs, batch: int, seed: int
                   ) -> tuple[torch.fx.GraphModule, Inputs, dict[str, Any]]:
     """(the quantized GraphModule, the benchmark inputs as every backend gets them, info).
@@ -122,9 +144,16 @@ def quantize_int8(bm: BenchModel, model: nn.Module, inputs: Inputs, batch: int, 
             prepared(*c.args, **c.kwargs)
     gm = convert_pt2e(prepared)
     info["quantized_ops"] = quantized_ops(gm)
+    info["weight_layers"] = weight_layers(gm)
     info["quantize_s"] = time.perf_counter() - t0
     if not info["quantized_ops"]:
         raise RuntimeError("int8: the quantizer annotated nothing in this model (no quantized_decomposed ops)")
+    wl = info["weight_layers"]
+    if not wl["int8_weights"]:
+        # e.g. GPT-2: its Conv1D layers are addmm, which X86InductorQuantizer does not annotate; an
+        # "int8" result would be the float model with a few quantize/dequantize pairs
+        raise RuntimeError(f"int8: no layer got an int8 weight ({wl['float_weights']} weight layers stay float: "
+                           f"{wl['float_weight_ops']}); X86InductorQuantizer annotates conv and linear only")
     return gm, inputs, info
 
 

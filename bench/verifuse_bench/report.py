@@ -322,6 +322,12 @@ def _notes(name: str, b: dict[str, Any], e: dict[str, Any]) -> list[str]:
                          f"{(b.get('ran_in_pytorch_reasons') or ['?'])[0][:120]})")
         if b.get("bf16_via"):
             notes.append("bf16 via float32 upcast + bf16 hint")
+    q = e.get("quantization") if name == "eager" else None
+    if q:
+        wl = q.get("weight_layers") or {}
+        notes.append(f"quantized graph: {wl.get('int8_weights', '?')} int8-weight layers"
+                     + (f", {wl['float_weights']} left float" if wl.get("float_weights") else "")
+                     + (f", calibrated on {len(q.get('calibration_seeds') or [])} random inputs"))
     if b.get("int8_not_run"):
         notes.append("INT8 NOT RUN: " + b["int8_not_run"])
     elif "int8_kernels" in b:

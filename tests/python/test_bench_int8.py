@@ -108,6 +108,7 @@ def test_int8_quantized_graph_reaches_every_backend(monkeypatch):
     assert e["dtype"] == "int8"
     q = e["quantization"]
     assert q["quantized_ops"] and q["channels_last_inputs"] and len(q["calibration_seeds"]) >= 2
+    assert q["weight_layers"]["int8_weights"] == 3 and q["weight_layers"]["float_weights"] == 0  # c1, c2, fc
     for name, spy in spies.items():
         # Dynamo handed the backend a graph with the quantize/dequantize ops of the PT2E graph
         assert spy.quantized_ops and spy.quantized_ops[0] > 0, name
@@ -243,3 +244,16 @@ def test_float32_results_without_int8_fields_still_render():
                                                   "accuracy": {"ok": True, "max_abs_diff": 0.0}}}}]}
     md = to_markdown(rep)
     assert "float32" in md and "top-1" not in md and "int8" not in md
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+def test_gpt2_conv1d_gets_no_int8_weight_and_is_not_benchmarked_as_int8():
+    """GPT-2's Conv1D layers are addmm, which X86InductorQuantizer does not annotate: the
+    "quantized" graph would be the float model; the flow refuses it with the reason."""
+    from verifuse_bench.suite_hf import _e, _simple, text_inputs
+
+    bm = _e("gpt2_tiny", "transformer", "", _simple("GPT2Model", "GPT2Config", dict(
+        vocab_size=100, n_embd=16, n_layer=1, n_head=2, use_cache=False)), text_inputs(8, 100), "", "last_hidden_state",
+        (1,))
+    with pytest.raises(RuntimeError, match="no layer got an int8 weight.*aten.addmm"):
+        harness.model_for_dtype(bm, bm.build(0), bm.make_inputs(1, 0), "int8", 1, 0)
