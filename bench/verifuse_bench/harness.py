@@ -97,8 +97,7 @@ class BenchOptions:
 # --------------------------------------------------------------------------------------------
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# "int8" is not a cast: the float32 model quantized with PT2E (quant.py, issue 17)
-RUN_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "int8")
+# "int8" is not a cast but the float32 model quantized with PT2E: model_for_dtype, quant.py (issue 17)
 DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "int8": "int8"}
 
 
