@@ -126,6 +126,35 @@ def test_int8_quantized_graph_reaches_every_backend(monkeypatch):
     assert "int8" in md and "top-1" in md and "X86InductorQuantizer" in md
 
 
+def test_the_worker_process_quantizes_and_records_a_model_it_cannot_quantize(monkeypatch, tmp_path):
+    """verifuse_bench.worker.run_one (one configuration, the body of each isolated process), called
+    in this process so the test model and the spy backend are visible to it."""
+    from dataclasses import asdict
+
+    from verifuse_bench import worker
+
+    _with_tiny_cnn(monkeypatch)
+    spy = GraphSpy()
+    monkeypatch.setitem(bk.BACKENDS, "verifuse", spy_backend("verifuse", spy))
+    opts = _opts([TINY_CNN.name], ["eager", "verifuse"], dtype="int8", inductor_cache="warm")
+    res = worker.run_one({"opts": asdict(opts), "model": TINY_CNN.name, "batch": 2, "threads": 1})
+    assert res["complete"] and not res["errors"], res["errors"]
+    assert res["dtype"] == "int8" and res["entry"]["quantization"]["quantized_ops"]
+    assert spy.quantized_ops[0] > 0 and res["entry"]["backends"]["verifuse"]["graph_quantized_ops"] > 0
+
+    class NoQuant(nn.Module):
+        def forward(self, x):
+            return torch.tanh(x) * 2
+
+    bm = BenchModel("int8_noquant", "own", "mlp", "tanh (tests)", lambda seed: NoQuant(),
+                    lambda b, s: Inputs((torch.randn(b, 4),)), "4", "y", lambda o: o, tiny=True)
+    monkeypatch.setitem(suites.registry(), bm.name, bm)
+    opts = _opts([bm.name], ["eager"], dtype="int8", inductor_cache="warm")
+    res = worker.run_one({"opts": asdict(opts), "model": bm.name, "batch": 1, "threads": 1})
+    assert res["complete"] and res["entry"] is None
+    assert [e["stage"] for e in res["errors"]] == ["quantize"]
+
+
 def test_float32_runs_get_no_quantized_graph(monkeypatch):
     _with_tiny_cnn(monkeypatch)
     spy = GraphSpy()
