@@ -244,9 +244,12 @@ def verifuse_stats() -> dict | None:
 
 
 @contextlib.contextmanager
-def _verifuse_reports():
+def _verifuse_reports(enabled: bool):
     """verifuse's GraphReports of the graphs compiled inside the block (what verifuse.explain
-    reads), or None when this verifuse has no report collector."""
+    reads), or None when not ``enabled`` or this verifuse has no report collector."""
+    if not enabled:
+        yield None
+        return
     try:
         from verifuse import report as _report
 
@@ -272,10 +275,11 @@ def _verifuse_compile(model, opts, threads) -> CompileCtx:
         # (with the stats' graphs_fallback) in the results, and still show them
         import warnings
 
-        with warnings.catch_warnings(record=True) as caught, _verifuse_reports() as graphs:
+        int8 = getattr(opts, "dtype", "float32") == "int8"
+        with warnings.catch_warnings(record=True) as caught, _verifuse_reports(int8) as graphs:
             warnings.simplefilter("always")
             yield
-        if graphs is not None and getattr(opts, "dtype", "float32") == "int8":
+        if graphs is not None:
             # which ops the compiled graphs run (int8: verifuse::q* are its oneDNN int8 kernels)
             ops: dict[str, int] = {}
             for g in graphs:

@@ -286,3 +286,17 @@ def test_gpt2_conv1d_gets_no_int8_weight_and_is_not_benchmarked_as_int8():
         (1,))
     with pytest.raises(RuntimeError, match="no layer got an int8 weight.*aten.addmm"):
         harness.model_for_dtype(bm, bm.build(0), bm.make_inputs(1, 0), "int8", 1, 0)
+
+
+def test_verifuse_int8_kernels_are_recorded_from_its_graph_reports(monkeypatch):
+    ok, why, _ = harness.backend_availability("verifuse")
+    if not ok:
+        pytest.skip(why)
+    m = TINY_CNN.build(0)
+    rm = harness.model_for_dtype(TINY_CNN, m, TINY_CNN.make_inputs(2, 0), "int8", 2, 0)
+    p = harness.prepare_backend("verifuse", rm.model, rm.inputs, _opts([TINY_CNN.name], ["verifuse"], dtype="int8",
+                                                                       warmup=0), 1)
+    assert p.status == "ok", p.reason
+    if p.info.get("fallback_warnings"):
+        pytest.skip(f"this verifuse build runs the int8 graph on eager: {p.info['fallback_warnings'][0]}")
+    assert p.info["int8_kernels"] and p.info["int8_ops"].get("verifuse::qconv", 0) >= 2, p.info.get("int8_ops")
