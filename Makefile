@@ -4,7 +4,7 @@ PYTHON ?= python
 BUILD_DIR ?= build/cmake
 JOBS ?= 2
 
-.PHONY: install deps demo test test-cpp test-python test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16
+.PHONY: install deps demo test test-cpp test-python test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8
 
 deps:
 	@# GoogleTest from Debian (docs/dependencies.md); everything else from PyPI, pinned.
@@ -78,8 +78,10 @@ BENCH_THREADS ?= 1,2
 BENCH_ARGS ?=
 # BENCH_DTYPE=bfloat16 (or `make bench-hf-bf16` etc.): models and inputs in bf16 (issue 19); the result
 # files get a -bf16 suffix, so bf16 and float32 runs sit side by side and resume independently
+# BENCH_DTYPE=int8 (or `make bench-int8` etc.): the PT2E-quantized model, the same graph for every backend
+# (issue 17; docs/benchmarking.md "int8 models"); result files get an -int8 suffix
 BENCH_DTYPE ?= float32
-BENCH_TAG = $(if $(filter bfloat16,$(BENCH_DTYPE)),-bf16,)
+BENCH_TAG = $(if $(filter bfloat16,$(BENCH_DTYPE)),-bf16,)$(if $(filter int8,$(BENCH_DTYPE)),-int8,)
 BENCH_DT = --dtype $(BENCH_DTYPE)
 
 bench-deps:
@@ -111,6 +113,13 @@ bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16:
 	$(MAKE) $(@:-bf16=) BENCH_DTYPE=bfloat16
 
 bench-bf16: bench-hf-bf16 bench-torchvision-bf16 bench-timm-bf16 bench-own-bf16
+
+# the same in int8 (PT2E X86InductorQuantizer graph): bench/results/peers-<suite>-int8.json. bench-int8 =
+# the issue's set: own suite (ResNet-50, MobileNetV2, BERT-base encoder, ...) and the hf suite
+bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8:
+	$(MAKE) $(@:-int8=) BENCH_DTYPE=int8
+
+bench-int8: bench-own-int8 bench-hf-int8
 
 # a few minutes: one tiny model per suite, every backend, 3 iterations
 bench-smoke:

@@ -64,7 +64,11 @@ class _Records(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.records.append((record.name, record.levelname, record.getMessage()[:500]))
+            msg = record.getMessage()
+            # long messages keep their head and their tail: OpenVINO's "... Falling back to native
+            # PyTorch execution." comes after a conversion report of many lines
+            self.records.append((record.name, record.levelname,
+                                 msg if len(msg) <= 500 else msg[:300] + " [...] " + msg[-200:]))
         except Exception:  # pragma: no cover
             pass
 
@@ -239,6 +243,24 @@ def verifuse_stats() -> dict | None:
         return None
 
 
+@contextlib.contextmanager
+def _verifuse_reports(enabled: bool):
+    """verifuse's GraphReports of the graphs compiled inside the block (what verifuse.explain
+    reads), or None when not ``enabled`` or this verifuse has no report collector."""
+    if not enabled:
+        yield None
+        return
+    try:
+        from verifuse import report as _report
+
+        cm = _report.collect()
+    except Exception:
+        yield None
+        return
+    with cm as graphs:
+        yield graphs
+
+
 def _verifuse_compile(model, opts, threads) -> CompileCtx:
     kwargs: dict[str, Any] = {"backend": "verifuse", "dynamic": False}
     if opts.verifuse_options:
@@ -253,9 +275,17 @@ def _verifuse_compile(model, opts, threads) -> CompileCtx:
         # (with the stats' graphs_fallback) in the results, and still show them
         import warnings
 
-        with warnings.catch_warnings(record=True) as caught:
+        int8 = getattr(opts, "dtype", "float32") == "int8"
+        with warnings.catch_warnings(record=True) as caught, _verifuse_reports(int8) as graphs:
             warnings.simplefilter("always")
             yield
+        if graphs is not None:
+            # which ops the compiled graphs run (int8: verifuse::q* are its oneDNN int8 kernels)
+            ops: dict[str, int] = {}
+            for g in graphs:
+                for op, n in (getattr(g, "ops", None) or {}).items():
+                    ops[str(op)] = ops.get(str(op), 0) + int(n)
+            info["int8_ops"] = {k: v for k, v in sorted(ops.items()) if k.startswith("verifuse::q")}
         fb = [f"{w.category.__name__}: {w.message}" for w in caught if str(w.message).startswith("verifuse")]
         if fb:
             info["fallback_warnings"] = fb[:5]
@@ -314,7 +344,9 @@ def _openvino_avail():
     return True, None, {"version": getattr(openvino, "__version__", None)}
 
 
-OPENVINO_PRECISION = {"float32": "f32", "bfloat16": "bf16"}
+# int8: the quantized graph's float parts (everything between dequantize and quantize) in f32, as
+# in eager; OpenVINO's int8 execution comes from the graph's quantize/dequantize pairs, not the hint
+OPENVINO_PRECISION = {"float32": "f32", "bfloat16": "bf16", "int8": "f32"}
 
 
 def openvino_options(threads: int, dtype: str = "float32") -> dict[str, Any]:
@@ -385,7 +417,8 @@ def _openvino_compile(model, opts, threads) -> CompileCtx:
         info["fell_back_to_inductor"] = len(fallback)
         if fallback:
             info["fallback_reasons"] = fallback[:5]
-        in_pytorch = [m for (_, _, m) in run_logs if "Falling back to native PyTorch" in m]
+        in_pytorch = [m for (_, _, m) in run_logs
+                      if "Falling back to native PyTorch" in m or m.startswith("OpenVINO execution failed")]
         info["ran_in_pytorch"] = len(in_pytorch)
         if in_pytorch:
             info["ran_in_pytorch_reasons"] = in_pytorch[:5]

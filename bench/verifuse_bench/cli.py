@@ -5,7 +5,7 @@
           [--batch 1,32] [--threads 1,2] [--iters N] [--warmup N] [--chunk N] [--time-budget S]
           [--json PATH] [--resume] [--in-process] [--config-timeout S] [--memory inprocess|isolated]
           [--no-plot] [--quick] [--inductor-cache cold|warm] [--verifuse-options JSON] [--seed N] [--list]
-          [--dtype float32|bfloat16]
+          [--dtype float32|bfloat16|int8]
 
 Exit status: 0 when the run completed (backends or models that are unavailable, and backends
 that fail to compile, are recorded in the results; they do not change the status); 1 when eager
@@ -84,10 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cold (default): inductor compiles into a fresh cache dir each time")
     p.add_argument("--verifuse-options", type=str, default=None,
                    help='JSON dict passed as torch.compile(..., options=...) to verifuse, e.g. \'{"verify":"rules"}\'')
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                   help="float32 (default) or bfloat16: every model .to(torch.bfloat16) and its floating-point "
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "int8"), default="float32",
+                   help="float32 (default); bfloat16: every model .to(torch.bfloat16) and its floating-point "
                         "inputs too; the reference is eager bf16, and one eager float32 call per configuration "
-                        "measures eager's own bf16 error. Part of the result file names (-bf16)")
+                        "measures eager's own bf16 error. int8: the float32 model quantized once with PT2E "
+                        "(torchao X86InductorQuantizer, calibrated on random inputs) and the same quantized graph "
+                        "given to every backend; the reference is that graph run by eager, plus error and top-1 "
+                        "agreement against the float32 model. Part of the result file names (-bf16, -int8)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--list", action="store_true", help="list the models of every suite and exit")
     p.add_argument("--no-print", action="store_true", help="do not print the markdown table")

@@ -97,12 +97,13 @@ class BenchOptions:
 # --------------------------------------------------------------------------------------------
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16"}
+# "int8" is not a cast but the float32 model quantized with PT2E: model_for_dtype, quant.py (issue 17)
+DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "int8": "int8"}
 
 
 def dtype_tag(dtype: str | None) -> str:
     """Suffix of file names and labels: "" for float32 (the names every float32 result already
-    has), "-bf16" for bfloat16."""
+    has), "-bf16" for bfloat16, "-int8" for int8."""
     return "" if (dtype or "float32") == "float32" else "-" + DTYPE_SHORT[dtype]
 
 
@@ -127,6 +128,30 @@ def apply_dtype(model: torch.nn.Module, inputs: Inputs, dtype: str) -> tuple[tor
     if dtype == "float32":
         return model, inputs
     return model.to(DTYPES[dtype]), cast_inputs(inputs, DTYPES[dtype])
+
+
+@dataclass
+class RunModel:
+    """What the backends of one configuration get: ``model`` and ``inputs`` in the run's dtype;
+    for int8 also the float32 model it was quantized from and how (quant.py)."""
+
+    model: torch.nn.Module
+    inputs: Inputs
+    float_model: torch.nn.Module | None = None
+    quant_info: dict[str, Any] | None = None
+
+
+def model_for_dtype(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, dtype: str, batch: int,
+                    seed: int) -> RunModel:
+    """float32 / bfloat16: :func:`apply_dtype`. int8: the PT2E-quantized GraphModule (the same one
+    for every backend) and the inputs as every backend gets them (channels-last images)."""
+    if dtype == "int8":
+        from .quant import quantize_int8
+
+        gm, q_inputs, info = quantize_int8(bm, model, inputs, batch, seed)
+        return RunModel(gm, q_inputs, float_model=model, quant_info=info)
+    m, i = apply_dtype(model, inputs, dtype)
+    return RunModel(m, i)
 
 
 def _tensor_dtypes(model: torch.nn.Module, inputs: Inputs) -> tuple[dict[str, int], dict[str, str]]:
@@ -350,6 +375,7 @@ class Prepared:
     compile_s: float | None = None
     first_output: Any = None
     info: dict[str, Any] = field(default_factory=dict)
+    call: Callable[..., Any] | None = None  # the compiled callable (int8: top-1 on extra inputs)
 
 
 _AVAILABILITY_CACHE: dict[str, tuple[bool, str | None, float | None]] = {}
@@ -478,6 +504,8 @@ def analyze_inductor_code(codes: list[str]) -> dict[str, Any]:
         for op in _ZENTORCH_OP_RE.findall(c):
             zops[op] = zops.get(op, 0) + 1
     out = {"frozen_params": len(frozen), "onednn_ops": ops, "onednn_op_calls": sum(ops.values()),
+           # int8 runs: inductor's X86 int8 lowering (qconv/qlinear on oneDNN); empty = it did not apply
+           "int8_ops": {k: v for k, v in ops.items() if k.startswith("q")},
            "code_captured": len(codes),
            # evidence that set_num_threads held at compile time: inductor emits no OpenMP parallel
            # region at all when it compiles for 1 thread (with more, the regions use the OpenMP
@@ -506,6 +534,33 @@ def _count_flops(fn: Callable[[], Any]) -> tuple[Any, float | None]:
         return out, fc.get_total_flops() / 1e9
     except Exception:
         return fn(), None
+
+
+OPENVINO_INT8_NOT_RUN = ("OpenVINO could not convert the quantized graph and its executor ran it in PyTorch "
+                         "(eager) instead: not an OpenVINO int8 result")
+
+
+def int8_evidence(name: str, info: dict[str, Any]) -> None:
+    """int8 runs: whether the backend ran int8 kernels, from its own evidence (inductor / zentorch:
+    oneDNN qconv/qlinear calls in the generated code; verifuse: verifuse::q* ops in its graphs;
+    OpenVINO: whether its executor fell back to PyTorch). A peer that did not run the quantized
+    graph itself gets ``int8_not_run`` (the reason) and is left out of the best peer."""
+    if name == "eager":
+        return
+    fz = info.get("freezing")
+    if isinstance(fz, dict) and "int8_ops" in fz:
+        info["int8_kernels"] = bool(fz["int8_ops"])
+        if name == "zentorch" and not fz.get("zentorch_ops"):
+            info["int8_note"] = ("no zentorch ops in the generated code: the int8 kernels are inductor's "
+                                 "(oneDNN qconv/qlinear via its X86 int8 lowering)" if fz["int8_ops"] else
+                                 "no zentorch ops and no int8 kernels in the generated code")
+    elif name == "verifuse" and "int8_ops" in info:
+        info["int8_kernels"] = bool(info["int8_ops"])
+    if name == "openvino" and info.get("ran_in_pytorch"):
+        info["int8_kernels"] = False
+        info["int8_not_run"] = OPENVINO_INT8_NOT_RUN
+    elif name == "openvino" and info.get("fell_back_to_inductor"):
+        info["int8_note"] = "OpenVINO failed on the graph and compiled it with inductor's compile_fx instead"
 
 
 def prepare_backend(name: str, model: torch.nn.Module, inputs: Inputs, opts: BenchOptions, threads: int,
@@ -593,8 +648,14 @@ def prepare_backend(name: str, model: torch.nn.Module, inputs: Inputs, opts: Ben
         else:
             ev["verified_off"] = ev["frozen_params"] == 0
         info["freezing"] = ev
+    if getattr(opts, "dtype", "float32") == "int8":
+        # evidence that this backend got the quantized graph: its own copy's quantized_decomposed ops
+        from .quant import quantized_ops
+
+        info["graph_quantized_ops"] = sum(quantized_ops(m).values())
+        int8_evidence(name, info)
     return Prepared(name, "ok", fn=fn, compile_s=0.0 if name == "eager" else compile_s, first_output=out,
-                    info=info)
+                    info=info, call=ctx.compiled)
 
 
 # --------------------------------------------------------------------------------------------
@@ -679,6 +740,71 @@ def bf16_accuracy(acc: dict[str, Any], out_vs_float32: dict[str, Any], eager_own
         acc["ok"] = diff <= BF16_OWN_ERROR_FACTOR * own
 
 
+def int8_reference(bm: BenchModel, float_model: torch.nn.Module, inputs: Inputs, eager: Prepared, batch: int,
+                   seed: int) -> tuple[Any, dict[str, Any], list[tuple[Inputs, torch.Tensor]] | None]:
+    """int8: the float32 model on the same inputs (the quantization error's yardstick), eager
+    int8's own error against it and, for classifiers, the float32 top-1 on a few extra random
+    inputs. (float32 output, eager's own int8 error, [(extra inputs, float32 output)] or None)."""
+    from .quant import TOP1_EXTRA_INPUTS, TOP1_SEED_OFFSET, channels_last, is_classifier
+
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        ref32 = bm.select(float_model(*inputs.args, **inputs.kwargs))
+        eager_q = bm.select(eager.first_output)
+        own = compare_outputs(ref32, eager_q)
+        extra = None
+        if is_classifier(bm, ref32):
+            extra = []
+            for i in range(TOP1_EXTRA_INPUTS):
+                x = channels_last(bm.make_inputs(batch, seed + TOP1_SEED_OFFSET + i))
+                extra.append((x, bm.select(float_model(*x.args, **x.kwargs))))
+            own["top1_agreement_vs_float32"] = top1_agreement(bm, eager, eager_q, [(inputs, ref32)] + extra,
+                                                              first_is_benchmark=True)
+            own["top1_samples"] = int(ref32.shape[0]) * (1 + len(extra))
+            extra = [(inputs, ref32)] + extra
+    own["float32_reference_s"] = time.perf_counter() - t0
+    return ref32, own, extra
+
+
+def top1_agreement(bm: BenchModel, p: Prepared, out: Any, samples: list[tuple[Inputs, torch.Tensor]],
+                   first_is_benchmark: bool = True) -> float | None:
+    """Fraction of rows whose argmax equals the float32 model's, over the benchmark input (``out``
+    is the backend's output on it) and the extra inputs (run through the backend's compiled call;
+    same shapes, so no recompile)."""
+    from .quant import top1
+
+    if p.call is None:
+        return None
+    same = total = 0
+    with torch.no_grad():
+        for k, (x, want) in enumerate(samples):
+            got = out if (k == 0 and first_is_benchmark) else bm.select(p.call(*x.args, **x.kwargs))
+            same += int((top1(got) == top1(want)).sum())
+            total += int(want.shape[0])
+    return same / total if total else None
+
+
+# int8: a backend's max abs diff against eager int8 (the reference semantics), in units of eager
+# int8's own quantization error (max abs diff against the float32 model). As for bf16: a backend
+# no further from float32 than eager int8 has a ratio of at most 2 (triangle inequality).
+INT8_OWN_ERROR_FACTOR = 2.0
+
+
+def int8_accuracy(acc: dict[str, Any], out_vs_float32: dict[str, Any], eager_own: dict[str, Any]) -> None:
+    own = eager_own.get("max_abs_diff")
+    diff = acc.get("max_abs_diff")
+    acc["max_abs_diff_vs_float32"] = out_vs_float32.get("max_abs_diff")
+    acc["eager_own_int8_max_abs_diff"] = own
+    acc["vs_eager_own_error"] = diff / own if diff is not None and own else None
+    acc["own_error_factor"] = INT8_OWN_ERROR_FACTOR
+    if diff is None or own is None:
+        acc["ok"] = False
+    elif own == 0:
+        acc["ok"] = diff == 0
+    else:
+        acc["ok"] = diff <= INT8_OWN_ERROR_FACTOR * own
+
+
 # --------------------------------------------------------------------------------------------
 # One configuration
 # --------------------------------------------------------------------------------------------
@@ -734,8 +860,11 @@ def _time_round_robin(runners: list[Prepared], opts: BenchOptions, heartbeat=Non
 
 def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: int, threads: int,
                opts: BenchOptions, log: Callable[[str], None], label: str = "",
-               heartbeat: Callable[[str, str | None], None] | None = None) -> dict[str, Any]:
-    """All backends on one configuration, in this process (no Dynamo reset between backends)."""
+               heartbeat: Callable[[str, str | None], None] | None = None,
+               float_model: torch.nn.Module | None = None,
+               quant_info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """All backends on one configuration, in this process (no Dynamo reset between backends).
+    int8 runs pass the quantized GraphModule as ``model`` and the float32 model it came from."""
     import torch._dynamo.config as dc
 
     t_cfg = time.perf_counter()
@@ -747,7 +876,7 @@ def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: in
         "description": bm.description,
         "input_desc": bm.input_desc,
         "output_compared": bm.output,
-        "params": sum(p.numel() for p in model.parameters()),
+        "params": sum(p.numel() for p in (float_model if float_model is not None else model).parameters()),
         "batch": batch,
         "threads": threads,
         "torch_num_threads": torch.get_num_threads(),
@@ -761,6 +890,8 @@ def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: in
     entry["param_dtypes"], entry["input_dtypes"] = _tensor_dtypes(model, inputs)
     if bm.notes:
         entry["notes"] = bm.notes
+    if quant_info is not None:
+        entry["quantization"] = quant_info
     if opts.inductor_cache == "cold":
         try:
             from torch._inductor.utils import clear_caches
@@ -774,6 +905,9 @@ def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: in
     entry["compile_order"] = order
     prepared: dict[str, Prepared] = {}
     ref32 = None
+    extra32 = None  # int8 classifiers: [(extra inputs, float32 output)] for top-1 agreement
+    if opts.dtype == "int8" and float_model is None:
+        raise ValueError("int8 run without the float32 model (model_for_dtype gives both)")
     with dc.patch(recompile_limit=max(dc.recompile_limit, opts.recompile_limit)):
         for name in order:
             log(f"{label} {name}: compiling ..." if name != "eager" else f"{label} eager: reference call")
@@ -786,7 +920,16 @@ def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: in
                 log(f"{label} {name}: {p.status}: {p.reason}")
             if name == "eager" and p.status != "ok":
                 raise RuntimeError(f"eager failed: {p.reason}")
-            if name == "eager" and opts.dtype != "float32":
+            if name == "eager" and opts.dtype == "int8":
+                if heartbeat:
+                    heartbeat("float32_reference", None)
+                ref32, entry["eager_own_int8_error"], extra32 = int8_reference(bm, float_model, inputs, p, batch,
+                                                                               opts.seed)
+                log(f"{label} eager int8 vs float32: max abs diff "
+                    f"{entry['eager_own_int8_error'].get('max_abs_diff')}"
+                    + (f", top-1 agreement {entry['eager_own_int8_error']['top1_agreement_vs_float32']:.3f}"
+                       if "top1_agreement_vs_float32" in entry["eager_own_int8_error"] else ""))
+            elif name == "eager" and opts.dtype != "float32":
                 # one extra eager call in float32: the size of eager's own bf16 rounding error
                 if heartbeat:
                     heartbeat("float32_reference", None)
@@ -826,7 +969,11 @@ def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: in
                         first = compare_outputs(ref, bm.select(p.first_output))
                         b["recompiles_during_timing"] += _unique_graphs() - g0
                         acc["first_call_max_abs_diff"] = first.get("max_abs_diff")
-                        if ref32 is None:
+                        if opts.dtype == "int8":
+                            int8_accuracy(acc, compare_outputs(ref32, warm), entry["eager_own_int8_error"])
+                            if extra32 is not None:
+                                acc["top1_agreement_vs_float32"] = top1_agreement(bm, p, warm, extra32)
+                        elif ref32 is None:
                             acc["rel_tolerance"] = ACCURACY_REL_TOL
                             rel = acc.get("max_rel_diff")
                             acc["ok"] = rel is not None and rel <= ACCURACY_REL_TOL
@@ -882,6 +1029,9 @@ def config_ratios(backends: dict[str, Any]) -> dict[str, Any]:
             continue
         if not _accurate(backends[n]):
             excluded[n] = "accuracy check failed"
+            continue
+        if backends[n].get("int8_not_run"):
+            excluded[n] = "did not run the quantized graph itself (int8_not_run)"
             continue
         cands.append((_median(backends[n]), n))
     best = min(cands) if cands else None
@@ -1057,8 +1207,18 @@ def _run_in_process(opts: BenchOptions, log: Callable[[str], None], argv: list[s
             except Exception:
                 pass
             try:
-                model_d, inputs = apply_dtype(model, bm.make_inputs(batch, opts.seed), opts.dtype)
-                entry = run_config(bm, model_d, inputs, batch, threads, opts, log, label)
+                rm = model_for_dtype(bm, model, bm.make_inputs(batch, opts.seed), opts.dtype, batch, opts.seed)
+            except Exception as e:
+                # int8: the model cannot be quantized (export or the quantizer fails), not "eager failed"
+                report["errors"].append({"model": mname, "batch": batch, "threads": threads,
+                                         "stage": "quantize" if opts.dtype == "int8" else "run",
+                                         "error": f"{type(e).__name__}: {str(e)[:800]}",
+                                         "traceback_tail": traceback.format_exc(limit=-16)[-3000:]})
+                log(f"{label} {opts.dtype} model failed: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            try:
+                entry = run_config(bm, rm.model, rm.inputs, batch, threads, opts, log, label,
+                                   float_model=rm.float_model, quant_info=rm.quant_info)
                 entry["process"] = {"isolated": False, "pid": os.getpid()}
             except Exception as e:
                 report["errors"].append({"model": mname, "batch": batch, "threads": threads, "stage": "run",

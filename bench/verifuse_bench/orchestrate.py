@@ -163,7 +163,7 @@ def run_config_process(opts: BenchOptions, model: str, batch: int, threads: int,
 
 
 def config_file_name(model: str, batch: int, threads: int, dtype: str = "float32") -> str:
-    """``<model>-b<batch>-t<threads>[-bf16].json``: the configuration's key, dtype included (float32
+    """``<model>-b<batch>-t<threads>[-bf16|-int8].json``: the configuration's key, dtype included (float32
     has no suffix, as in every run before --dtype existed)."""
     return f"{model}-b{batch}-t{threads}{dtype_tag(dtype)}.json"
 

@@ -82,7 +82,7 @@ def _header(report: dict[str, Any]) -> list[str]:
         f"{s['warmup']} warm-up calls after the compile call, time budget {s['time_budget_s']:.0f} s per "
         f"configuration, inductor cache {s['inductor_cache']}, seed {s['seed']}",
         f"- dtype **{dtype}**" + (
-            "" if dtype == "float32" else
+            "" if dtype == "float32" else INT8_HEADER if dtype == "int8" else
             ": every model `.to(torch.bfloat16)`, its floating-point inputs too (token ids stay int64); the "
             "reference is eager bf16. *err vs eager / eager's own bf16 err* = a backend's max abs diff vs eager "
             "bf16 divided by eager bf16's own max abs diff vs eager float32 (same bf16-rounded weights and inputs, "
@@ -103,7 +103,7 @@ def _header(report: dict[str, Any]) -> list[str]:
         if b.get("version"):
             extra.append(f"version {b['version']}")
         if name == "openvino":
-            hint = {"float32": "f32", "bfloat16": "bf16"}.get(dtype, "?")
+            hint = {"float32": "f32", "bfloat16": "bf16", "int8": "f32"}.get(dtype, "?")
             extra.append(f"`options={{'aot_autograd': True, 'config': {{'INFERENCE_PRECISION_HINT': '{hint}', "
                          "'INFERENCE_NUM_THREADS': <threads>}}`")
             if dtype == "bfloat16":
@@ -168,7 +168,10 @@ def to_markdown(report: dict[str, Any]) -> str:
     cols = [c for c in PEER_COLUMNS if c in backends or (c == "inductor" and "inductor-nofreeze" in backends)]
     has_vf = "verifuse" in backends
     # ---- headline table ------------------------------------------------------------------------
-    bf16 = report["settings"].get("dtype", "float32") != "float32"
+    dtype = report["settings"].get("dtype", "float32")
+    bf16 = dtype != "float32"  # bf16 or int8: judged against eager's own error against float32
+    int8 = dtype == "int8"
+    short = "int8" if int8 else "bf16"
     lines += ["", "## verifuse vs the best peer" + (f" ({report['settings']['dtype']})" if bf16 else ""), "",
               "Median latency in ms per call. *best peer* = the fastest of inductor (better of freezing on/off), "
               "OpenVINO and zentorch with accurate results; *verifuse vs best peer* = best peer's median / "
@@ -221,19 +224,26 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(row) + " |")
     # ---- raw rows --------------------------------------------------------------------------------
     own_txt = ("max abs diff of eager = eager bf16 vs eager float32 on the same bf16-rounded weights and inputs "
-               "(its own bf16 error); of the others = vs eager bf16. " if bf16 else "")
+               "(its own bf16 error); of the others = vs eager bf16. " if bf16 and not int8 else "")
+    if int8:
+        own_txt = ("max abs diff of eager = eager int8 (the quantized graph run by PyTorch) vs the float32 model "
+                   "(its own quantization error); of the others = vs eager int8. *vs f32* = max abs diff vs the "
+                   "float32 model; *top-1* = argmax agreement with the float32 model (classifiers; benchmark input "
+                   "and a few extra random inputs). ")
     lines += ["", "## All backends", "",
               own_txt + "compile s = the first call (Dynamo + backend compile + first run). peak RSS = process peak "
               "during that backend's compile and warm-up (reset before each backend), growth = RSS kept "
               "afterwards. CPU = process CPU time / wall time while timing (~1.0 per thread used).", "",
               "| model | batch | thr | backend | compile s | median ms | p90 ms | vs eager | max abs diff | "
-              + ("err vs eager / eager's own bf16 err | " if bf16 else "") + "peak RSS MB (growth) | CPU | notes |",
-              "|---|---:|---:|---|---:|---:|---:|---:|---:|" + ("---:|" if bf16 else "") + "---:|---:|---|"]
+              + (f"err vs eager / eager's own {short} err | " if bf16 else "")
+              + ("vs f32 | top-1 | " if int8 else "") + "peak RSS MB (growth) | CPU | notes |",
+              "|---|---:|---:|---|---:|---:|---:|---:|---:|" + ("---:|" if bf16 else "") + ("---:|---:|" if int8 else "")
+              + "---:|---:|---|"]
     for e in results:
         for name, b in e["backends"].items():
             if b["status"] != "ok":
                 lines.append(f"| {e['model']} | {e['batch']} | {e['threads']} | {name} | – | – | – | – | – | – | – | "
-                             + ("– | " if bf16 else "")
+                             + ("– | " if bf16 else "") + ("– | – | " if int8 else "")
                              + f"{b['status']}: {_md_escape((b.get('reason') or '')[:160])} |")
                 continue
             notes = _notes(name, b, e)
@@ -244,11 +254,15 @@ def to_markdown(report: dict[str, Any]) -> str:
             if mem.get("peak_rss_mb") is not None:
                 memtxt = f"{mem['peak_rss_mb']:.0f} ({_fmt(mem.get('rss_growth_mb'), '+.0f')})"
             if name == "eager" and bf16:
-                acc = e.get("eager_own_bf16_error")
+                acc = e.get("eager_own_int8_error" if int8 else "eager_own_bf16_error")
             own_cell = ""
             if bf16:
                 own_cell = ("1 (own)" if name == "eager" else
                             _fmt((b.get("accuracy") or {}).get("vs_eager_own_error"), ".2f")) + " | "
+            if int8:
+                a = acc or {}
+                own_cell += (_fmt(a.get("max_abs_diff") if name == "eager" else a.get("max_abs_diff_vs_float32"),
+                                  ".1e") + " | " + _fmt(a.get("top1_agreement_vs_float32"), ".3f") + " | ")
             iso = mem.get("isolated") or {}
             if iso.get("peak_rss_mb") is not None:
                 notes.append(f"isolated peak RSS {iso['peak_rss_mb']:.0f} MB")
@@ -266,6 +280,15 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines.append(f"- {where or 'run'} (stage {err.get('stage')}): {_md_escape(str(err.get('error')))}")
     lines.append("")
     return "\n".join(lines)
+
+
+INT8_HEADER = (": the float32 model (random weights) quantized once per configuration with PT2E (torch.export, "
+               "torchao X86InductorQuantizer: static per-tensor u8 activations, per-channel s8 weights, calibrated on "
+               "a few random inputs) and the same quantized graph given to every backend; image inputs channels-last "
+               "for all. The reference is eager running that graph. *err vs eager / eager's own int8 err* = a "
+               "backend's max abs diff vs eager int8 divided by eager int8's max abs diff vs the float32 model; "
+               f"accurate when <= {BF16_FACTOR:g}. A peer that did not run the quantized graph itself (INT8 NOT RUN) "
+               "is left out of the best peer")
 
 
 def _md_escape(s: str) -> str:
@@ -299,6 +322,20 @@ def _notes(name: str, b: dict[str, Any], e: dict[str, Any]) -> list[str]:
                          f"{(b.get('ran_in_pytorch_reasons') or ['?'])[0][:120]})")
         if b.get("bf16_via"):
             notes.append("bf16 via float32 upcast + bf16 hint")
+    q = e.get("quantization") if name == "eager" else None
+    if q:
+        wl = q.get("weight_layers") or {}
+        notes.append(f"quantized graph: {wl.get('int8_weights', '?')} int8-weight layers"
+                     + (f", {wl['float_weights']} left float" if wl.get("float_weights") else "")
+                     + (f", calibrated on {len(q.get('calibration_seeds') or [])} random inputs"))
+    if b.get("int8_not_run"):
+        notes.append("INT8 NOT RUN: " + b["int8_not_run"])
+    elif "int8_kernels" in b:
+        ops = (b.get("freezing") or {}).get("int8_ops") or b.get("int8_ops") or {}
+        notes.append(("int8 kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(ops.items())))
+                     if b["int8_kernels"] else "NO int8 kernels (quantize/dequantize around float ops)")
+    if b.get("int8_note"):
+        notes.append(b["int8_note"])
     if b.get("graphs") and b["graphs"] > 1:
         notes.append(f"{b['graphs']} graphs")
     if b.get("graph_breaks"):
@@ -308,7 +345,8 @@ def _notes(name: str, b: dict[str, Any], e: dict[str, Any]) -> list[str]:
     acc = b.get("accuracy")
     if acc is not None and not acc.get("ok"):
         notes.append(f"ACCURACY rel {_fmt(acc.get('max_rel_diff'), '.2e')}" + (f" {acc['error']}" if acc.get("error") else "")
-                     + (f", {_fmt(acc['vs_eager_own_error'], '.1f')}x eager's own bf16 error"
+                     + (f", {_fmt(acc['vs_eager_own_error'], '.1f')}x eager's own "
+                        f"{'int8' if e.get('dtype') == 'int8' else 'bf16'} error"
                         if acc.get("vs_eager_own_error") is not None else ""))
     delta = b.get("verifuse_stats_delta") or {}
     if delta.get("graphs_fallback"):

@@ -100,8 +100,20 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                 result["errors"].append({"stage": "inductor_warmup", "error": f"{type(e).__name__}: {e}"})
         try:
             heartbeat("dtype", None)
-            m, inputs = harness.apply_dtype(m, bm.make_inputs(batch, opts.seed), opts.dtype)
-            entry = harness.run_config(bm, m, inputs, batch, threads, opts, _log, label, heartbeat)
+            try:
+                rm = harness.model_for_dtype(bm, m, bm.make_inputs(batch, opts.seed), opts.dtype, batch, opts.seed)
+            except Exception as e:
+                if opts.dtype != "int8":
+                    raise
+                # the model cannot be quantized (export or the quantizer fails): recorded, not "eager failed"
+                result["errors"].append({"model": model, "batch": batch, "threads": threads, "stage": "quantize",
+                                         "error": f"{type(e).__name__}: {str(e)[:800]}",
+                                         "traceback_tail": traceback.format_exc(limit=-16)[-3000:]})
+                _log(f"{label} int8 quantization failed: {type(e).__name__}: {str(e)[:300]}")
+                result["complete"] = True
+                return result
+            entry = harness.run_config(bm, rm.model, rm.inputs, batch, threads, opts, _log, label, heartbeat,
+                                       float_model=rm.float_model, quant_info=rm.quant_info)
             entry["process"] = result["process"]
             result["entry"] = entry
         except Exception as e:
@@ -143,7 +155,9 @@ def memory(spec: dict[str, Any]) -> dict[str, Any]:
             out.update(status="unavailable", reason=why)
             return out
         torch.set_num_threads(threads)
-        m, inputs = harness.apply_dtype(m, bm.make_inputs(batch, opts.seed), opts.dtype)
+        rm = harness.model_for_dtype(bm, m, bm.make_inputs(batch, opts.seed), opts.dtype, batch, opts.seed)
+        m, inputs = rm.model, rm.inputs
+        del rm
         import gc
 
         gc.collect()
