@@ -723,21 +723,27 @@ def float32_reference(bm: BenchModel, model: torch.nn.Module, inputs: Inputs) ->
     return out, time.perf_counter() - t0
 
 
-def bf16_accuracy(acc: dict[str, Any], out_vs_float32: dict[str, Any], eager_own: dict[str, Any]) -> None:
-    """Fill a bf16 backend's accuracy entry: its error relative to eager's own bf16 error and the
-    ok flag (see BF16_OWN_ERROR_FACTOR)."""
+def _own_error_accuracy(acc: dict[str, Any], out_vs_float32: dict[str, Any], eager_own: dict[str, Any],
+                        dtype: str, factor: float) -> None:
+    """Fill a reduced-precision backend's accuracy entry: its max abs diff against eager in the same
+    dtype, in units of eager's own error against float32, and the ok flag (at most \p factor)."""
     own = eager_own.get("max_abs_diff")
     diff = acc.get("max_abs_diff")
     acc["max_abs_diff_vs_float32"] = out_vs_float32.get("max_abs_diff")
-    acc["eager_own_bf16_max_abs_diff"] = own
+    acc[f"eager_own_{dtype}_max_abs_diff"] = own
     acc["vs_eager_own_error"] = diff / own if diff is not None and own else None
-    acc["own_error_factor"] = BF16_OWN_ERROR_FACTOR
+    acc["own_error_factor"] = factor
     if diff is None or own is None:
         acc["ok"] = False
     elif own == 0:
         acc["ok"] = diff == 0
     else:
-        acc["ok"] = diff <= BF16_OWN_ERROR_FACTOR * own
+        acc["ok"] = diff <= factor * own
+
+
+def bf16_accuracy(acc: dict[str, Any], out_vs_float32: dict[str, Any], eager_own: dict[str, Any]) -> None:
+    """A bf16 backend's accuracy entry (see BF16_OWN_ERROR_FACTOR)."""
+    _own_error_accuracy(acc, out_vs_float32, eager_own, "bf16", BF16_OWN_ERROR_FACTOR)
 
 
 def int8_reference(bm: BenchModel, float_model: torch.nn.Module, inputs: Inputs, eager: Prepared, batch: int,
@@ -791,18 +797,8 @@ INT8_OWN_ERROR_FACTOR = 2.0
 
 
 def int8_accuracy(acc: dict[str, Any], out_vs_float32: dict[str, Any], eager_own: dict[str, Any]) -> None:
-    own = eager_own.get("max_abs_diff")
-    diff = acc.get("max_abs_diff")
-    acc["max_abs_diff_vs_float32"] = out_vs_float32.get("max_abs_diff")
-    acc["eager_own_int8_max_abs_diff"] = own
-    acc["vs_eager_own_error"] = diff / own if diff is not None and own else None
-    acc["own_error_factor"] = INT8_OWN_ERROR_FACTOR
-    if diff is None or own is None:
-        acc["ok"] = False
-    elif own == 0:
-        acc["ok"] = diff == 0
-    else:
-        acc["ok"] = diff <= INT8_OWN_ERROR_FACTOR * own
+    """An int8 backend's accuracy entry (see INT8_OWN_ERROR_FACTOR)."""
+    _own_error_accuracy(acc, out_vs_float32, eager_own, "int8", INT8_OWN_ERROR_FACTOR)
 
 
 # --------------------------------------------------------------------------------------------

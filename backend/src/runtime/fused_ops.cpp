@@ -195,6 +195,9 @@ class FusedBase : public FusedOp {
   }
 
   // An internal class: createFusedOp configures the fields directly.
+  /// \p w as the kernels take it: float32 (a bf16 model's weights widened, exactly, for packing;
+  /// bf16 kernels always pack, so the widened copy lives only while the kernel is created).
+  static at::Tensor float32Weights(const at::Tensor& w) { return w.scalar_type() == at::kFloat ? w : w.to(at::kFloat); }
   /// Weight and bias for kernel creation.
   std::pair<at::Tensor, at::Tensor> weights() const {
     std::lock_guard<std::mutex> lock(weightMu_);
@@ -236,7 +239,7 @@ class FusedBase : public FusedOp {
   bool borrowWeights_ = false;                // ask kernels to read weight_ in place
   mutable std::atomic<bool> kernelsBorrowWeights_{false};  // a created kernel does: weight_ must stay
 
-  mutable at::Tensor weight_;  // float32 (a bf16 model's weights widened: exact); made contiguous by weights() on first use
+  mutable at::Tensor weight_;  // float32, or a bf16 model's bf16; made contiguous by weights() on first use
   at::Tensor bias_;            // contiguous float32
   /// The model's dtype at this op: float32, or bfloat16 for a bf16 model (kernels then read and
   /// write bf16; atenWeight_/atenBias_ stay the model's bf16 constants, so the ATen path is eager's).
@@ -283,8 +286,9 @@ class FusedConv final : public FusedBase {
 
   StatusOr<std::shared_ptr<const KernelEntry>> kernelFor(c10::IntArrayRef dims) const {
     return cache_.get(dims, [&]() -> StatusOr<std::unique_ptr<Kernel>> {
-      auto [w, b] = weights();
-      if (!w.defined()) return unimplemented("conv: weights were released after prepacking (static shapes)");
+      auto [stored, b] = weights();
+      if (!stored.defined()) return unimplemented("conv: weights were released after prepacking (static shapes)");
+      const at::Tensor w = float32Weights(stored);
       kernels::ConvParams p;
       p.srcDims = dims.vec();
       p.weightDims = w.sizes().vec();
@@ -349,8 +353,9 @@ class FusedLinear final : public FusedBase {
  public:
   /// A oneDNN inner product for \p m rows that reads the weights in place (\p borrow) or packs them.
   StatusOr<std::unique_ptr<Kernel>> makeKernel(int64_t m, bool borrow) const {
-    auto [w, b] = weights();
-    if (!w.defined()) return unimplemented("linear: weights were released after prepacking (static shapes)");
+    auto [stored, b] = weights();
+    if (!stored.defined()) return unimplemented("linear: weights were released after prepacking (static shapes)");
+    const at::Tensor w = float32Weights(stored);
     kernels::LinearParams p;
     p.m = m;
     p.n = w.size(0);
@@ -567,13 +572,11 @@ class RowwiseOp final : public FusedOp {
 
   std::vector<at::Tensor> runAll(Engine e, const std::vector<at::Tensor>& in) const override {
     if (e == Engine::kRowwise) {
-      std::vector<at::Tensor> out;
-      if (runKernel(in, out)) return out;
       // The engine reads rows dense (last-dim stride 1) or broadcast (0). An input with strided
       // rows (a permuted view of an NCHW tensor, e.g. ConvNeXt's norm after an ATen convolution)
       // is copied dense: one pass, where the op-by-op ATen program would be one per instruction.
-      std::vector<at::Tensor> dense;
-      if (denseRows(in, dense) && runKernel(dense, out)) return out;
+      std::vector<at::Tensor> out, dense;
+      if (runKernel(denseRows(in, dense) ? dense : in, out)) return out;
     }
     return runAten(in);
   }
@@ -899,9 +902,10 @@ void configureCommon(FusedBase& op, const at::Tensor& w, const at::Tensor& b, co
   op.atenWeight_ = w.scalar_type() == io ? w : w.to(io);
   op.atenBias_ = !b.defined() || b.scalar_type() == io ? b : b.to(io);
   op.weightNumel_ = w.numel();
-  // A bf16 model: the kernels take float32 weights (bf16 -> f32 -> bf16 packing is exact) and a
-  // float32 bias (oneDNN adds it in f32 before the one rounding to bf16, as eager's addmm does).
-  op.weight_ = w.scalar_type() == at::kFloat ? w : w.to(at::kFloat);
+  // A bf16 model: a float32 bias (oneDNN adds it in f32 before the one rounding to bf16, as
+  // eager's addmm does); the weights stay bf16 here and are widened only to be packed
+  // (float32Weights), so no float32 copy of the model is held.
+  op.weight_ = w;
   op.bias_ = b.defined() ? b.to(at::kFloat).contiguous() : b;
 }
 

@@ -15,13 +15,12 @@
 
 #include "common.h"
 #include "cpu/attention_rows.h"
+#include "cpu/rowwise_internal.h"
 
 namespace verifuse::kernels {
 using namespace onednn;
 
 namespace {
-
-float bf16ToF32(uint16_t b) { return __builtin_bit_cast(float, static_cast<uint32_t>(b) << 16); }
 
 /// Per-thread score tile slot in threadScratch (slot 0 is the primitives' scratchpad).
 constexpr int kScoreSlot = 7;
@@ -181,7 +180,7 @@ class OnednnAttention final : public AttentionKernel {
               if (bf16) {  // widened to f32 (exact), one value or the row
                 const uint16_t* mb = reinterpret_cast<const uint16_t*>(m0);
                 const int64_t count = p.maskStrides[3] == 0 ? 1 : seen;
-                for (int64_t j = 0; j < count; ++j) maskRow[j] = bf16ToF32(mb[j]);
+                for (int64_t j = 0; j < count; ++j) maskRow[j] = rowwise::detail::bf16ToFloat(mb[j]);
                 maskOfRow = maskRow;
               } else {
                 maskOfRow = reinterpret_cast<const float*>(m0);
