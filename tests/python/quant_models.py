@@ -69,6 +69,26 @@ class LinearNet(nn.Module):
         return self.l3(y)
 
 
+class InvertedResidualNet(nn.Module):
+    """MobileNetV2's pieces: conv-BN-ReLU6 stem, an inverted residual (1x1 expand-ReLU6, 3x3
+    depthwise-ReLU6, 1x1 project) with its residual add, pooling and a classifier."""
+
+    def __init__(self, c: int = 16, expand: int = 4):
+        super().__init__()
+        relu6 = lambda: nn.ReLU6()  # noqa: E731
+        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), relu6())
+        e = c * expand
+        self.block = nn.Sequential(nn.Conv2d(c, e, 1, bias=False), nn.BatchNorm2d(e), relu6(),
+                                   nn.Conv2d(e, e, 3, padding=1, groups=e, bias=False), nn.BatchNorm2d(e), relu6(),
+                                   nn.Conv2d(e, c, 1, bias=False), nn.BatchNorm2d(c))
+        self.fc = nn.Linear(c, 10)
+
+    def forward(self, x):
+        y = self.stem(x)
+        y = y + self.block(y)
+        return self.fc(F.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
 def untie_resnet_relus(model: nn.Module) -> nn.Module:
     """torchvision's ResNet blocks call one ReLU module two or three times; the X86 quantizer's
     conv-add-relu pattern then sees one partition with several outputs and raises ("Input

@@ -18,7 +18,7 @@ import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_
 
 import verifuse
 
-from quant_models import ConvNet, LinearNet, quantize_pt2e
+from quant_models import ConvNet, InvertedResidualNet, LinearNet, quantize_pt2e
 
 qd = torch.ops.quantized_decomposed
 
@@ -28,7 +28,8 @@ def ops_of(report):
 
 
 class QConvCodes(nn.Module):
-    """q -> dq -> conv -> relu -> q, returning the u8 codes (hand-made, like PT2E's pattern)."""
+    """q -> dq -> conv -> relu (or ReLU6, hardtanh) -> q, returning the u8 codes (hand-made, like
+    PT2E's pattern)."""
 
     def __init__(self, cin=8, cout=16, sx=0.03, zx=120, sy=0.02, zy=0, relu=True, stride=1, groups=1):
         super().__init__()
@@ -45,7 +46,11 @@ class QConvCodes(nn.Module):
         xd = qd.dequantize_per_tensor(xq, self.sx, self.zx, 0, 255, torch.uint8)
         wd = qd.dequantize_per_channel(self.wq, self.ws, self.wz, 0, -128, 127, torch.int8)
         y = F.conv2d(xd, wd, self.b, stride=self.stride, padding=1, groups=self.groups)
-        if self.relu:
+        if self.relu == "relu6":
+            y = F.relu6(y)
+        elif self.relu == "hardtanh":
+            y = F.hardtanh(y, -0.5, 1.5)
+        elif self.relu:
             y = F.relu(y)
         return qd.quantize_per_tensor(y, self.sy, self.zy, 0, 255, torch.uint8)
 
@@ -120,6 +125,18 @@ def test_int8_conv_codes_within_one_step_of_eager(kw, channels_last):
     assert {"int8-conv-dequant", "int8-requantize"} <= applied, applied
 
 
+@pytest.mark.parametrize("act,zy", [("relu6", 0), ("hardtanh", 40)])
+def test_int8_clamp_postop_codes_within_one_step_of_eager(act, zy):
+    # ReLU6 (MobileNetV2) and a general hardtanh: the clamp is oneDNN's clip post-op and the
+    # requantization follows it inside the same int8 conv, so no float32 tensor is left.
+    report, _ = compile_and_compare_codes(QConvCodes(relu=act, zy=zy, sy=0.01), torch.randn(2, 8, 12, 12) * 3)
+    ops = ops_of(report)
+    assert not any(o in ops for o in ("aten::hardtanh", "aten::clamp")), sorted(ops)
+    assert not any(op.startswith("quantized_decomposed::quantize") for op in ops), sorted(ops)
+    applied = [f["rule"] for f in report.to_dict()["fusions"]]
+    assert "int8-clamp-postop" in applied and "int8-requantize" in applied, applied
+
+
 @pytest.mark.parametrize("relu", [True, False])
 def test_int8_residual_sum_codes_within_one_step_of_eager(relu):
     report, _ = compile_and_compare_codes(QResidualCodes(relu=relu, zy=7), torch.randn(2, 8, 10, 10))
@@ -139,7 +156,8 @@ def _pt2e(model, x):
         return quantize_pt2e(model, x)
 
 
-@pytest.mark.parametrize("make,shape", [(ConvNet, (4, 3, 16, 16)), (LinearNet, (16, 32)), (LinearNet, (4, 6, 32))])
+@pytest.mark.parametrize("make,shape", [(ConvNet, (4, 3, 16, 16)), (LinearNet, (16, 32)), (LinearNet, (4, 6, 32)),
+                                        (InvertedResidualNet, (2, 3, 16, 16))])
 def test_pt2e_model_vs_eager_quantized_and_float(make, shape):
     torch.manual_seed(1)
     fmodel = make().eval()
@@ -152,6 +170,14 @@ def test_pt2e_model_vs_eager_quantized_and_float(make, shape):
         got = torch.compile(q, backend="verifuse", options={"strict": True})(x)
     ops = ops_of(report)
     assert any(o in ops for o in ("verifuse::qconv", "verifuse::qlinear")), sorted(ops)
+    if make is InvertedResidualNet:
+        # MobileNetV2's pattern: every ReLU6 a clip post-op, every residual add a sum post-op: no
+        # float32 conv, clamp or add, and the three quantizes left are the model input's and the
+        # classifier head's (the pooled value, then the flattened one: [2, 16] each), none between
+        # the convolutions.
+        assert not ops & {"aten::hardtanh", "aten::clamp", "aten::add", "aten::convolution"}, sorted(ops)
+        counts = {op: n for g in report.graphs for op, n in g.ops.items()}
+        assert counts.get("verifuse::quantize") == 3 and "quantized_decomposed::quantize_per_tensor" not in counts, counts
     # Against eager's quantized graph: a few codes one step off propagate to the f32 output as a
     # few of the last layer's input steps.
     scale = ref_q.abs().max().item()
@@ -243,8 +269,10 @@ def test_quantize_kernel_is_bit_exact(args):
     # Ties (k + 1/2 steps, round half to even), values far outside the range, infinities.
     scale = args[0]
     steps = torch.arange(-300, 300, dtype=torch.float32)
-    x = torch.cat([steps * scale, (steps + 0.5) * scale, torch.randn(1000) * 10,
-                   torch.tensor([float("inf"), -float("inf"), 1e30, -1e30])])
+    # NaN gives code 0 in torch's conversion; the kernel's vector body and masked tail both see
+    # every kind of value (2205 elements: 137 full 16-lane steps and a 13-lane tail).
+    special = torch.tensor([float("inf"), -float("inf"), 1e30, -1e30, float("nan")])
+    x = torch.cat([steps * scale, (steps + 0.5) * scale, special, torch.randn(1000) * 10, special.flip(0)[:1]])
     model = QuantizeOnly(*args).eval()
     with torch.no_grad():
         ref = model(x)

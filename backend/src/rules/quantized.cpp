@@ -5,6 +5,7 @@
 //   int8-conv-dequant          conv(dq(xq, sx, zx), dq_ch(Wq, sw, 0), b)  = qconv(xq, Wq, b) -> f32
 //   int8-linear-dequant        addmm(b, dq(xq), permute(dq_ch(Wq)))        = qlinear(xq, Wq, b) -> f32
 //   int8-relu-postop           relu(qconv f32)                             = qconv with the relu post-op
+//   int8-clamp-postop          hardtanh/clamp(qconv f32, lo, hi), lo <= hi = qconv with the clip post-op (ReLU6)
 //   int8-requantize            q(qconv f32, sy, zy, qmin, qmax, u8/s8)     = qconv -> u8/s8 (oneDNN's dst scale,
 //                                                                            zero point, saturation)
 //   int8-relu-across-requant   q(relu(dq(xq, s, z)), s, z)                 = clamp_min(xq, z)
@@ -31,6 +32,7 @@
 // refused). Constants parsed from text carry no data: their values are not checked there (golden
 // tests); the lowering always gives the real tensors.
 #include <cmath>
+#include <limits>
 
 #include "rules/families.h"
 #include "rules/rule_util.h"
@@ -332,6 +334,40 @@ Status rewriteReluPostOp(Graph& g, const Match& m, FusionRecord&) {
   return u::replaceWithProducer(g, m);
 }
 
+// ---- int8-clamp-postop ------------------------------------------------------------------------
+
+/// hardtanh(y, lo, hi) or clamp(y, lo?, hi?) (a missing bound is infinite) with number bounds.
+std::optional<std::pair<double, double>> clampBounds(const Node& n, std::string* whyNot) {
+  if (n.args.size() != 3 || !n.overload.empty()) return std::nullopt;
+  const double inf = std::numeric_limits<double>::infinity();
+  auto bound = [&](const Arg& a, double missing) -> std::optional<double> {
+    if (n.op == "aten::clamp" && a.kind == Arg::Kind::None) return missing;
+    return u::numberArg(a);
+  };
+  auto lo = bound(n.args[1], -inf), hi = bound(n.args[2], inf);
+  if (!lo || !hi) return u::why(whyNot, "clamp bounds are not numbers"), std::nullopt;
+  // torch's clamp with lo > hi gives hi everywhere, oneDNN's clip gives lo; NaN bounds neither.
+  if (!(*lo <= *hi)) return u::why(whyNot, "clamp with min > max (or a NaN bound)"), std::nullopt;
+  return std::make_pair(*lo, *hi);
+}
+
+std::optional<Match> matchClampPostOp(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (n.args.empty()) return std::nullopt;
+  const Node* p = floatInt8Producer(g, n.args[0]);
+  if (!p || p->args[postOpsIndex(*p)].s != "") return std::nullopt;
+  if (!clampBounds(n, whyNot)) return std::nullopt;
+  return Match{p->id, id, 0};
+}
+
+Status rewriteClampPostOp(Graph& g, const Match& m, FusionRecord&) {
+  auto bounds = clampBounds(g.node(m.consumer), nullptr);
+  if (!bounds) return internalError("int8-clamp-postop: match no longer holds");
+  Node& p = g.mutableNode(m.anchor);
+  p.args[postOpsIndex(p)] = Arg::string(formatPostOps({PostOpSpec{"clamp", {bounds->first, bounds->second}}}));
+  return u::replaceWithProducer(g, m);
+}
+
 // ---- int8-requantize ----------------------------------------------------------------------------
 
 std::optional<Match> matchRequantize(const Graph& g, NodeId id, std::string* whyNot) {
@@ -567,6 +603,21 @@ Obligation reluPostOp(ReluBug bug) {
   return ob.build();
 }
 
+enum class ClampBug { None, BeforeBias, BoundsUnchecked };
+
+Obligation clampPostOp(ClampBug bug) {
+  // clamp(y, lo, hi) (hardtanh, ReLU6) with y = sx*sw*acc + b, against oneDNN's eltwise_clip
+  // post-op; the guard lo <= hi is an assumption (torch gives hi for lo > hi, oneDNN lo).
+  ObligationBuilder ob("int8-clamp-postop");
+  Expr s = ob.var("x.scale*w.scale[o]"), acc = ob.var("acc[o]"), b = ob.var("b[o]");
+  Expr lo = ob.var("clamp.min"), hi = ob.var("clamp.max");
+  ob.assume(s > 0);
+  if (bug != ClampBug::BoundsUnchecked) ob.assume(lo <= hi);
+  Expr tgt = bug == ClampBug::BeforeBias ? dnnl::eltwiseClip(s * acc, lo, hi) + b : dnnl::eltwiseClip(s * acc + b, lo, hi);
+  ob.prove("out[o]", sem::clamp(s * acc + b, lo, hi), tgt);
+  return ob.build();
+}
+
 enum class RequantBug { None, RoundHalfAway, MissingClamp, DroppedZeroPoint, ScaleNotInverted, RangeUnchecked };
 
 // quantize_per_tensor(y) (after the int8 op's f32 result y, relu or not) against oneDNN's dst
@@ -716,6 +767,20 @@ std::vector<RuleDeclaration> quantizedInt8() {
       .obligation = u::bindNoModel(reluPostOp, ReluBug::None),
       .mutants = {{"relu-before-bias", "relu on the scaled accumulator, bias added after",
                    u::bindNoModel(reluPostOp, ReluBug::BeforeBias)}},
+  });
+  rules.push_back({
+      .id = "int8-clamp-postop",
+      .summary = "hardtanh / clamp (ReLU6) of an int8 op's f32 result -> its clip post-op (before any requantization)",
+      .math = "clamp(sx sw[o] acc + b, lo, hi) = eltwise_clip(sx sw[o] acc + b, lo, hi), lo <= hi",
+      .phase = Phase::kFusion,
+      .anchors = {"aten::hardtanh", "aten::clamp"},
+      .match = matchClampPostOp,
+      .rewrite = rewriteClampPostOp,
+      .obligation = u::bindNoModel(clampPostOp, ClampBug::None),
+      .mutants = {{"clamp-before-bias", "clip on the scaled accumulator, bias added after",
+                   u::bindNoModel(clampPostOp, ClampBug::BeforeBias)},
+                  {"clamp-bounds-unchecked", "min > max fused (torch returns max, oneDNN's clip min)",
+                   u::bindNoModel(clampPostOp, ClampBug::BoundsUnchecked)}},
   });
   rules.push_back({
       .id = "int8-requantize",

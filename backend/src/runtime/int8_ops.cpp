@@ -7,8 +7,9 @@
 //           residual?, r_scale, r_zp)
 //
 // x is u8/s8 (quantized with x_scale, x_zp), Wq s8 [O, ...] per-channel symmetric (w_scales,
-// w_zps: the graph's own constants, w_zps all zero: the rule's guard), post_ops "", "relu", "sum" or
-// "sum,relu" (sum: + dequantize(residual, r_scale, r_zp), the residual's codes of the output's shape).
+// w_zps: the graph's own constants, w_zps all zero: the rule's guard), post_ops "", "relu",
+// "clamp(lo hi)" (hardtanh / ReLU6, lo <= hi), "sum" or "sum,relu" (sum: + dequantize(residual,
+// r_scale, r_zp), the residual's codes of the output's shape).
 // y_dtype None: the f32 result (the dequantizing form); u8/s8: requantized with y_scale, y_zp
 // clamped to [y_qmin, y_qmax] (the dtype's range: the rule's guard). The reference computes
 // exactly what torch's quantized_decomposed ops and ATen compute in the source graph
@@ -26,11 +27,12 @@
 #include <mutex>
 #include <string>
 #include <tuple>
-#include <type_traits>
 #include <vector>
 
 #include "verifuse/kernels/int8.h"
 #include "verifuse/kernels/kernel.h"
+#include "verifuse/kernels/quantize.h"
+#include "verifuse/rules/rules.h"
 
 namespace verifuse::runtime {
 
@@ -54,14 +56,40 @@ at::Tensor quantizePerTensor(const at::Tensor& y, double scale, int64_t zp, int6
   return at::clamp(at::round(y * inv) + zp, qmin, qmax).to(dtype);
 }
 
+/// The post-op string of an int8 op, parsed: one of "", "relu", "clamp(lo hi)", "sum", "sum,relu".
+struct Int8PostOps {
+  bool sum = false, relu = false, clamp = false;
+  double clampLo = 0, clampHi = 0;
+};
+
+std::optional<Int8PostOps> parseInt8PostOps(c10::string_view text) {
+  Int8PostOps p;
+  if (text == "") return p;
+  if (text == "relu" || text == "sum" || text == "sum,relu") {
+    p.sum = text.starts_with("sum");
+    p.relu = text.ends_with("relu");
+    return p;
+  }
+  auto ops = rules::parsePostOps(std::string_view(text.data(), text.size()));
+  if (!ops.isOk() || ops->size() != 1 || (*ops)[0].kind != "clamp") return std::nullopt;
+  p.clamp = true;
+  p.clampLo = (*ops)[0].params[0];
+  p.clampHi = (*ops)[0].params[1];
+  if (!(p.clampLo <= p.clampHi)) return std::nullopt;  // the rule's guard (torch gives hi, oneDNN lo)
+  return p;
+}
+
 at::Tensor finish(at::Tensor y, c10::string_view postOps, double yScale, int64_t yZp, int64_t yQmin, int64_t yQmax,
                   std::optional<at::ScalarType> yDtype, const std::optional<at::Tensor>& residual, double rScale,
                   int64_t rZp) {
-  if (postOps == "sum" || postOps == "sum,relu") {
+  auto ops = parseInt8PostOps(postOps);
+  TORCH_CHECK(ops.has_value(), "verifuse: int8 op with unknown post-ops \"", std::string(postOps), "\"");
+  if (ops->sum) {
     TORCH_CHECK(residual.has_value(), "verifuse: a sum post-op without its residual");
     y = y + dequantizePerTensor(*residual, rScale, rZp);
   }
-  if (postOps == "relu" || postOps == "sum,relu") y = at::relu(y);
+  if (ops->relu) y = at::relu(y);
+  if (ops->clamp) y = at::hardtanh(y, ops->clampLo, ops->clampHi);
   if (!yDtype) return y;
   return quantizePerTensor(y, yScale, yZp, yQmin, yQmax, *yDtype);
 }
@@ -116,8 +144,9 @@ std::shared_ptr<kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor
     return nullptr;
   }
   if (b && (b->scalar_type() != at::kFloat || !b->is_contiguous() || b->numel() != w.size(0))) return nullptr;
-  if (postOps != "" && postOps != "relu" && postOps != "sum" && postOps != "sum,relu") return nullptr;
-  const bool sum = postOps.starts_with("sum");
+  auto ops = parseInt8PostOps(postOps);
+  if (!ops) return nullptr;
+  const bool sum = ops->sum;
   // The sum post-op reads the residual's codes from the output buffer: same integer dtype, and
   // finite scale (its zero point is the residual's).
   if (sum && (!residual || !yDtype || residual->scalar_type() != *yDtype || !std::isfinite(rScale))) return nullptr;
@@ -161,7 +190,12 @@ std::shared_ptr<kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor
   p.dstScale = static_cast<float>(yScale);
   p.dstZeroPoint = static_cast<int32_t>(yZp);
   if (sum) p.postOps.push_back(kernels::Int8Params::PostOp::kSum);
-  if (postOps.ends_with("relu")) p.postOps.push_back(kernels::Int8Params::PostOp::kRelu);
+  if (ops->relu) p.postOps.push_back(kernels::Int8Params::PostOp::kRelu);
+  if (ops->clamp) {
+    p.postOps.push_back(kernels::Int8Params::PostOp::kClamp);
+    p.clampLo = static_cast<float>(ops->clampLo);
+    p.clampHi = static_cast<float>(ops->clampHi);
+  }
   p.sumScale = static_cast<float>(rScale);
   p.sumZeroPoint = static_cast<int32_t>(rZp);
   auto made = kernels::createInt8(p);
@@ -191,29 +225,24 @@ at::Tensor runKernel(const kernels::Kernel& k, const at::Tensor& x, std::vector<
 }
 
 // verifuse::quantize(x, scale, zp, qmin, qmax, dtype): quantize_per_tensor in one pass, the same
-// float32 operations torch's composition performs (x * float(1/scale), nearbyint = round half to
-// even, + zp, clamp to [qmin, qmax], convert), so the codes are bit-identical to eager's.
+// float32 operations torch's composition performs (kernels/quantize.h), so the codes are
+// bit-identical to eager's.
 at::Tensor quantize(const at::Tensor& x, double scale, int64_t zp, int64_t qmin, int64_t qmax, at::ScalarType dtype) {
   TORCH_CHECK(x.scalar_type() == at::kFloat, "Expecting input to have dtype torch.float32, but got dtype: ",
               x.scalar_type());
   if (!int8Type(dtype) || !x.is_non_overlapping_and_dense()) return quantizePerTensor(x, scale, zp, qmin, qmax, dtype);
   at::Tensor out = at::empty_like(x, x.options().dtype(dtype));
-  const float inv = static_cast<float>(1.0 / scale), z = static_cast<float>(zp);
-  const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
+  kernels::QuantizeParams p;
+  p.invScale = static_cast<float>(1.0 / scale);
+  p.zeroPoint = static_cast<float>(zp);
+  p.qmin = static_cast<float>(qmin);
+  p.qmax = static_cast<float>(qmax);
+  p.u8 = dtype == at::kByte;
   const float* src = x.data_ptr<float>();
-  const int64_t n = x.numel();
-  auto body = [&](auto* dst) {
-    using T = std::remove_pointer_t<decltype(dst)>;
-    at::parallel_for(0, n, 16384, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        float v = std::nearbyint(src[i] * inv) + z;
-        v = std::isnan(v) ? v : std::min(std::max(v, lo), hi);  // torch.clamp propagates NaN
-        dst[i] = static_cast<T>(static_cast<int32_t>(v));
-      }
-    });
-  };
-  if (dtype == at::kByte) body(out.data_ptr<uint8_t>());
-  else body(out.data_ptr<int8_t>());
+  auto* dst = static_cast<char*>(out.data_ptr());
+  at::parallel_for(0, x.numel(), 65536, [&](int64_t begin, int64_t end) {
+    kernels::quantizeF32(src + begin, end - begin, p, dst + begin);
+  });
   return out;
 }
 

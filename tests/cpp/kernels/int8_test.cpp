@@ -1,5 +1,5 @@
 // Int8 conv / linear kernels (kernels/int8.h) against an exact integer reference: the s32
-// accumulator with the source zero point, the folded scale, relu / sum post-ops, requantization
+// accumulator with the source zero point, the folded scale, relu / clamp / sum post-ops, requantization
 // with round-half-even and saturation. The kernel scales in float32, so a code may differ from the
 // exact rational result by one step at a rounding boundary; the test allows that and requires
 // almost all codes to match.
@@ -20,6 +20,8 @@ struct Case {
   int64_t n = 2, c = 8, h = 7, w = 7, o = 16, k = 3, groups = 1;
   Int8Type dst = Int8Type::kU8;
   bool relu = false, sum = false;
+  bool clamp = false;  ///< clip to [clampLo, clampHi] (ReLU6-like, after relu/sum)
+  float clampLo = 0.f, clampHi = 6.f;
 };
 
 /// Exact reference in double: y = sx*sw[o]*acc + b, post-ops, requantization (half to even).
@@ -56,6 +58,7 @@ std::vector<double> reference(const Case& t, const std::vector<uint8_t>& x, cons
           const size_t flat = out.size();
           if (t.sum) yv += p.sumScale * (static_cast<double>(residual[flat]) - p.sumZeroPoint);
           if (t.relu) yv = std::max(yv, 0.0);
+          if (t.clamp) yv = std::min(std::max(yv, static_cast<double>(t.clampLo)), static_cast<double>(t.clampHi));
           if (t.dst == Int8Type::kF32) {
             out.push_back(yv);
           } else {
@@ -99,6 +102,11 @@ void run(const Case& t) {
   p.dstZeroPoint = t.dst == Int8Type::kS8 ? -3 : 5;
   if (t.sum) p.postOps.push_back(Int8Params::PostOp::kSum);
   if (t.relu) p.postOps.push_back(Int8Params::PostOp::kRelu);
+  if (t.clamp) {
+    p.postOps.push_back(Int8Params::PostOp::kClamp);
+    p.clampLo = t.clampLo;
+    p.clampHi = t.clampHi;
+  }
   p.sumScale = 0.04f;
   p.sumZeroPoint = 17;
   std::vector<int64_t> dims = int8OutputDims(p);
@@ -133,6 +141,31 @@ void run(const Case& t) {
 TEST(Int8KernelTest, ConvDequantizedF32) { run(Case{.dst = Int8Type::kF32}); }
 TEST(Int8KernelTest, ConvRequantizedU8WithRelu) { run(Case{.relu = true}); }
 TEST(Int8KernelTest, ConvRequantizedS8Grouped) { run(Case{.groups = 2, .dst = Int8Type::kS8}); }
+TEST(Int8KernelTest, ConvClampPostOp) {
+  // ReLU6 into u8 and a hardtanh with a negative bound into s8: the bounds cut inside the output's
+  // range (dst scale 0.05: ReLU6 codes 5..125), so clamped and unclamped codes differ.
+  run(Case{.clamp = true});
+  run(Case{.dst = Int8Type::kS8, .clamp = true, .clampLo = -1.f, .clampHi = 1.f});
+  run(Case{.dst = Int8Type::kF32, .clamp = true, .clampLo = -0.5f, .clampHi = 0.25f});
+}
+
+TEST(Int8KernelTest, RefusesClampWithMinAboveMax) {
+  std::vector<int8_t> w(16, 1);
+  Int8Params p;
+  p.conv = false;
+  p.srcDims = {2, 4};
+  p.srcStrides = {4, 1};
+  p.weightDims = {4, 4};
+  p.weights = w.data();
+  p.weightScales = {1, 1, 1, 1};
+  p.postOps = {Int8Params::PostOp::kClamp};
+  p.clampLo = 1.f;
+  p.clampHi = 0.f;  // torch gives hi everywhere, oneDNN's clip lo: not a kernel
+  EXPECT_FALSE(createInt8(p).isOk());
+  p.clampHi = 2.f;
+  EXPECT_TRUE(createInt8(p).isOk());
+}
+
 TEST(Int8KernelTest, ConvSumThenRelu) { run(Case{.relu = true, .sum = true}); }
 TEST(Int8KernelTest, LinearU8AndF32) {
   run(Case{.conv = false, .n = 5, .c = 64, .o = 24});
