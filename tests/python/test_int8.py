@@ -76,6 +76,22 @@ class QLinearCodes(nn.Module):
         return qd.quantize_per_tensor(y, self.sy, self.zy, -128, 127, torch.int8)
 
 
+class QLinearGeluCodes(QLinearCodes):
+    """BERT's feed-forward input side: q -> dq -> linear (3-d input: view, addmm, view back) ->
+    gelu -> q, on u8 codes."""
+
+    def __init__(self, approximate="none", **kw):
+        super().__init__(**kw)
+        self.approximate = approximate
+
+    def forward(self, x):
+        xq = qd.quantize_per_tensor(x, self.sx, self.zx, 0, 255, torch.uint8)
+        xd = qd.dequantize_per_tensor(xq, self.sx, self.zx, 0, 255, torch.uint8)
+        wd = qd.dequantize_per_channel(self.wq, self.ws, self.wz, 0, -128, 127, torch.int8)
+        y = F.gelu(F.linear(xd, wd, self.b), approximate=self.approximate)
+        return qd.quantize_per_tensor(y, self.sy, self.zy, 0, 255, torch.uint8)
+
+
 class QResidualCodes(QConvCodes):
     """The X86 quantizer's conv + add + relu pattern: q(relu(conv(dq(x)) + dq(r)))."""
 
@@ -148,6 +164,21 @@ def test_int8_residual_sum_codes_within_one_step_of_eager(relu):
 def test_int8_linear_s8_codes_within_one_step_of_eager():
     report, _ = compile_and_compare_codes(QLinearCodes(), torch.randn(16, 64))
     assert "verifuse::qlinear" in ops_of(report)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_int8_gelu_postop_through_view_codes_within_one_step_of_eager(approximate):
+    # The gelu is oneDNN's post-op (its erf/tanh approximations differ from ATen's by float32
+    # rounding: a code may move one step at a rounding boundary) and the quantize the linear's
+    # requantization, both through the view back to [batch, seq, features].
+    model = QLinearGeluCodes(approximate=approximate, sx=0.03, zx=120, sy=0.01, zy=20)
+    report, _ = compile_and_compare_codes(model, torch.randn(2, 24, 64))
+    ops = ops_of(report)
+    assert "aten::gelu" not in ops and "verifuse::qlinear" in ops, sorted(ops)
+    assert not any("quantize_per_tensor" in op for op in ops), sorted(ops)
+    assert [op for op in ops if "quantize" in op] == ["verifuse::quantize"], sorted(ops)  # the input's only
+    applied = [f["rule"] for f in report.to_dict()["fusions"]]
+    assert "int8-gelu-postop" in applied and "int8-requantize" in applied, applied
 
 
 def _pt2e(model, x):

@@ -6,8 +6,9 @@
 //   int8-linear-dequant        addmm(b, dq(xq), permute(dq_ch(Wq)))        = qlinear(xq, Wq, b) -> f32
 //   int8-relu-postop           relu(qconv f32)                             = qconv with the relu post-op
 //   int8-clamp-postop          hardtanh/clamp(qconv f32, lo, hi), lo <= hi = qconv with the clip post-op (ReLU6)
-//   int8-requantize            q(qconv f32, sy, zy, qmin, qmax, u8/s8)     = qconv -> u8/s8 (oneDNN's dst scale,
-//                                                                            zero point, saturation)
+//   int8-gelu-postop           gelu([view](qlinear f32))                   = [view](qlinear with the gelu post-op)
+//   int8-requantize            q([view](qconv f32), sy, zy, qmin, qmax)    = [view](qconv -> u8/s8) (oneDNN's dst
+//                                                                            scale, zero point, saturation)
 //   int8-relu-across-requant   q(relu(dq(xq, s, z)), s, z)                 = clamp_min(xq, z)
 //   int8-residual-sum          q([relu](qconv f32 + dq(r, sr, zr)))        = qconv -> u8/s8 with the sum post-op
 //                                                                            (scale sr, zero point zr) [and relu]
@@ -318,6 +319,20 @@ const Node* floatInt8Producer(const Graph& g, const Arg& a) {
   return p;
 }
 
+/// floatInt8Producer of \p a, or of the input of a single-use aten::view producing \p a (BERT's
+/// linears are 2-D and their results viewed back to [batch, seq, features] before the GELU and the
+/// quantize); *view is that view or null. Elementwise post-ops and the requantization commute
+/// with a view (the obligations prove it on an explicit tensor).
+const Node* floatInt8ProducerThroughView(const Graph& g, const Arg& a, const Node** view) {
+  *view = nullptr;
+  if (const Node* p = floatInt8Producer(g, a)) return p;
+  const Node* v = u::producerOf(g, a);
+  if (!v || v->op != "aten::view" || v->args.size() != 2 || !u::hasSingleUse(g, u::valueOf(a))) return nullptr;
+  const Node* p = floatInt8Producer(g, v->args[0]);
+  if (p) *view = v;
+  return p;
+}
+
 // ---- int8-relu-postop -------------------------------------------------------------------------
 
 std::optional<Match> matchReluPostOp(const Graph& g, NodeId id, std::string*) {
@@ -368,11 +383,37 @@ Status rewriteClampPostOp(Graph& g, const Match& m, FusionRecord&) {
   return u::replaceWithProducer(g, m);
 }
 
+// ---- int8-gelu-postop -------------------------------------------------------------------------
+
+std::optional<Match> matchGeluPostOp(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (n.args.size() != 2 || n.args[1].kind != Arg::Kind::String) return std::nullopt;
+  const Node* view = nullptr;
+  const Node* p = floatInt8ProducerThroughView(g, n.args[0], &view);
+  if (!p || p->args[postOpsIndex(*p)].s != "") return std::nullopt;
+  if (n.args[1].s != "none" && n.args[1].s != "tanh") {
+    return u::why(whyNot, "gelu approximation is neither 'none' nor 'tanh'"), std::nullopt;
+  }
+  return Match{p->id, id, 0};
+}
+
+Status rewriteGeluPostOp(Graph& g, const Match& m, FusionRecord&) {
+  const Node& gelu = g.node(m.consumer);
+  const std::string kind = gelu.args[1].s == "tanh" ? "gelu_tanh" : "gelu_erf";
+  const ValueId input = u::valueOf(gelu.args[0]);  // the int8 op's result, or its view
+  Node& p = g.mutableNode(m.anchor);
+  p.args[postOpsIndex(p)] = Arg::string(kind);
+  g.replaceAllUses(g.node(m.consumer).outputs[0], input);
+  g.eraseNode(m.consumer);
+  return Status::ok();
+}
+
 // ---- int8-requantize ----------------------------------------------------------------------------
 
 std::optional<Match> matchRequantize(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
-  const Node* p = floatInt8Producer(g, n.args.empty() ? Arg::none() : n.args[0]);
+  const Node* view = nullptr;
+  const Node* p = floatInt8ProducerThroughView(g, n.args.empty() ? Arg::none() : n.args[0], &view);
   if (!p) return std::nullopt;
   auto q = tensorQParams(n, whyNot);
   if (!q) return std::nullopt;
@@ -386,6 +427,24 @@ std::optional<Match> matchRequantize(const Graph& g, NodeId id, std::string* why
 }
 
 Status rewriteRequantize(Graph& g, const Match& m, FusionRecord&) {
+  const Node* view = nullptr;
+  if (!floatInt8ProducerThroughView(g, g.node(m.consumer).args[0], &view)) {
+    return internalError("int8-requantize: match no longer holds");
+  }
+  if (view) {
+    // Through a view: the int8 op takes the requantization in place, the view now reshapes the
+    // codes, and the quantize's readers read the view.
+    const Node q = g.node(m.consumer);
+    Node& p = g.mutableNode(m.anchor);
+    const size_t r = requantIndex(p);
+    for (size_t k = 0; k < 5; ++k) p.args[r + k] = q.args[1 + k];
+    const DType codes = static_cast<DType>(q.args[5].i);
+    g.mutableValue(p.outputs[0]).dtype = codes;
+    g.mutableValue(view->outputs[0]).dtype = codes;
+    g.replaceAllUses(q.outputs[0], view->outputs[0]);
+    g.eraseNode(m.consumer);
+    return Status::ok();
+  }
   // The int8 op moves to the quantize's position and takes its output (the u8/s8 value).
   Node producer = g.node(m.anchor);
   Node& q = g.mutableNode(m.consumer);
@@ -618,6 +677,32 @@ Obligation clampPostOp(ClampBug bug) {
   return ob.build();
 }
 
+enum class GeluBug { None, VariantSwapped, BeforeBias };
+
+// gelu(y) with y = sx*sw*acc + b against oneDNN's gelu post-op, for approximate='none' (erf) and
+// 'tanh'; and gelu(view(y)) = view(gelu(y)) on an explicit [2, 3, 2] -> [6, 2] tensor (the rule
+// fuses through BERT's view back to [batch, seq, features]).
+Obligation geluPostOp(GeluBug bug) {
+  ObligationBuilder ob("int8-gelu-postop");
+  Expr s = ob.var("x.scale*w.scale[o]"), acc = ob.var("acc[o]"), b = ob.var("b[o]");
+  ob.assume(s > 0);
+  Expr y = s * acc + b;
+  Expr erfTarget = bug == GeluBug::VariantSwapped ? dnnl::eltwiseGeluTanh(y)
+                   : bug == GeluBug::BeforeBias   ? dnnl::eltwiseGeluErf(s * acc) + b
+                                                  : dnnl::eltwiseGeluErf(y);
+  ob.prove("out[o] (erf)", sem::geluErf(y), erfTarget);
+  ob.prove("out[o] (tanh)", sem::geluTanh(y),
+           bug == GeluBug::VariantSwapped ? dnnl::eltwiseGeluErf(y) : dnnl::eltwiseGeluTanh(y));
+  using sem::ElementTensor;
+  const ElementTensor yt = ElementTensor::variables("y", {2, 3, 2});
+  auto gelu = [](const ElementTensor& t) {
+    return ElementTensor::fromFunction(t.sizes(), [t](const sem::Index& i) { return sem::geluErf(t.at(i)); });
+  };
+  sem::proveElementwise(ob, "view", gelu(sem::view(yt, {6, 2}, "undefined-view")),
+                        sem::view(gelu(yt), {6, 2}, "undefined-view"));
+  return ob.build();
+}
+
 enum class RequantBug { None, RoundHalfAway, MissingClamp, DroppedZeroPoint, ScaleNotInverted, RangeUnchecked };
 
 // quantize_per_tensor(y) (after the int8 op's f32 result y, relu or not) against oneDNN's dst
@@ -632,6 +717,17 @@ Obligation requantize(RequantBug bug) {
   // precompute 1/scale); the reals have one reciprocal, its float32 roundings differ (the one-step
   // caveat of int8.h).
   ob.prove("t = y * (1/s)", y * inv, bug == RequantBug::ScaleNotInverted ? y * s : y * inv);
+  {
+    // q(view(y)) = view(q(y)): the scaled value (and so the code) is per element, on an explicit
+    // [2, 3, 2] -> [6, 2] tensor.
+    using sem::ElementTensor;
+    const ElementTensor yt = ElementTensor::variables("y", {2, 3, 2});
+    auto scaled = [inv](const ElementTensor& t) {
+      return ElementTensor::fromFunction(t.sizes(), [t, inv](const sem::Index& i) { return t.at(i) * inv; });
+    };
+    sem::proveElementwise(ob, "view", scaled(sem::view(yt, {6, 2}, "undefined-view")),
+                          sem::view(scaled(yt), {6, 2}, "undefined-view"));
+  }
   struct Range {
     const char* dtype;
     int lo, hi;
@@ -781,6 +877,20 @@ std::vector<RuleDeclaration> quantizedInt8() {
                    u::bindNoModel(clampPostOp, ClampBug::BeforeBias)},
                   {"clamp-bounds-unchecked", "min > max fused (torch returns max, oneDNN's clip min)",
                    u::bindNoModel(clampPostOp, ClampBug::BoundsUnchecked)}},
+  });
+  rules.push_back({
+      .id = "int8-gelu-postop",
+      .summary = "gelu (erf or tanh) of an int8 op's f32 result, through a view -> its gelu post-op",
+      .math = "gelu(view(sx sw[o] acc + b)) = view(eltwise_gelu(sx sw[o] acc + b)), erf and tanh forms",
+      .phase = Phase::kFusion,
+      .anchors = {"aten::gelu"},
+      .match = matchGeluPostOp,
+      .rewrite = rewriteGeluPostOp,
+      .obligation = u::bindNoModel(geluPostOp, GeluBug::None),
+      .mutants = {{"gelu-variant-swapped", "erf mapped to eltwise_gelu_tanh and tanh to gelu_erf",
+                   u::bindNoModel(geluPostOp, GeluBug::VariantSwapped)},
+                  {"gelu-before-bias", "gelu on the scaled accumulator, bias added after",
+                   u::bindNoModel(geluPostOp, GeluBug::BeforeBias)}},
   });
   rules.push_back({
       .id = "int8-requantize",

@@ -8,7 +8,7 @@
 //
 // x is u8/s8 (quantized with x_scale, x_zp), Wq s8 [O, ...] per-channel symmetric (w_scales,
 // w_zps: the graph's own constants, w_zps all zero: the rule's guard), post_ops "", "relu",
-// "clamp(lo hi)" (hardtanh / ReLU6, lo <= hi), "sum" or "sum,relu" (sum: + dequantize(residual,
+// "clamp(lo hi)" (hardtanh / ReLU6, lo <= hi), "gelu_erf", "gelu_tanh", "sum" or "sum,relu" (sum: + dequantize(residual,
 // r_scale, r_zp), the residual's codes of the output's shape).
 // y_dtype None: the f32 result (the dequantizing form); u8/s8: requantized with y_scale, y_zp
 // clamped to [y_qmin, y_qmax] (the dtype's range: the rule's guard). The reference computes
@@ -56,15 +56,21 @@ at::Tensor quantizePerTensor(const at::Tensor& y, double scale, int64_t zp, int6
   return at::clamp(at::round(y * inv) + zp, qmin, qmax).to(dtype);
 }
 
-/// The post-op string of an int8 op, parsed: one of "", "relu", "clamp(lo hi)", "sum", "sum,relu".
+/// The post-op string of an int8 op, parsed: one of "", "relu", "clamp(lo hi)", "gelu_erf",
+/// "gelu_tanh", "sum", "sum,relu".
 struct Int8PostOps {
   bool sum = false, relu = false, clamp = false;
+  std::string gelu;  ///< "", "none" (erf) or "tanh": torch's approximate argument
   double clampLo = 0, clampHi = 0;
 };
 
 std::optional<Int8PostOps> parseInt8PostOps(c10::string_view text) {
   Int8PostOps p;
   if (text == "") return p;
+  if (text == "gelu_erf" || text == "gelu_tanh") {
+    p.gelu = text == "gelu_erf" ? "none" : "tanh";
+    return p;
+  }
   if (text == "relu" || text == "sum" || text == "sum,relu") {
     p.sum = text.starts_with("sum");
     p.relu = text.ends_with("relu");
@@ -90,6 +96,7 @@ at::Tensor finish(at::Tensor y, c10::string_view postOps, double yScale, int64_t
   }
   if (ops->relu) y = at::relu(y);
   if (ops->clamp) y = at::hardtanh(y, ops->clampLo, ops->clampHi);
+  if (!ops->gelu.empty()) y = at::gelu(y, ops->gelu);
   if (!yDtype) return y;
   return quantizePerTensor(y, yScale, yZp, yQmin, yQmax, *yDtype);
 }
@@ -191,6 +198,10 @@ std::shared_ptr<kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor
   p.dstZeroPoint = static_cast<int32_t>(yZp);
   if (sum) p.postOps.push_back(kernels::Int8Params::PostOp::kSum);
   if (ops->relu) p.postOps.push_back(kernels::Int8Params::PostOp::kRelu);
+  if (!ops->gelu.empty()) {
+    p.postOps.push_back(ops->gelu == "none" ? kernels::Int8Params::PostOp::kGeluErf
+                                            : kernels::Int8Params::PostOp::kGeluTanh);
+  }
   if (ops->clamp) {
     p.postOps.push_back(kernels::Int8Params::PostOp::kClamp);
     p.clampLo = static_cast<float>(ops->clampLo);

@@ -1,6 +1,6 @@
 // Int8 convolution (u8/s8 src with a zero point, s8 per-channel weights prepacked once) and
 // linear (oneDNN matmul: inner product takes no source zero point in v3.2), with output scales,
-// requantization to u8/s8 or dequantization to f32, and relu / clamp / sum post-ops. int8.h says what
+// requantization to u8/s8 or dequantization to f32, and relu / clamp / gelu / sum post-ops. int8.h says what
 // one kernel computes.
 #include "verifuse/kernels/int8.h"
 
@@ -184,6 +184,10 @@ StatusOr<std::unique_ptr<Kernel>> createInt8(const Int8Params& p) {
     for (Int8Params::PostOp op : p.postOps) {
       if (op == Int8Params::PostOp::kRelu) {
         po.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      } else if (op == Int8Params::PostOp::kGeluErf) {
+        po.append_eltwise(dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f);
+      } else if (op == Int8Params::PostOp::kGeluTanh) {
+        po.append_eltwise(dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
       } else if (op == Int8Params::PostOp::kClamp) {
         if (!(p.clampLo <= p.clampHi)) return invalidArgument("int8: clamp post-op with lo > hi (or NaN)");
         po.append_eltwise(dnnl::algorithm::eltwise_clip, p.clampLo, p.clampHi);

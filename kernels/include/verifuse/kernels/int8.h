@@ -5,7 +5,8 @@
 //   acc  = sum_k (src_k - srcZeroPoint) * w_k                 s32, exact (w: s8, per-channel
 //                                                              symmetric: no weight zero point)
 //   y    = srcScale * weightScales[o] * acc + bias[o]          f32
-//   y    = the post-ops in order: relu(y), clamp(y, clampLo, clampHi), or y + sumScale * (dst_before - sumZeroPoint) (sum: the
+//   y    = the post-ops in order: relu(y), clamp(y, clampLo, clampHi), gelu(y) (erf or
+//          tanh), or y + sumScale * (dst_before - sumZeroPoint) (sum: the
 //          output buffer holds the residual's codes, dstType, on entry)
 //   dst  = f32 output: y
 //          u8/s8 output: saturate(nearbyint(y / dstScale) + dstZeroPoint)   (round half to even)
@@ -44,7 +45,7 @@ struct Int8Params {
   std::vector<float> weightScales;  ///< one per output channel
   float dstScale = 1.f;             ///< u8/s8 output only
   int32_t dstZeroPoint = 0;         ///< u8/s8 output only
-  enum class PostOp { kRelu, kClamp, kSum };
+  enum class PostOp { kRelu, kClamp, kGeluErf, kGeluTanh, kSum };
   std::vector<PostOp> postOps;  ///< applied in order to y (before the dst scale)
   float clampLo = 0.f, clampHi = 0.f;  ///< kClamp: oneDNN's eltwise_clip (clampLo <= clampHi)
   float sumScale = 1.f;
