@@ -219,6 +219,30 @@ def test_pt2e_model_vs_eager_quantized_and_float(make, shape):
     assert agree >= agree_eager - 0.25
 
 
+def test_int8_instances_are_validated_and_an_underflowing_scale_is_refused():
+    # Every applied int8-conv-dequant carries its instance check (the kernel's folded output scales
+    # sx*sw[o] and the weight zero points, rechecked on the real constants). A scale product that
+    # underflows float32 breaks the proof's assumption sx*sw[o] > 0: that instance is Refuted, the
+    # rule does not apply there, and the graph runs eager's composition (eager's result exactly).
+    x = torch.randn(2, 8, 12, 12)
+    with torch.no_grad():
+        report = verifuse.explain(QConvCodes().eval(), x, strict=True)
+    folds = [f for f in report.to_dict()["fusions"] if f["rule"] == "int8-conv-dequant"]
+    assert folds and all(f["fold"] == "int8_scales" and f["instance"] == "Proved" and f["applied"] for f in folds)
+    assert "16 channels" in folds[0]["detail"], folds[0]["detail"]
+    tiny = QConvCodes(sx=1e-20).eval()
+    tiny.ws.mul_(1e-20)  # sx * sw[o] ~ 1e-42: a float32 denormal
+    with torch.no_grad():
+        ref = tiny(x)
+        report = verifuse.explain(tiny, x)
+        got = torch.compile(tiny, backend="verifuse")(x)
+    assert torch.equal(got, ref)
+    refused = [f for f in report.to_dict()["fusions"] if f["rule"] == "int8-conv-dequant"]
+    assert refused and not refused[0]["applied"] and refused[0]["instance"] == "Refuted", refused
+    assert "not a positive normal float32" in refused[0]["detail"], refused[0]["detail"]
+    assert "verifuse::qconv" not in ops_of(report)
+
+
 @pytest.mark.parametrize("where", ["activation", "weight"])
 @pytest.mark.parametrize("bad", [0.0, float("nan")])
 def test_zero_and_nan_scales_fall_back_with_a_reason(bad, where):

@@ -19,6 +19,7 @@ const char* foldKindName(rules::FoldRecord::Kind k) {
     case rules::FoldRecord::Kind::kChannelAdd: return "channel_add";
     case rules::FoldRecord::Kind::kChannelDiv: return "channel_div";
     case rules::FoldRecord::Kind::kConcat: return "concat";
+    case rules::FoldRecord::Kind::kInt8Scales: return "int8_scales";
     default: return "none";
   }
 }

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "verifuse/passes/pipeline.h"
 #include "verifuse/verify/layer_check.h"
@@ -92,6 +94,78 @@ rules::InstanceCheck validateConcat(const ir::Graph& g, const FoldRecord& f) {
   return check;
 }
 
+/// A constant's elements as doubles (f32, f64, i64, i32); empty when it has no data or another dtype.
+std::vector<double> numbers(const ir::Graph& g, ir::ConstantId id) {
+  std::vector<double> out;
+  if (id < 0) return out;
+  const ir::ConstantTensor& c = g.constants().at(static_cast<size_t>(id));
+  if (!c.data || !c.isContiguous()) return out;
+  const int64_t n = c.numel();
+  out.reserve(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) {
+    switch (c.dtype) {
+      case ir::DType::Float32: out.push_back(static_cast<const float*>(c.data)[k]); break;
+      case ir::DType::Float64: out.push_back(static_cast<const double*>(c.data)[k]); break;
+      case ir::DType::Int64: out.push_back(static_cast<double>(static_cast<const int64_t*>(c.data)[k])); break;
+      case ir::DType::Int32: out.push_back(static_cast<const int32_t*>(c.data)[k]); break;
+      default: return {};
+    }
+  }
+  return out;
+}
+
+/// int8-conv-dequant / int8-linear-dequant: the rule's proof is over the reals and assumes the
+/// folded output scale sx * sw[o] > 0 and weight zero points 0. On this instance: the s8 weight
+/// holds data, every zero point is 0, and every scale the kernel will use, float(sx) *
+/// float(sw[o]) rounded to float32, is a positive normal float within 2^-24 (relative) of the
+/// exact product of the float32 scales eager's dequantize uses. Rechecked here from the constants,
+/// independently of the rule's guard. The prepacked weight itself is checked where oneDNN packs it
+/// (kernels/int8.h, probeInt8Kernel: every output channel's packed row against the plain weight).
+rules::InstanceCheck validateInt8Scales(const ir::Graph& g, const FoldRecord& f) {
+  rules::InstanceCheck check;
+  check.layerVerdict = "skipped";
+  check.layerDetail = "integer kernel: the s32 accumulation is exact; the packed weights are probed at kernel creation";
+  auto verdict = [&](const char* v, const std::string& why) {
+    check.verdict = v;
+    check.detail = why;
+    return check;
+  };
+  const ir::ConstantTensor& w = g.constants().at(static_cast<size_t>(f.weight));
+  if (!w.data || w.dtype != ir::DType::Int8 || !w.isContiguous() || w.sizes.empty()) {
+    return verdict("Unsupported", "the weight is not a contiguous s8 constant with data");
+  }
+  const int64_t channels = w.sizes[0];
+  const std::vector<double> scales = numbers(g, f.operand), zps = numbers(g, f.zeroPoints);
+  if (static_cast<int64_t>(scales.size()) != channels || static_cast<int64_t>(zps.size()) != channels) {
+    return verdict("Unsupported", "weight scales / zero points are not one number per output channel with data");
+  }
+  const float sx = static_cast<float>(f.scalar);
+  const double bound = std::ldexp(1.0, -24);
+  for (int64_t o = 0; o < channels; ++o) {
+    const size_t k = static_cast<size_t>(o);
+    if (zps[k] != 0) return verdict("Refuted", "weight zero point " + std::to_string(zps[k]) + " at channel " + std::to_string(o));
+    const float sw = static_cast<float>(scales[k]);
+    const double exact = static_cast<double>(sx) * static_cast<double>(sw);
+    const float folded = sx * sw;
+    if (!(exact > 0) || !std::isfinite(exact) || !std::isnormal(folded) || folded <= 0.f) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "channel %lld: output scale %.9g * %.9g = %.9g is not a positive normal float32",
+                    static_cast<long long>(o), static_cast<double>(sx), static_cast<double>(sw), static_cast<double>(folded));
+      return verdict("Refuted", buf);
+    }
+    const double rel = std::abs(static_cast<double>(folded) - exact) / exact;
+    check.maxError = std::max(check.maxError, rel);
+    if (rel > bound) return verdict("Refuted", "channel " + std::to_string(o) + ": folded scale off by more than 2^-24");
+  }
+  check.maxErrorBound = bound;
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "%lld channels: output scale sx*sw[o] positive normal float32, max relative error %.3g (bound 2^-24); "
+                "weight zero points 0",
+                static_cast<long long>(channels), check.maxError);
+  return verdict("Proved", buf);
+}
+
 }  // namespace
 
 rules::InstanceCheck validateFoldInstance(const ir::Graph& g, const rules::FusionRecord& rec) {
@@ -107,6 +181,7 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
     return check;
   }
   if (f.kind == FoldRecord::Kind::kConcat) return validateConcat(g, f);
+  if (f.kind == FoldRecord::Kind::kInt8Scales) return validateInt8Scales(g, f);
   // Expected folded weight w'[o, i] = W[o, i] * scale[o] and bias b'[o] = B[o] * biasScale[o] + shift[o].
   std::vector<Real> scale, shift, biasScale;
   std::vector<Real> gamma, beta, mean, var, factors;  // the fold's operands, also for the layer check

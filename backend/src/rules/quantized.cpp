@@ -231,12 +231,23 @@ std::optional<Match> matchConvDequant(const Graph& g, NodeId id, std::string* wh
   return Match{id, id, 0};
 }
 
-Status rewriteConvDequant(Graph& g, const Match& m, FusionRecord&) {
+/// The instance the validator checks (kInt8Scales): the folded output scales and the weight's zero
+/// points, on the real constants.
+void recordScales(FusionRecord& record, const TensorQParams& x, const ChannelWeight& w) {
+  record.fold.kind = rules::FoldRecord::Kind::kInt8Scales;
+  record.fold.weight = w.weight.i;
+  record.fold.operand = w.scales.i;
+  record.fold.zeroPoints = w.zeroPoints.i;
+  record.fold.scalar = x.scale;
+}
+
+Status rewriteConvDequant(Graph& g, const Match& m, FusionRecord& record) {
   Node& n = g.mutableNode(m.anchor);
   auto x = dequantizedInput(g, n.args[0], nullptr);
   const Node* wdq = u::producerOf(g, n.args[1]);
   auto w = dequantizedWeight(g, n.args[1], g.constants().at(static_cast<size_t>(wdq->args[0].i)).sizes[0], nullptr);
   if (!x || !w) return internalError("int8-conv-dequant: match no longer holds");
+  recordScales(record, *x, *w);
   std::vector<Arg> args = {x->input, w->weight, n.args[2], n.args[3], n.args[4], n.args[5], n.args[8]};
   appendQuantArgs(args, *x, *w);
   n.op = kQConv;
@@ -286,7 +297,7 @@ std::optional<Match> matchLinearDequant(const Graph& g, NodeId id, std::string* 
   return Match{id, id, 0};
 }
 
-Status rewriteLinearDequant(Graph& g, const Match& m, FusionRecord&) {
+Status rewriteLinearDequant(Graph& g, const Match& m, FusionRecord& record) {
   Node& n = g.mutableNode(m.anchor);
   const Node* view = nullptr;
   auto x = linearInput(g, n.args[1], &view, nullptr);
@@ -295,6 +306,7 @@ Status rewriteLinearDequant(Graph& g, const Match& m, FusionRecord&) {
   if (!x || !wdq) return internalError("int8-linear-dequant: match no longer holds");
   auto w = dequantizedWeight(g, perm->args[0], g.constants().at(static_cast<size_t>(wdq->args[0].i)).sizes[0], nullptr);
   if (!w) return internalError("int8-linear-dequant: match no longer holds");
+  recordScales(record, *x, *w);
   Arg input = x->input;
   if (view) {
     // The view now reads the codes (same sizes and strides as their dequantized values).
@@ -835,6 +847,9 @@ std::vector<RuleDeclaration> quantizedInt8() {
                              FoldBug::InputScaleMissing),
                   foldMutant("int8-conv-dequant", "weight-zero-point-unchecked", "weight zero point assumed 0, not checked",
                              FoldBug::WeightZeroPointUnchecked)},
+      // Validated on a copy of the graph: the kernel's folded output scales and the weight's zero
+      // points on the real constants (instance_check.cpp, kInt8Scales).
+      .foldsConstants = true,
   });
   rules.push_back({
       .id = "int8-linear-dequant",
@@ -851,6 +866,7 @@ std::vector<RuleDeclaration> quantizedInt8() {
                              FoldBug::WeightScaleOfInputChannel),
                   foldMutant("int8-linear-dequant", "weight-zero-point-unchecked",
                              "weight zero point assumed 0, not checked", FoldBug::WeightZeroPointUnchecked)},
+      .foldsConstants = true,
   });
   rules.push_back({
       .id = "int8-relu-postop",

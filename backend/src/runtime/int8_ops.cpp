@@ -210,6 +210,12 @@ std::shared_ptr<kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor
   p.sumScale = static_cast<float>(rScale);
   p.sumZeroPoint = static_cast<int32_t>(rZp);
   auto made = kernels::createInt8(p);
+  if (!made.isOk() && made.status().code() != StatusCode::kUnimplemented &&
+      made.status().code() != StatusCode::kInvalidArgument) {
+    // The probe (kernels/int8.h) found the packed kernel disagreeing with the integer formula, or
+    // oneDNN failed: this configuration runs the quantized graph's ATen ops, said once.
+    TORCH_WARN("verifuse: int8 kernel not used, the quantized graph's ATen ops run instead: ", made.status().toString());
+  }
   KernelEntry entry{c10::weak_intrusive_ptr<c10::TensorImpl>(w.getIntrusivePtr()),
                     made.isOk() ? std::shared_ptr<kernels::Kernel>(std::move(made).value()) : nullptr};
   entries.insert_or_assign(key, entry);

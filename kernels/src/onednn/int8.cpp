@@ -4,7 +4,9 @@
 // one kernel computes.
 #include "verifuse/kernels/int8.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "common.h"
@@ -154,7 +156,162 @@ std::vector<int64_t> int8OutputDims(const Int8Params& p) {
   return convOutputDims(c);
 }
 
+namespace {
+
+/// Deterministic pseudo-random bytes (a 64-bit LCG's high bits).
+struct ProbeCodes {
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  uint8_t next() {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint8_t>(state >> 56);
+  }
+};
+
+int64_t numelOf(const std::vector<int64_t>& d) {
+  int64_t n = 1;
+  for (int64_t v : d) n *= v;
+  return n;
+}
+
+/// Strides of a dense output: row-major, or channels-last (N, spatial..., C) when asked.
+std::vector<int64_t> denseStrides(const std::vector<int64_t>& dims, bool channelsLast) {
+  const size_t r = dims.size();
+  std::vector<int64_t> st(r, 1);
+  if (!channelsLast || r < 3) {
+    for (size_t i = r - 1; i-- > 0;) st[i] = st[i + 1] * dims[i + 1];
+    return st;
+  }
+  st[1] = 1;
+  int64_t run = dims[1];
+  for (size_t i = r - 1; i >= 2; --i) {
+    st[i] = run;
+    run *= dims[i];
+  }
+  st[0] = run;
+  return st;
+}
+
+double applyPostOps(const Int8Params& p, double y, double residualCode) {
+  for (Int8Params::PostOp op : p.postOps) {
+    switch (op) {
+      case Int8Params::PostOp::kSum: y += p.sumScale * (residualCode - p.sumZeroPoint); break;
+      case Int8Params::PostOp::kRelu: y = std::max(y, 0.0); break;
+      case Int8Params::PostOp::kClamp: y = std::min(std::max(y, double(p.clampLo)), double(p.clampHi)); break;
+      case Int8Params::PostOp::kGeluErf: y = 0.5 * y * (1.0 + std::erf(y * M_SQRT1_2)); break;
+      case Int8Params::PostOp::kGeluTanh:
+        y = 0.5 * y * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (y + 0.044715 * y * y * y)));
+        break;
+    }
+  }
+  return y;
+}
+
+}  // namespace
+
+Status probeInt8Kernel(const Int8Params& p, const Kernel& k) {
+  const std::vector<int64_t> out = int8OutputDims(p);
+  if (out.empty() || p.srcDims.size() != p.srcStrides.size()) return invalidArgument("int8 probe: invalid geometry");
+  // The src buffer spans the caller's (dense) strides.
+  int64_t srcSpan = 1;
+  for (size_t d = 0; d < p.srcDims.size(); ++d) srcSpan += (p.srcDims[d] - 1) * p.srcStrides[d];
+  ProbeCodes rng;
+  std::vector<uint8_t> src(static_cast<size_t>(srcSpan));
+  for (auto& b : src) b = rng.next();
+  auto srcCode = [&](int64_t offset) -> int64_t {
+    const uint8_t b = src[static_cast<size_t>(offset)];
+    return p.srcType == Int8Type::kU8 ? int64_t(b) : int64_t(static_cast<int8_t>(b));
+  };
+  const bool quantOut = p.dstType != Int8Type::kF32;
+  const int64_t outNumel = numelOf(out);
+  std::vector<uint8_t> dst(static_cast<size_t>(outNumel) * (quantOut ? 1 : 4));
+  const bool sum = std::find(p.postOps.begin(), p.postOps.end(), Int8Params::PostOp::kSum) != p.postOps.end();
+  if (sum) {
+    for (auto& b : dst) b = rng.next();  // the residual's codes
+  }
+  const std::vector<uint8_t> residual = dst;
+  VF_RETURN_IF_ERROR(k.execute({src.data()}, dst.data()));
+  auto dstCode = [&](const std::vector<uint8_t>& buf, int64_t offset) -> double {
+    const uint8_t b = buf[static_cast<size_t>(offset)];
+    return p.dstType == Int8Type::kU8 ? double(b) : double(static_cast<int8_t>(b));
+  };
+
+  const int64_t outC = p.weightDims[0];
+  const std::vector<int64_t> outStrides = denseStrides(out, p.conv && p.dstChannelsLast && out.size() >= 4);
+  const size_t spatial = p.conv ? p.srcDims.size() - 2 : 0;
+  const int64_t groups = p.conv ? p.groups : 1;
+  const int64_t cg = p.weightDims[1], og = outC / groups;
+  const int64_t kernelVolume = numelOf(std::vector<int64_t>(p.weightDims.begin() + 2, p.weightDims.end()));
+  auto at = [](const std::vector<int64_t>& v, size_t i, int64_t dflt) { return i < v.size() ? v[i] : dflt; };
+  for (int64_t o = 0; o < outC; ++o) {
+    // One output element of channel o: batch row o mod N, spatial position near the centre (every
+    // weight of the channel in bounds for a padded conv), linear row o mod M.
+    std::vector<int64_t> pos(out.size(), 0);
+    pos[0] = o % out[0];
+    pos[1] = o;
+    for (size_t d = 0; d < spatial; ++d) pos[2 + d] = std::min(out[2 + d] - 1, out[2 + d] / 2 + (o % 2));
+    const int64_t g = o / og;
+    int64_t acc = 0;
+    for (int64_t c = 0; c < cg; ++c) {
+      for (int64_t kk = 0; kk < kernelVolume; ++kk) {
+        int64_t srcOffset = pos[0] * p.srcStrides[0] + (p.conv ? (g * cg + c) * p.srcStrides[1] : c * p.srcStrides[1]);
+        bool inside = true;
+        int64_t rem = kk;
+        for (size_t d = spatial; d-- > 0;) {
+          const int64_t kd = p.weightDims[2 + d];
+          const int64_t kIndex = rem % kd;
+          rem /= kd;
+          const int64_t in = pos[2 + d] * at(p.stride, d, 1) - at(p.padL, d, 0) + kIndex * at(p.dilation, d, 1);
+          if (in < 0 || in >= p.srcDims[2 + d]) inside = false;
+          srcOffset += in * p.srcStrides[2 + d];
+        }
+        if (!inside) continue;
+        const int64_t w = p.weights[(o * cg + c) * kernelVolume + kk];
+        const int64_t x = srcCode(srcOffset) - p.srcZeroPoint;
+        acc += w * x;
+      }
+    }
+    const double scale = double(p.srcScale) * double(p.weightScales[static_cast<size_t>(o)]);
+    const double bias = p.bias ? double(p.bias[o]) : 0.0;
+    int64_t offset = 0;
+    for (size_t d = 0; d < out.size(); ++d) offset += pos[d] * outStrides[d];
+    const double y = applyPostOps(p, scale * double(acc) + bias, sum ? dstCode(residual, offset) : 0.0);
+    double got, want, tol;
+    if (quantOut) {
+      got = dstCode(dst, offset);
+      const double lo = p.dstType == Int8Type::kU8 ? 0 : -128, hi = p.dstType == Int8Type::kU8 ? 255 : 127;
+      want = std::min(hi, std::max(lo, std::nearbyint(y / p.dstScale) + p.dstZeroPoint));
+      tol = 1.0;
+    } else {
+      float f;
+      std::memcpy(&f, dst.data() + offset * 4, 4);
+      got = f;
+      want = y;
+      // A few float32 roundings (2^-24 each) of the scaled accumulator, the bias add and the
+      // result; a gelu post-op's approximation adds a few ulp of the result. One weight off by
+      // one moves the result by scale * |x - zero point|, above this wherever that code is not 0.
+      const bool gelu = std::any_of(p.postOps.begin(), p.postOps.end(), [](Int8Params::PostOp op) {
+        return op == Int8Params::PostOp::kGeluErf || op == Int8Params::PostOp::kGeluTanh;
+      });
+      tol = 4e-7 * (scale * std::abs(double(acc)) + std::abs(bias) + std::abs(y)) + (gelu ? 4e-6 * std::abs(y) : 0) +
+            1e-30;
+    }
+    if (!(std::abs(got - want) <= tol)) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "output channel %lld: kernel %.9g, integer formula %.9g (tolerance %.3g)",
+                    static_cast<long long>(o), got, want, tol);
+      return internalError(std::string("int8 probe: the prepacked kernel does not reproduce the formula: ") + buf);
+    }
+  }
+  return Status::ok();
+}
+
 StatusOr<std::unique_ptr<Kernel>> createInt8(const Int8Params& p) {
+  VF_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, createInt8Unprobed(p));
+  VF_RETURN_IF_ERROR(probeInt8Kernel(p, *k));
+  return k;
+}
+
+StatusOr<std::unique_ptr<Kernel>> createInt8Unprobed(const Int8Params& p) {
   VF_RETURN_IF_ERROR(checkParams(p));
   std::vector<int64_t> outV = int8OutputDims(p);
   if (outV.empty()) return invalidArgument("int8: invalid geometry, src " + dimsToString(p.srcDims) + " weight " + dimsToString(p.weightDims));

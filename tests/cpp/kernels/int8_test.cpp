@@ -172,6 +172,47 @@ TEST(Int8KernelTest, LinearU8AndF32) {
   run(Case{.conv = false, .n = 5, .c = 64, .o = 24, .dst = Int8Type::kF32});
 }
 
+TEST(Int8KernelTest, ProbeRefusesAKernelWhosePackedWeightsDifferFromTheFormula) {
+  // A kernel made from one weight tensor, probed against another that differs in one element (or
+  // against other scales): the probe names the output channel. Its own parameters pass.
+  for (bool conv : {true, false}) {
+    for (Int8Type dst : {Int8Type::kF32, Int8Type::kU8}) {
+      const int64_t o = 16, c = 32;
+      std::vector<int8_t> w(static_cast<size_t>(conv ? o * c * 9 : o * c));
+      for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<int8_t>((i * 37) % 255 - 127);
+      Int8Params p;
+      p.conv = conv;
+      p.srcDims = conv ? std::vector<int64_t>{1, c, 6, 6} : std::vector<int64_t>{4, c};
+      p.srcStrides = conv ? std::vector<int64_t>{c * 36, 36, 6, 1} : std::vector<int64_t>{c, 1};
+      p.weightDims = conv ? std::vector<int64_t>{o, c, 3, 3} : std::vector<int64_t>{o, c};
+      if (conv) p.padL = {1, 1};
+      p.dstType = dst;
+      p.weights = w.data();
+      p.srcScale = 0.02f;
+      p.srcZeroPoint = 128;
+      p.weightScales.assign(static_cast<size_t>(o), 0.01f);
+      p.dstScale = 0.2f;  // u8 results around the zero point 128, none saturated
+      p.dstZeroPoint = 128;
+      auto k = createInt8Unprobed(p);
+      ASSERT_TRUE(k.isOk()) << k.status().toString();
+      EXPECT_TRUE(probeInt8Kernel(p, **k).isOk());
+      // One weight of channel 5 changed by 100 (a layout scramble changes thousands): at least
+      // two u8 steps wherever its source code is 20 or more from the zero point.
+      std::vector<int8_t> other = w;
+      int8_t& changed = other[static_cast<size_t>(5 * (conv ? c * 9 : c) + 4)];
+      changed = static_cast<int8_t>(changed > 0 ? changed - 100 : changed + 100);
+      Int8Params q = p;
+      q.weights = other.data();
+      Status bad = probeInt8Kernel(q, **k);
+      EXPECT_FALSE(bad.isOk()) << (conv ? "conv " : "linear ") << int8TypeName(dst);
+      EXPECT_NE(bad.toString().find("output channel 5"), std::string::npos) << bad.toString();
+      q = p;
+      q.weightScales[9] = 0.02f;
+      EXPECT_FALSE(probeInt8Kernel(q, **k).isOk());
+    }
+  }
+}
+
 TEST(Int8KernelTest, RefusesBadScales) {
   std::vector<int8_t> w(16, 1);
   Int8Params p;

@@ -64,13 +64,17 @@ struct InstanceCheck {
 struct FoldRecord {
   /// kConcat: foldedWeight (foldedBias) is the row concatenation of parts (partBiases), a copy
   /// that must be bit-exact (qkv-concat).
-  enum class Kind { kNone, kBatchNorm, kChannelMul, kChannelAdd, kChannelDiv, kConcat } kind = Kind::kNone;
+  /// kInt8Scales (int8-conv-dequant, int8-linear-dequant): no new constant; the kernel folds the
+  /// output scale float(sx) * float(sw[o]) (scalar = sx, operand = the per-channel scales sw) and
+  /// prepacks the s8 weight (weight); zeroPoints are the weight's zero points (all 0 required).
+  enum class Kind { kNone, kBatchNorm, kChannelMul, kChannelAdd, kChannelDiv, kConcat, kInt8Scales } kind = Kind::kNone;
   ir::ConstantId weight = -1, bias = -1;            ///< before (bias -1: none)
   ir::ConstantId foldedWeight = -1, foldedBias = -1; ///< after
   ir::ConstantId gamma = -1, beta = -1, mean = -1, var = -1;  ///< batch norm (gamma/beta may be -1)
   ir::ConstantId operand = -1;                      ///< the per-channel constant (mul/add/div)
   double eps = 0, scalar = 1;                       ///< bn eps; scalar operand / add alpha
   std::vector<ir::ConstantId> parts, partBiases;    ///< kConcat: the weights (biases) concatenated
+  ir::ConstantId zeroPoints = -1;                   ///< kInt8Scales: the weight's zero points
 };
 
 /// One applied rewrite, for the report and the instance validator.

@@ -55,9 +55,23 @@ struct Int8Params {
 /// Output dims of \p p (conv: N, O, spatial; linear: M, N); empty when the geometry is invalid.
 std::vector<int64_t> int8OutputDims(const Int8Params& p);
 
+/// Runs \p k (made from \p p) once on deterministic pseudo-random codes and checks one output
+/// element of every output channel against the integer formula above computed here from the plain
+/// (unpacked) weights \p p.weights: the s32 accumulator exactly, then scales, bias and post-ops in
+/// double. f32 outputs must agree within float32 rounding of the scaled accumulator (so a wrong
+/// packed weight shows wherever its source value differs from the zero point); u8/s8 outputs
+/// within one quantization step (a scrambled layout or a wrong scale shows; a single weight off by
+/// one may not). kInternal naming the first mismatch. createInt8 calls it on every kernel it makes
+/// (once per configuration: about one multiply-add per weight), so an instance whose prepacked
+/// weights do not reproduce the formula never runs.
+Status probeInt8Kernel(const Int8Params& p, const Kernel& k);
+
 /// Creates the kernel: one input (src in the caller's layout, converted on entry when the
 /// primitive wants another), output dense row-major (NC... / MN; channels-last when asked) in dstType. kUnimplemented when
 /// oneDNN has no implementation (the caller runs the ATen composition).
+/// Every kernel passes probeInt8Kernel before it is returned (a mismatch is kInternal).
 StatusOr<std::unique_ptr<Kernel>> createInt8(const Int8Params& p);
+/// The kernel without the probe (tests pair it with other parameters to see the probe refuse).
+StatusOr<std::unique_ptr<Kernel>> createInt8Unprobed(const Int8Params& p);
 
 }  // namespace verifuse::kernels
