@@ -153,6 +153,41 @@ def test_int8_clamp_postop_codes_within_one_step_of_eager(act, zy):
     assert "int8-clamp-postop" in applied and "int8-requantize" in applied, applied
 
 
+class QMaxPoolCodes(nn.Module):
+    """q -> dq -> max_pool2d -> q with the input's parameters (the X86 quantizer's shared spec)."""
+
+    def __init__(self, kernel=3, stride=2, padding=1, ceil_mode=False, dtype=torch.uint8, zp=7):
+        super().__init__()
+        self.pool = dict(kernel_size=kernel, stride=stride, padding=padding, ceil_mode=ceil_mode)
+        lo, hi = (0, 255) if dtype == torch.uint8 else (-128, 127)
+        self.q = (0.05, zp, lo, hi, dtype)
+
+    def forward(self, x):
+        xq = qd.quantize_per_tensor(x, *self.q)
+        y = F.max_pool2d(qd.dequantize_per_tensor(xq, *self.q), **self.pool)
+        return qd.quantize_per_tensor(y, *self.q)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(ceil_mode=True, padding=0), dict(dtype=torch.int8, zp=-5),
+                                dict(kernel=2, stride=2, padding=0)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_int8_maxpool_on_codes_is_bit_exact(kw, channels_last):
+    # The max of codes is the code of the max: bit-exact, on oneDNN's u8/s8 pooling (ATen's own
+    # channels-last u8 max pooling fails on a 64x112x112 map, so channels-last matters here).
+    x = torch.randn(2, 64, 29, 29) * 3
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    model = QMaxPoolCodes(**kw).eval()
+    with torch.no_grad():
+        ref = model(x)
+        report = verifuse.explain(model, x, strict=True)
+        got = torch.compile(model, backend="verifuse", options={"strict": True})(x)
+    assert torch.equal(got, ref) and got.stride() == ref.stride(), (got.stride(), ref.stride())
+    ops = ops_of(report)
+    assert "verifuse::qmax_pool" in ops and not any("max_pool2d" in op for op in ops), sorted(ops)
+    assert "int8-maxpool-codes" in [f["rule"] for f in report.to_dict()["fusions"]]
+
+
 @pytest.mark.parametrize("relu", [True, False])
 def test_int8_residual_sum_codes_within_one_step_of_eager(relu):
     report, _ = compile_and_compare_codes(QResidualCodes(relu=relu, zy=7), torch.randn(2, 8, 10, 10))

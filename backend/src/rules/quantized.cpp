@@ -10,6 +10,7 @@
 //   int8-requantize            q([view](qconv f32), sy, zy, qmin, qmax)    = [view](qconv -> u8/s8) (oneDNN's dst
 //                                                                            scale, zero point, saturation)
 //   int8-relu-across-requant   q(relu(dq(xq, s, z)), s, z)                 = clamp_min(xq, z)
+//   int8-maxpool-codes         q(max_pool2d(dq(x, s, z)), s, z)            = verifuse::qmax_pool(x) on the codes
 //   int8-residual-sum          q([relu](qconv f32 + dq(r, sr, zr)))        = qconv -> u8/s8 with the sum post-op
 //                                                                            (scale sr, zero point zr) [and relu]
 //   int8-quantize-kernel       q(x f32) left over                          = verifuse::quantize (one C++ pass)
@@ -502,6 +503,61 @@ Status rewriteReluAcrossRequant(Graph& g, const Match& m, FusionRecord&) {
   return Status::ok();
 }
 
+// ---- int8-maxpool-codes -------------------------------------------------------------------------
+
+// q(max_pool2d[_with_indices](dq(x, s, z), kernel, stride, padding, dilation, ceil_mode)[0], s, z)
+// with the same parameters on both sides (X86InductorQuantizer shares the input's) and the
+// indices unused.
+const Node* maxPoolOfCodes(const Graph& g, const Node& q, std::optional<TensorQParams>* x, std::string* whyNot) {
+  if (q.args.empty()) return nullptr;
+  const Node* pool = u::producerOf(g, q.args[0]);
+  if (!pool || (pool->op != "aten::max_pool2d_with_indices" && pool->op != "aten::max_pool2d") ||
+      pool->args.size() != 6 || u::valueOf(q.args[0]) != pool->outputs[0]) {
+    return nullptr;
+  }
+  if (!u::hasSingleUse(g, pool->outputs[0]) ||
+      (pool->outputs.size() > 1 && (!g.users(pool->outputs[1]).empty() || g.isGraphOutput(pool->outputs[1])))) {
+    return u::why(whyNot, "the pooled values have other readers, or the indices are used"), nullptr;
+  }
+  *x = dequantizedInput(g, pool->args[0], whyNot);
+  if (!*x) return nullptr;
+  auto p = tensorQParams(q, whyNot);
+  if (!p) return nullptr;
+  if (p->scale != (*x)->scale || p->zeroPoint != (*x)->zeroPoint || p->dtype != (*x)->dtype || p->qmin != (*x)->qmin ||
+      p->qmax != (*x)->qmax) {
+    return u::why(whyNot, "quantize and dequantize around the max pool differ in scale, zero point or range"), nullptr;
+  }
+  const ir::Value& input = g.value(u::valueOf((*x)->input));
+  if (!input.hasShape || input.shape.size() != 4) return u::why(whyNot, "not a 4-d input of known rank"), nullptr;
+  if (pool->args[5].kind != Arg::Kind::Bool) return u::why(whyNot, "ceil_mode not static"), nullptr;
+  for (size_t k = 1; k <= 4; ++k) {
+    if (!pool->args[k].asIntList().isOk()) return u::why(whyNot, "kernel/stride/padding/dilation not static"), nullptr;
+  }
+  return pool;
+}
+
+std::optional<Match> matchMaxPoolCodes(const Graph& g, NodeId id, std::string* whyNot) {
+  std::optional<TensorQParams> x;
+  const Node* pool = maxPoolOfCodes(g, g.node(id), &x, whyNot);
+  if (!pool) return std::nullopt;
+  return Match{id, id, 0};
+}
+
+Status rewriteMaxPoolCodes(Graph& g, const Match& m, FusionRecord&) {
+  std::optional<TensorQParams> x;
+  const Node* pool = maxPoolOfCodes(g, g.node(m.anchor), &x, nullptr);
+  if (!pool) return internalError("int8-maxpool-codes: match no longer holds");
+  const NodeId poolId = pool->id;
+  std::vector<Arg> args = {x->input};
+  for (size_t k = 1; k <= 5; ++k) args.push_back(pool->args[k]);
+  Node& q = g.mutableNode(m.anchor);  // the quantize's output (u8/s8, the pooled shape) stays
+  q.op = "verifuse::qmax_pool";
+  q.overload = "";
+  q.args = std::move(args);
+  g.eraseNode(poolId);
+  return Status::ok();
+}
+
 // ---- int8-residual-sum ------------------------------------------------------------------------
 
 struct ResidualMatch {
@@ -781,6 +837,43 @@ Obligation reluAcrossRequant(AcrossBug bug) {
   return ob.build();
 }
 
+enum class PoolBug { None, ZeroPointIgnored, ScaleSignUnchecked };
+
+// q(max_k dq(x_k)) = max_k x_k over a window of K = 3 codes (a window of any size is the same
+// argument: max is associative). Goal 1 (reals): max_k(s (x_k - z)) * (1/s) = max_k(x_k - z)
+// needs s > 0 (a negative scale turns the max into a min). Goal 2: the code of the Int
+// max_k(x_k - z) is max_k x_k for codes within [qmin, qmax]. Padding never wins: every window
+// holds at least one input element (torch's rule) and -inf is below every code.
+Obligation maxPoolCodes(PoolBug bug) {
+  ObligationBuilder ob("int8-maxpool-codes");
+  Expr s = ob.var("scale");
+  if (bug != PoolBug::ScaleSignUnchecked) ob.assume(s > 0);
+  else ob.assume(!(s == 0));
+  Expr inv = ob.fresh("1/scale", [&](Expr r) { return std::vector<Expr>{r * s == 1}; });
+  std::vector<Expr> xr, zr;
+  Expr z = ob.var("zero_point.real");
+  for (int k = 0; k < 3; ++k) xr.push_back(ob.var("x.real[" + std::to_string(k) + "]"));
+  auto max3 = [](const std::vector<Expr>& v) { return Expr::max(Expr::max(v[0], v[1]), v[2]); };
+  std::vector<Expr> dq, shifted;
+  for (const Expr& xk : xr) {
+    dq.push_back(s * (xk - z));
+    shifted.push_back(xk - z);
+  }
+  ob.prove("t", max3(dq) * inv, max3(shifted));
+  std::vector<Expr> x, xz;
+  Expr zi = ob.var("zero_point", Sort::Int), qmin = ob.var("qmin", Sort::Int), qmax = ob.var("qmax", Sort::Int);
+  ob.assume(qmin <= zi).assume(zi <= qmax);
+  for (int k = 0; k < 3; ++k) {
+    Expr xk = ob.var("x[" + std::to_string(k) + "]", Sort::Int);
+    ob.assume(qmin <= xk).assume(xk <= qmax);
+    x.push_back(xk);
+    xz.push_back(xk - zi);
+  }
+  Expr source = sem::clamp(roundHalfEven(ob, max3(xz), "round(max(x - z))") + zi, qmin, qmax);
+  ob.prove("q", source, bug == PoolBug::ZeroPointIgnored ? max3(x) - zi : max3(x));
+  return ob.build();
+}
+
 enum class SumBug { None, ResidualZeroPointDropped, ResidualScaleOne, ReluBeforeSum };
 
 // q([relu](y + dq(r, sr, zr))) against oneDNN's sum post-op sr * (r - zr) (the residual's codes in
@@ -937,6 +1030,20 @@ std::vector<RuleDeclaration> quantizedInt8() {
       .obligation = u::bindNoModel(reluAcrossRequant, AcrossBug::None),
       .mutants = {{"relu-across-nonzero-zero-point", "max(x, 0): relu moved onto the codes ignoring the zero point",
                    u::bindNoModel(reluAcrossRequant, AcrossBug::ZeroPointIgnored)}},
+  });
+  rules.push_back({
+      .id = "int8-maxpool-codes",
+      .summary = "q(max_pool2d(dq(x, s, z)), s, z) -> max pooling of the u8/s8 codes (verifuse::qmax_pool)",
+      .math = "clamp(round(max_k(s (x_k - z)) / s) + z, qmin, qmax) = max_k x_k, s > 0",
+      .phase = Phase::kFusion,
+      .anchors = {kQuantize},
+      .match = matchMaxPoolCodes,
+      .rewrite = rewriteMaxPoolCodes,
+      .obligation = u::bindNoModel(maxPoolCodes, PoolBug::None),
+      .mutants = {{"maxpool-zero-point-ignored", "the pooled code taken as max(x) - z",
+                   u::bindNoModel(maxPoolCodes, PoolBug::ZeroPointIgnored)},
+                  {"maxpool-scale-sign-unchecked", "a negative scale allowed (max of the values is the min of the codes)",
+                   u::bindNoModel(maxPoolCodes, PoolBug::ScaleSignUnchecked)}},
   });
   rules.push_back({
       .id = "int8-residual-sum",

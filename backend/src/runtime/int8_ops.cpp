@@ -31,6 +31,8 @@
 
 #include "verifuse/kernels/int8.h"
 #include "verifuse/kernels/kernel.h"
+#include "verifuse/kernels/layout.h"
+#include "verifuse/kernels/ops.h"
 #include "verifuse/kernels/quantize.h"
 #include "verifuse/rules/rules.h"
 
@@ -303,6 +305,53 @@ at::Tensor qlinear(const at::Tensor& x, const at::Tensor& w, const std::optional
   return finish(y, postOps, yScale, yZp, yQmin, yQmax, yDtype, residual, rScale, rZp);
 }
 
+// verifuse::qmax_pool(x, kernel_size, stride, padding, dilation, ceil_mode): 2-d max pooling of
+// u8/s8 codes (int8-maxpool-codes: the code of the max is the max of the codes), on oneDNN's u8/s8
+// pooling. The reference pools the codes widened to float (exact for codes) and narrows back:
+// ATen's own channels-last u8 max pooling fails its index-range check ("input_depth *
+// input_height * input_width <=" the uint8 index type) on any real feature map.
+at::Tensor qmaxPool(const at::Tensor& x, at::IntArrayRef kernel, at::IntArrayRef stride, at::IntArrayRef padding,
+                    at::IntArrayRef dilation, bool ceilMode) {
+  const bool cl = x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast);
+  const std::vector<int64_t> strideOrKernel = stride.empty() ? kernel.vec() : stride.vec();
+  if (int8Type(x.scalar_type()) && x.dim() == 4 && (x.is_contiguous() || cl) && x.numel() > 0) {
+    static std::mutex m;
+    static std::map<std::string, std::shared_ptr<kernels::Kernel>> kernelsByKey;
+    const std::string key = c10::str(x.sizes(), x.strides(), x.scalar_type(), kernel, strideOrKernel, padding, dilation,
+                                     ceilMode);
+    kernels::PoolParams p;
+    p.alg = kernels::PoolAlg::kMax;
+    p.src = kernels::Layout::plain(x.sizes().vec(), x.strides().vec(),
+                                   x.scalar_type() == at::kByte ? kernels::DataType::kU8 : kernels::DataType::kS8);
+    p.kernel = kernel.vec();
+    p.stride = strideOrKernel;
+    p.padL = padding.vec();
+    p.dilation = dilation.vec();
+    p.ceilMode = ceilMode;
+    p.dstFormat = cl ? kernels::Format::kChannelsLast : kernels::Format::kPlain;
+    std::shared_ptr<kernels::Kernel> k;
+    {
+      std::lock_guard<std::mutex> lock(m);
+      auto it = kernelsByKey.find(key);
+      if (it == kernelsByKey.end()) {
+        auto made = kernels::createPool(p);
+        it = kernelsByKey.emplace(key, made.isOk() ? std::shared_ptr<kernels::Kernel>(std::move(made).value()) : nullptr)
+                 .first;
+      }
+      k = it->second;
+    }
+    const std::vector<int64_t> outDims = kernels::poolOutputDims(p);
+    if (k && outDims.size() == 4) {
+      at::Tensor out = at::empty(outDims, x.options().memory_format(cl ? at::MemoryFormat::ChannelsLast
+                                                                        : at::MemoryFormat::Contiguous));
+      Status s = k->execute({x.data_ptr()}, out.data_ptr());
+      TORCH_CHECK(s.isOk(), "verifuse: oneDNN max pooling of int8 codes failed: ", s.toString());
+      return out;
+    }
+  }
+  return at::max_pool2d(x.to(at::kFloat), kernel, stride, padding, dilation, ceilMode).to(x.scalar_type());
+}
+
 }  // namespace
 
 void registerInt8Ops() {
@@ -318,10 +367,12 @@ void registerInt8Ops() {
         "float y_scale, int y_zp, int y_qmin, int y_qmax, ScalarType? y_dtype, Tensor? residual, float r_scale, "
         "int r_zp) -> Tensor");
     defs.def("quantize(Tensor x, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
+    defs.def("qmax_pool(Tensor x, int[] kernel_size, int[] stride, int[] padding, int[] dilation, bool ceil_mode) -> Tensor");
     static torch::Library impls(torch::Library::IMPL, "verifuse", c10::DispatchKey::CPU, __FILE__, __LINE__);
     impls.impl("quantize", TORCH_FN(quantize));
     impls.impl("qconv", TORCH_FN(qconv));
     impls.impl("qlinear", TORCH_FN(qlinear));
+    impls.impl("qmax_pool", TORCH_FN(qmaxPool));
   });
 }
 

@@ -46,8 +46,18 @@ void* threadScratch(int slot, size_t bytes) {
 
 void notePrimitiveCreated() { gPrimitiveCount.fetch_add(1, std::memory_order_relaxed); }
 
-dt toDnnl(DataType t) { return t == DataType::kBF16 ? dt::bf16 : dt::f32; }
-DataType fromDnnl(dt t) { return t == dt::bf16 ? DataType::kBF16 : DataType::kF32; }
+dt toDnnl(DataType t) {
+  switch (t) {
+    case DataType::kBF16: return dt::bf16;
+    case DataType::kU8: return dt::u8;
+    case DataType::kS8: return dt::s8;
+    case DataType::kF32: break;
+  }
+  return dt::f32;
+}
+DataType fromDnnl(dt t) {
+  return t == dt::bf16 ? DataType::kBF16 : t == dt::u8 ? DataType::kU8 : t == dt::s8 ? DataType::kS8 : DataType::kF32;
+}
 
 dnnl::algorithm toDnnl(BinaryAlg a) {
   switch (a) {
@@ -300,8 +310,18 @@ Layout LayoutAccess::make(const dnnl::memory::desc& md) {
   return Layout(std::make_shared<const Layout::Impl>(Layout::Impl{md}));
 }
 
-size_t dataTypeSize(DataType d) { return d == DataType::kBF16 ? 2 : 4; }
-const char* dataTypeName(DataType d) { return d == DataType::kBF16 ? "bf16" : "f32"; }
+size_t dataTypeSize(DataType d) {
+  return d == DataType::kBF16 ? 2 : (d == DataType::kU8 || d == DataType::kS8) ? 1 : 4;
+}
+const char* dataTypeName(DataType d) {
+  switch (d) {
+    case DataType::kBF16: return "bf16";
+    case DataType::kU8: return "u8";
+    case DataType::kS8: return "s8";
+    case DataType::kF32: break;
+  }
+  return "f32";
+}
 
 Layout Layout::plain(const std::vector<int64_t>& dimsIn, const std::vector<int64_t>& strides,
                      DataType dtype) {

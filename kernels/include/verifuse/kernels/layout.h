@@ -9,7 +9,7 @@
 namespace verifuse::kernels {
 
 /// Element types the kernels store. Compute precision is chosen separately (see ComputeType).
-enum class DataType { kF32, kBF16 };
+enum class DataType { kF32, kBF16, kU8, kS8 };  ///< u8/s8: int8 codes (quantized models)
 
 /// Bytes per element of \p dt.
 size_t dataTypeSize(DataType dt);
