@@ -89,6 +89,24 @@ class InvertedResidualNet(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(y, 1).flatten(1))
 
 
+class CatNet(nn.Module):
+    """Inception-like: two conv-relu branches concatenated, a conv on the concatenation, max pool,
+    a conv, flatten, classifier."""
+
+    def __init__(self, c: int = 8):
+        super().__init__()
+        self.a = nn.Conv2d(3, c, 1)
+        self.b = nn.Conv2d(3, c, 3, padding=1)
+        self.c = nn.Conv2d(2 * c, c, 3, padding=1)
+        self.d = nn.Conv2d(c, c, 1)
+        self.fc = nn.Linear(c * 16, 10)
+
+    def forward(self, x):
+        y = torch.cat([F.relu(self.a(x)), F.relu(self.b(x))], 1)
+        y = F.relu(self.d(F.max_pool2d(F.relu(self.c(y)), 2)))
+        return self.fc(torch.flatten(y, 1))
+
+
 def untie_resnet_relus(model: nn.Module) -> nn.Module:
     """torchvision's ResNet blocks call one ReLU module two or three times; the X86 quantizer's
     conv-add-relu pattern then sees one partition with several outputs and raises ("Input

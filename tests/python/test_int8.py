@@ -18,7 +18,7 @@ import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_
 
 import verifuse
 
-from quant_models import ConvNet, InvertedResidualNet, LinearNet, quantize_pt2e
+from quant_models import CatNet, ConvNet, InvertedResidualNet, LinearNet, quantize_pt2e
 
 qd = torch.ops.quantized_decomposed
 
@@ -223,7 +223,7 @@ def _pt2e(model, x):
 
 
 @pytest.mark.parametrize("make,shape", [(ConvNet, (4, 3, 16, 16)), (LinearNet, (16, 32)), (LinearNet, (4, 6, 32)),
-                                        (InvertedResidualNet, (2, 3, 16, 16))])
+                                        (InvertedResidualNet, (2, 3, 16, 16)), (CatNet, (2, 3, 8, 8))])
 def test_pt2e_model_vs_eager_quantized_and_float(make, shape):
     torch.manual_seed(1)
     fmodel = make().eval()
@@ -236,14 +236,24 @@ def test_pt2e_model_vs_eager_quantized_and_float(make, shape):
         got = torch.compile(q, backend="verifuse", options={"strict": True})(x)
     ops = ops_of(report)
     assert any(o in ops for o in ("verifuse::qconv", "verifuse::qlinear")), sorted(ops)
+    if make is CatNet:
+        # The quantizer puts the quantize after the cat (conv -> relu -> cat -> q): each conv takes
+        # the requantization and the cat, max pool and flatten read codes; the model input's
+        # quantize is the only one left and no float32 conv or pool runs.
+        applied = {f["rule"] for f in report.to_dict()["fusions"]}
+        assert "int8-requantize-cat" in applied, applied
+        assert applied & {"int8-maxpool-codes", "int8-requantize-maxpool"}, applied
+        counts = {op: n for g in report.graphs for op, n in g.ops.items()}
+        assert counts.get("verifuse::quantize") == 1 and "verifuse::qmax_pool" in counts, counts
+        assert not any("convolution" in op or "max_pool2d" in op or "dequantize" in op for op in counts), counts
     if make is InvertedResidualNet:
         # MobileNetV2's pattern: every ReLU6 a clip post-op, every residual add a sum post-op: no
-        # float32 conv, clamp or add, and the three quantizes left are the model input's and the
-        # classifier head's (the pooled value, then the flattened one: [2, 16] each), none between
-        # the convolutions.
+        # float32 conv, clamp or add, and the two quantizes left are the model input's and the
+        # pooled value's ([2, 16, 1, 1]; its flatten then views the codes), none between the
+        # convolutions.
         assert not ops & {"aten::hardtanh", "aten::clamp", "aten::add", "aten::convolution"}, sorted(ops)
         counts = {op: n for g in report.graphs for op, n in g.ops.items()}
-        assert counts.get("verifuse::quantize") == 3 and "quantized_decomposed::quantize_per_tensor" not in counts, counts
+        assert counts.get("verifuse::quantize") == 2 and "quantized_decomposed::quantize_per_tensor" not in counts, counts
     # Against eager's quantized graph: a few codes one step off propagate to the f32 output as a
     # few of the last layer's input steps.
     scale = ref_q.abs().max().item()

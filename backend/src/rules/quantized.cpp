@@ -11,6 +11,9 @@
 //                                                                            scale, zero point, saturation)
 //   int8-relu-across-requant   q(relu(dq(xq, s, z)), s, z)                 = clamp_min(xq, z)
 //   int8-maxpool-codes         q(max_pool2d(dq(x, s, z)), s, z)            = verifuse::qmax_pool(x) on the codes
+//   int8-requantize-cat        q(cat([qconv f32, ...]))                     = cat([qconv -> u8/s8, ...]) (in place)
+//   int8-requantize-maxpool    q(max_pool2d(qconv f32))                    = qmax_pool(qconv -> u8/s8)
+//   int8-select-codes          q(cat([dq(a, s, z), ...]), s, z)            = cat([a, ...]) on the codes (and view)
 //   int8-residual-sum          q([relu](qconv f32 + dq(r, sr, zr)))        = qconv -> u8/s8 with the sum post-op
 //                                                                            (scale sr, zero point zr) [and relu]
 //   int8-quantize-kernel       q(x f32) left over                          = verifuse::quantize (one C++ pass)
@@ -35,6 +38,8 @@
 // tests); the lowering always gives the real tensors.
 #include <cmath>
 #include <limits>
+#include <set>
+#include <string>
 
 #include "rules/families.h"
 #include "rules/rule_util.h"
@@ -558,6 +563,172 @@ Status rewriteMaxPoolCodes(Graph& g, const Match& m, FusionRecord&) {
   return Status::ok();
 }
 
+// ---- int8-requantize-cat / int8-requantize-maxpool ---------------------------------------------
+
+// The X86 quantizer quantizes a cat's or a max pool's output, not its inputs: conv -> relu -> cat ->
+// q. Quantization is elementwise (so it commutes with cat's selection) and monotone (so with max):
+// each int8 op that feeds the cat / pool takes the requantization itself (int8-requantize's dst
+// scale, zero point and saturation) and the cat / pool runs on the codes.
+bool fullRange(const TensorQParams& q) {
+  auto range = int8Range(q.dtype);
+  return range && q.qmin == range->first && q.qmax == range->second;
+}
+
+void requantizeInPlace(Graph& g, NodeId producer, const Node& q) {
+  Node& p = g.mutableNode(producer);
+  const size_t r = requantIndex(p);
+  for (size_t k = 0; k < 5; ++k) p.args[r + k] = q.args[1 + k];
+  g.mutableValue(p.outputs[0]).dtype = static_cast<DType>(q.args[5].i);
+}
+
+std::optional<std::vector<NodeId>> catOfInt8(const Graph& g, const Node& q, const Node** cat, std::string* whyNot) {
+  if (q.args.empty()) return std::nullopt;
+  *cat = u::producerOf(g, q.args[0]);
+  const Node* c = *cat;
+  if (!c || c->op != "aten::cat" || c->args.size() != 2 || c->args[0].kind != Arg::Kind::List ||
+      c->args[0].list.empty() || !u::hasSingleUse(g, c->outputs[0])) {
+    return std::nullopt;
+  }
+  std::vector<NodeId> producers;
+  for (const Arg& a : c->args[0].list) {
+    const Node* p = floatInt8Producer(g, a);
+    if (!p) return u::why(whyNot, "a cat input is not an int8 op's f32 result read only by the cat"), std::nullopt;
+    producers.push_back(p->id);
+  }
+  auto qp = tensorQParams(q, whyNot);
+  if (!qp) return std::nullopt;
+  if (!fullRange(*qp)) return u::why(whyNot, "requantization range narrower than the dtype"), std::nullopt;
+  return producers;
+}
+
+std::optional<Match> matchRequantizeCat(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node* cat = nullptr;
+  if (!catOfInt8(g, g.node(id), &cat, whyNot)) return std::nullopt;
+  return Match{id, id, 0};
+}
+
+Status rewriteRequantizeCat(Graph& g, const Match& m, FusionRecord&) {
+  const Node q = g.node(m.anchor);
+  const Node* cat = nullptr;
+  auto producers = catOfInt8(g, q, &cat, nullptr);
+  if (!producers) return internalError("int8-requantize-cat: match no longer holds");
+  const ValueId catOut = cat->outputs[0];
+  for (NodeId p : *producers) requantizeInPlace(g, p, q);
+  g.mutableValue(catOut).dtype = static_cast<DType>(q.args[5].i);
+  g.replaceAllUses(q.outputs[0], catOut);
+  g.eraseNode(m.anchor);
+  return Status::ok();
+}
+
+const Node* maxPoolOfInt8(const Graph& g, const Node& q, const Node** producer, std::string* whyNot) {
+  if (q.args.empty()) return nullptr;
+  const Node* pool = u::producerOf(g, q.args[0]);
+  if (!pool || (pool->op != "aten::max_pool2d_with_indices" && pool->op != "aten::max_pool2d") ||
+      pool->args.size() != 6 || u::valueOf(q.args[0]) != pool->outputs[0] || !u::hasSingleUse(g, pool->outputs[0]) ||
+      (pool->outputs.size() > 1 && (!g.users(pool->outputs[1]).empty() || g.isGraphOutput(pool->outputs[1])))) {
+    return nullptr;
+  }
+  *producer = floatInt8Producer(g, pool->args[0]);
+  if (!*producer) return nullptr;
+  const ir::Value& in = g.value(u::valueOf(pool->args[0]));
+  if (!in.hasShape || in.shape.size() != 4) return u::why(whyNot, "not a 4-d input of known rank"), nullptr;
+  if (pool->args[5].kind != Arg::Kind::Bool) return u::why(whyNot, "ceil_mode not static"), nullptr;
+  for (size_t k = 1; k <= 4; ++k) {
+    if (!pool->args[k].asIntList().isOk()) return u::why(whyNot, "kernel/stride/padding/dilation not static"), nullptr;
+  }
+  auto qp = tensorQParams(q, whyNot);
+  if (!qp) return nullptr;
+  if (!fullRange(*qp)) return u::why(whyNot, "requantization range narrower than the dtype"), nullptr;
+  return pool;
+}
+
+std::optional<Match> matchRequantizeMaxPool(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node* producer = nullptr;
+  if (!maxPoolOfInt8(g, g.node(id), &producer, whyNot)) return std::nullopt;
+  return Match{id, id, 0};
+}
+
+Status rewriteRequantizeMaxPool(Graph& g, const Match& m, FusionRecord&) {
+  const Node* producer = nullptr;
+  const Node* pool = maxPoolOfInt8(g, g.node(m.anchor), &producer, nullptr);
+  if (!pool) return internalError("int8-requantize-maxpool: match no longer holds");
+  const NodeId poolId = pool->id, producerId = producer->id;
+  std::vector<Arg> args = {Arg::value(producer->outputs[0])};
+  for (size_t k = 1; k <= 5; ++k) args.push_back(pool->args[k]);
+  requantizeInPlace(g, producerId, g.node(m.anchor));
+  Node& q = g.mutableNode(m.anchor);  // the quantize's u8/s8 output of the pooled shape stays
+  q.op = "verifuse::qmax_pool";
+  q.overload = "";
+  q.args = std::move(args);
+  g.eraseNode(poolId);
+  return Status::ok();
+}
+
+// ---- int8-select-codes ------------------------------------------------------------------------
+
+// q(cat([dq(a_1, s, z), ..., dq(a_n, s, z)], dim), s, z) or q(view(dq(a, s, z), sizes), s, z), every
+// parameter equal (the X86 quantizer shares cat's and a flatten's quantization): each output
+// element is one input element, and q(dq(code)) is that code, so the op runs on the codes.
+struct SelectOfCodes {
+  const Node* op = nullptr;
+  std::vector<Arg> codes;  ///< the quantized inputs, in the op's order
+};
+
+std::optional<SelectOfCodes> selectOfCodes(const Graph& g, const Node& q, std::string* whyNot) {
+  if (q.args.empty()) return std::nullopt;
+  const Node* op = u::producerOf(g, q.args[0]);
+  if (!op || op->args.size() != 2 || !u::hasSingleUse(g, op->outputs[0])) return std::nullopt;
+  std::vector<Arg> inputs;
+  if (op->op == "aten::cat" && op->args[0].kind == Arg::Kind::List && !op->args[0].list.empty()) {
+    inputs = op->args[0].list;
+  } else if (op->op == "aten::view") {
+    inputs = {op->args[0]};
+  } else {
+    return std::nullopt;
+  }
+  auto p = tensorQParams(q, whyNot);
+  if (!p) return std::nullopt;
+  SelectOfCodes m{op, {}};
+  for (const Arg& a : inputs) {
+    auto x = dequantizedInput(g, a, whyNot);
+    if (!x) return std::nullopt;
+    if (x->scale != p->scale || x->zeroPoint != p->zeroPoint || x->dtype != p->dtype || x->qmin != p->qmin ||
+        x->qmax != p->qmax) {
+      return u::why(whyNot, "an input's dequantize differs from the quantize in scale, zero point or range"), std::nullopt;
+    }
+    m.codes.push_back(x->input);
+  }
+  if (op->op == "aten::view") {
+    // A view needs the codes to have its input's strides: the dequantize's result follows a dense
+    // input's layout, and the ops below always write dense outputs (a strided slice of codes
+    // would not; its view could fail where the dequantized copy's did not).
+    static const std::set<std::string> dense = {kQuantize, "verifuse::quantize", kQConv, kQLinear, "verifuse::qmax_pool",
+                                                "aten::cat"};
+    const Node* producer = u::producerOf(g, m.codes[0]);
+    if (!producer || !dense.count(producer->op)) {
+      return u::why(whyNot, "the codes are not known to be dense (a view of them may fail)"), std::nullopt;
+    }
+  }
+  return m;
+}
+
+std::optional<Match> matchSelectCodes(const Graph& g, NodeId id, std::string* whyNot) {
+  if (!selectOfCodes(g, g.node(id), whyNot)) return std::nullopt;
+  return Match{id, id, 0};
+}
+
+Status rewriteSelectCodes(Graph& g, const Match& m, FusionRecord&) {
+  auto sel = selectOfCodes(g, g.node(m.anchor), nullptr);
+  if (!sel) return internalError("int8-select-codes: match no longer holds");
+  const NodeId opId = sel->op->id;
+  Node& q = g.mutableNode(m.anchor);  // keeps the quantize's u8/s8 output of the op's shape
+  q.op = sel->op->op;
+  q.overload = sel->op->overload;
+  q.args = {sel->op->op == "aten::cat" ? Arg::makeList(sel->codes) : sel->codes[0], sel->op->args[1]};
+  g.eraseNode(opId);
+  return Status::ok();
+}
+
 // ---- int8-residual-sum ------------------------------------------------------------------------
 
 struct ResidualMatch {
@@ -874,6 +1045,85 @@ Obligation maxPoolCodes(PoolBug bug) {
   return ob.build();
 }
 
+enum class CatBug { None, OrderSwapped };
+
+// q(cat(y_1, y_2)) = cat(q(y_1), q(y_2)): the scaled value y * (1/s) commutes with cat (explicit
+// [1, 2, 2] and [1, 1, 2] along dim 1), then the code of every t is int8-requantize's (its goals).
+Obligation requantizeCat(CatBug bug) {
+  Obligation o = requantize(RequantBug::None);
+  o.name = "int8-requantize-cat";
+  ObligationBuilder ob("int8-requantize-cat.commute");
+  Expr s = ob.var("y.scale");
+  ob.assume(s > 0);
+  Expr inv = ob.fresh("1/y.scale", [&](Expr r) { return std::vector<Expr>{r * s == 1}; });
+  using sem::ElementTensor;
+  const ElementTensor a = ElementTensor::variables("y1", {1, 2, 2}), b = ElementTensor::variables("y2", {1, 1, 2});
+  auto scaled = [inv](const ElementTensor& t) {
+    return ElementTensor::fromFunction(t.sizes(), [t, inv](const sem::Index& i) { return t.at(i) * inv; });
+  };
+  sem::proveElementwise(ob, "cat", scaled(sem::cat({a, b}, 1)),
+                        bug == CatBug::OrderSwapped ? sem::cat({scaled(b), scaled(a)}, 1) : sem::cat({scaled(a), scaled(b)}, 1));
+  Obligation c = ob.build();
+  for (auto& x : c.assumptions) o.assumptions.push_back(x);
+  for (auto& f : c.fresh) o.fresh.push_back(f);
+  for (auto& goal : c.goals) o.goals.push_back(goal);
+  return o;
+}
+
+enum class MaxPoolRequantBug { None, ScaleSignUnchecked, RoundHalfAway };
+
+// q(max_k y_k) = max_k q(y_k) over a window of K = 3: goal 1, max_k(y_k) * (1/s) = max_k(y_k *
+// (1/s)) needs s > 0; goal 2, the code is monotone: clamp(round(max_k t_k) + z) = max_k clamp(
+// round(t_k) + z) with round half to even (both sides; oneDNN's nearbyint is the same rounding).
+Obligation requantizeMaxPool(MaxPoolRequantBug bug) {
+  ObligationBuilder ob("int8-requantize-maxpool");
+  Expr s = ob.var("y.scale");
+  if (bug == MaxPoolRequantBug::ScaleSignUnchecked) ob.assume(!(s == 0));
+  else ob.assume(s > 0);
+  Expr inv = ob.fresh("1/y.scale", [&](Expr r) { return std::vector<Expr>{r * s == 1}; });
+  auto max3 = [](const std::vector<Expr>& v) { return Expr::max(Expr::max(v[0], v[1]), v[2]); };
+  std::vector<Expr> y, scaled, t;
+  for (int k = 0; k < 3; ++k) {
+    y.push_back(ob.var("y[" + std::to_string(k) + "]"));
+    scaled.push_back(y.back() * inv);
+    t.push_back(ob.var("t[" + std::to_string(k) + "]"));
+  }
+  ob.prove("t", max3(y) * inv, max3(scaled));
+  Expr z = ob.var("y.zero_point", Sort::Int);
+  ob.assume(z >= Expr::integer(0)).assume(z <= Expr::integer(255));
+  auto code = [&](Expr v, const std::string& name, bool away) {
+    Expr n = away ? roundHalfAway(ob, v, name) : roundHalfEven(ob, v, name);
+    return sem::clamp(n + z, Expr::integer(0), Expr::integer(255));
+  };
+  std::vector<Expr> codes;
+  for (int k = 0; k < 3; ++k) {
+    codes.push_back(code(t[static_cast<size_t>(k)], "nearbyint(t[" + std::to_string(k) + "])",
+                         bug == MaxPoolRequantBug::RoundHalfAway));
+  }
+  ob.prove("q.u8", code(max3(t), "round(max t)", false), max3(codes));
+  return ob.build();
+}
+
+enum class SelectBug { None, ScalesUnchecked, ZeroPointIgnored };
+
+// One output element of cat / view is one input element x (a code in [qmin, qmax]): goal 1 (reals)
+// s (x - z) * (1/s') = x - z with s' the quantize's scale (equal to s: the guard); goal 2: the code
+// clamp(round(x - z) + z, qmin, qmax) = x.
+Obligation selectCodes(SelectBug bug) {
+  ObligationBuilder ob("int8-select-codes");
+  Expr s = ob.var("input.scale"), sq = ob.var("output.scale"), xr = ob.var("x.real"), zr = ob.var("zero_point.real");
+  ob.assume(s > 0).assume(sq > 0);
+  if (bug != SelectBug::ScalesUnchecked) ob.assume(s == sq);
+  Expr inv = ob.fresh("1/output.scale", [&](Expr r) { return std::vector<Expr>{r * sq == 1}; });
+  ob.prove("t", s * (xr - zr) * inv, xr - zr);
+  Expr x = ob.var("x", Sort::Int), z = ob.var("zero_point", Sort::Int);
+  Expr qmin = ob.var("qmin", Sort::Int), qmax = ob.var("qmax", Sort::Int);
+  ob.assume(qmin <= x).assume(x <= qmax).assume(qmin <= z).assume(z <= qmax);
+  Expr source = sem::clamp(roundHalfEven(ob, x - z, "round(x - z)") + z, qmin, qmax);
+  ob.prove("q", source, bug == SelectBug::ZeroPointIgnored ? x - z : x);
+  return ob.build();
+}
+
 enum class SumBug { None, ResidualZeroPointDropped, ResidualScaleOne, ReluBeforeSum };
 
 // q([relu](y + dq(r, sr, zr))) against oneDNN's sum post-op sr * (r - zr) (the residual's codes in
@@ -1044,6 +1294,46 @@ std::vector<RuleDeclaration> quantizedInt8() {
                    u::bindNoModel(maxPoolCodes, PoolBug::ZeroPointIgnored)},
                   {"maxpool-scale-sign-unchecked", "a negative scale allowed (max of the values is the min of the codes)",
                    u::bindNoModel(maxPoolCodes, PoolBug::ScaleSignUnchecked)}},
+  });
+  rules.push_back({
+      .id = "int8-requantize-cat",
+      .summary = "q(cat of int8 ops' f32 results) -> each op requantized (u8/s8), the cat on the codes",
+      .math = "q(cat(y_1, ..., y_n)) = cat(q(y_1), ..., q(y_n)), q = int8-requantize's code",
+      .phase = Phase::kFusion,
+      .anchors = {kQuantize},
+      .match = matchRequantizeCat,
+      .rewrite = rewriteRequantizeCat,
+      .obligation = u::bindNoModel(requantizeCat, CatBug::None),
+      .mutants = {{"cat-order-swapped", "the requantized inputs concatenated in the other order",
+                   u::bindNoModel(requantizeCat, CatBug::OrderSwapped)}},
+  });
+  rules.push_back({
+      .id = "int8-requantize-maxpool",
+      .summary = "q(max_pool2d(int8 op f32)) -> the op requantized (u8/s8), max pooling on the codes",
+      .math = "clamp(round(max_k y_k / s) + z) = max_k clamp(nearbyint(y_k / s) + z), s > 0",
+      .phase = Phase::kFusion,
+      .anchors = {kQuantize},
+      .match = matchRequantizeMaxPool,
+      .rewrite = rewriteRequantizeMaxPool,
+      .obligation = u::bindNoModel(requantizeMaxPool, MaxPoolRequantBug::None),
+      .mutants = {{"maxpool-requant-scale-sign-unchecked", "a negative scale allowed (max then becomes min)",
+                   u::bindNoModel(requantizeMaxPool, MaxPoolRequantBug::ScaleSignUnchecked)},
+                  {"maxpool-requant-round-half-away", "the pooled codes rounded half away from zero",
+                   u::bindNoModel(requantizeMaxPool, MaxPoolRequantBug::RoundHalfAway)}},
+  });
+  rules.push_back({
+      .id = "int8-select-codes",
+      .summary = "q(cat / view of dq(x, s, z), s, z) -> the cat / view of the u8/s8 codes",
+      .math = "clamp(round(s (x - z) / s) + z, qmin, qmax) = x for every selected element x",
+      .phase = Phase::kFusion,
+      .anchors = {kQuantize},
+      .match = matchSelectCodes,
+      .rewrite = rewriteSelectCodes,
+      .obligation = u::bindNoModel(selectCodes, SelectBug::None),
+      .mutants = {{"select-scales-unchecked", "inputs and output quantized with different scales",
+                   u::bindNoModel(selectCodes, SelectBug::ScalesUnchecked)},
+                  {"select-zero-point-ignored", "the code taken as x - z",
+                   u::bindNoModel(selectCodes, SelectBug::ZeroPointIgnored)}},
   });
   rules.push_back({
       .id = "int8-residual-sum",
