@@ -183,7 +183,8 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
         context = TracingContext.try_get()
         meta = getattr(context, "fw_metadata", None) if context is not None else None
         static = sorted(meta.static_input_indices) if meta is not None else []
-        problem = _freezing_problem(fake_inputs, example_inputs, static, meta)
+        real_inputs, real_names = _flatten_subclasses(example_inputs, names)
+        problem = _freezing_problem(fake_inputs, real_inputs, static, meta)
         if problem:
             return make_boxed_func(_fallback(aot_gm, problem, opts, graph_report))
         from .guards import attach_shape_guards, collect_shape_facts
@@ -192,9 +193,9 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
         # Dynamic shapes: Dynamo's shape guards go to C++ with the compile request, which derives
         # the plan's shape assumptions, decides them and checks the ones that do not follow on
         # every call (None for static shapes).
-        shape_facts = collect_shape_facts(fake_inputs, example_inputs, static, graph_report, opts.strict)
+        shape_facts = collect_shape_facts(fake_inputs, real_inputs, static, graph_report, opts.strict)
         try:
-            runner = CompiledGraphRunner(aot_gm, example_inputs, set(static), names, opts, graph_report, shape_facts,
+            runner = CompiledGraphRunner(aot_gm, real_inputs, set(static), real_names, opts, graph_report, shape_facts,
                                          plan_cache=plan_cache, record=record)
         except LoweringError as err:
             return make_boxed_func(_fallback(aot_gm, err.reason, opts, graph_report, op=err.node))
@@ -204,7 +205,7 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
             from .saved import graph_problem, inference_problem
 
             save_state.reason = inference_problem(meta) or graph_problem(aot_gm)
-            save_state.aot_gm, save_state.static, save_state.names = aot_gm, static, names
+            save_state.aot_gm, save_state.static, save_state.names = aot_gm, static, real_names
             save_state.options, save_state.runner = dataclasses.asdict(opts), runner
         # A violated shape guard runs the graph eagerly, or raises ShapeGuardError under strict.
         return attach_shape_guards(runner, aot_gm, graph_report, opts.strict)
@@ -280,6 +281,31 @@ def _fill_report(graph_report: _report.GraphReport, cpp: dict) -> None:
 
 
 _REPORT_FIELDS = frozenset(f.name for f in __import__("dataclasses").fields(_report.GraphReport))
+
+
+def _flatten_subclasses(inputs: list, names: Sequence[str]) -> tuple[list, list[str]]:
+    """The inputs as aot_autograd's graph takes them: a tensor subclass (torchao's quantized
+    weights: Int8Tensor, AffineQuantizedTensor) is desugared into its inner tensors, recursively,
+    in ``__tensor_flatten__``'s order, which is the order AOT uses (its runtime wrapper unwraps the
+    same way before every call). Plain inputs pass through, so the list is unchanged without
+    subclasses. Names follow: ``<weight name>.<attribute>``."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    flat: list = []
+    flat_names: list[str] = []
+
+    def add(x: Any, name: str) -> None:
+        if isinstance(x, torch.Tensor) and is_traceable_wrapper_subclass(x):
+            attrs, _ = x.__tensor_flatten__()
+            for attr in attrs:
+                add(getattr(x, attr), f"{name}.{attr}")
+        else:
+            flat.append(x)
+            flat_names.append(name)
+
+    for x, name in zip(inputs, names):
+        add(x, name)
+    return flat, flat_names
 
 
 def _freezing_problem(fake_inputs: list, real_inputs: list, static: list[int], meta: Any) -> Optional[str]:
