@@ -264,6 +264,22 @@ def test_pt2e_model_vs_eager_quantized_and_float(make, shape):
     assert agree >= agree_eager - 0.25
 
 
+def test_in_place_update_of_a_quantized_weight_is_seen():
+    # The int8 kernels prepack the weight once: after an in-place update of the frozen s8 weight
+    # (or its scales) the next call must use the new values, not the stale packed copy.
+    model = QConvCodes(relu=False, zy=100).eval()
+    x = torch.randn(2, 8, 12, 12)
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="verifuse")
+        before = compiled(x)
+        model.wq.copy_(torch.flip(model.wq, [0]))
+        model.ws.mul_(0.5)
+        after, ref = compiled(x), model(x)
+    assert not torch.equal(before, ref)
+    diff = (after.to(torch.int32) - ref.to(torch.int32)).abs()
+    assert diff.max().item() <= 1 and (diff == 0).float().mean().item() >= 0.99
+
+
 def test_int8_instances_are_validated_and_an_underflowing_scale_is_refused():
     # Every applied int8-conv-dequant carries its instance check (the kernel's folded output scales
     # sx*sw[o] and the weight zero points, rechecked on the real constants). A scale product that
@@ -337,7 +353,7 @@ def test_torchao_dynamic_configs_run_on_verifuse(config):
     # torchao's weight-only / dynamic-activation int8 configs make tensor subclasses, which
     # aot_autograd desugars into their inner tensors (int8 data, scales): verifuse freezes those
     # (flattened in __tensor_flatten__'s order, as AOT does) and runs the plain ATen graph, with
-    # eager's result exactly. An in-place change of a quantized weight's inner data is seen by the
+    # eager's result exactly (the s32 products are exact on both sides). An in-place change of a quantized weight's inner data is seen by the
     # weight guard on the next call.
     import contextlib
     import io
@@ -353,6 +369,10 @@ def test_torchao_dynamic_configs_run_on_verifuse(config):
         compiled = torch.compile(model, backend="verifuse", options={"strict": True})
         assert torch.equal(compiled(x), ref)
         assert not report.to_dict()["fallbacks"] and report.graphs[0].engine == "verifuse"
+        if config == "Int8DynamicActivationInt8WeightConfig":
+            # Its aten::_int_mm (u8 codes x transposed s8 weight) runs on oneDNN's s32 matmul.
+            ops = ops_of(report)
+            assert "verifuse::int_mm" in ops and "aten::_int_mm" not in ops, sorted(ops)
         weight = model[0].weight
         attrs, _ = weight.__tensor_flatten__()
         data = next(getattr(weight, a) for a in attrs if getattr(weight, a).dtype == torch.int8)

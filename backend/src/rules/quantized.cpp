@@ -16,6 +16,7 @@
 //   int8-select-codes          q(cat([dq(a, s, z), ...]), s, z)            = cat([a, ...]) on the codes (and view)
 //   int8-residual-sum          q([relu](qconv f32 + dq(r, sr, zr)))        = qconv -> u8/s8 with the sum post-op
 //                                                                            (scale sr, zero point zr) [and relu]
+//   int8-int-mm                _int_mm(xq, permute(Wq, [1, 0]))             = verifuse::int_mm(xq, Wq) (s32, torchao's dynamic int8)
 //   int8-quantize-kernel       q(x f32) left over                          = verifuse::quantize (one C++ pass)
 //
 // The integer semantics the obligations state (torch/ao/quantization/fx/_decomposed.py):
@@ -806,6 +807,44 @@ Status rewriteResidualSum(Graph& g, const Match& m, FusionRecord&) {
   return Status::ok();
 }
 
+// ---- int8-int-mm --------------------------------------------------------------------------------
+
+// aten::_int_mm(a, permute(W, [1, 0])), a u8/s8 [M, K], W an s8 [N, K] constant (torchao's
+// dynamic-activation int8 linear after aot_autograd desugars its weight): the s32 accumulator on
+// oneDNN's VNNI matmul. K is bounded so that no s32 sum can overflow (|a_k w_k| <= 255 * 128):
+// past it, eager's wrap-around and oneDNN's saturation could differ.
+constexpr int64_t kMaxExactK = 65535;
+
+std::optional<Match> matchIntMm(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (n.args.size() != 2 || !n.args[0].isValue()) return std::nullopt;
+  const ir::Value& a = g.value(u::valueOf(n.args[0]));
+  if (a.dtype != DType::UInt8 && a.dtype != DType::Int8) return u::why(whyNot, "the activation is not u8/s8"), std::nullopt;
+  const Node* perm = u::producerOf(g, n.args[1]);
+  if (!perm || perm->op != "aten::permute" || perm->args.size() != 2) {
+    return u::why(whyNot, "the weight is not a transposed constant"), std::nullopt;
+  }
+  auto dims = perm->args[1].asIntList();
+  if (!dims.isOk() || *dims != std::vector<int64_t>{1, 0}) return std::nullopt;
+  const ConstantTensor* w = constantOf(g, perm->args[0]);
+  if (!w || w->dtype != DType::Int8 || w->sizes.size() != 2 || !w->isContiguous()) {
+    return u::why(whyNot, "the weight is not a contiguous 2-d s8 constant"), std::nullopt;
+  }
+  if (w->sizes[1] > kMaxExactK) return u::why(whyNot, "K > 65535: the s32 sum could overflow"), std::nullopt;
+  return Match{id, id, 0};
+}
+
+Status rewriteIntMm(Graph& g, const Match& m, FusionRecord&) {
+  Node& n = g.mutableNode(m.anchor);
+  const Node* perm = u::producerOf(g, n.args[1]);
+  if (!perm) return internalError("int8-int-mm: match no longer holds");
+  const Arg weight = perm->args[0];
+  n.op = "verifuse::int_mm";
+  n.overload = "";
+  n.args = {n.args[0], weight};  // the permute stays while others read it (torchao's column sums)
+  return Status::ok();
+}
+
 // ---- int8-quantize-kernel -----------------------------------------------------------------------
 
 // quantize_per_tensor(x f32, s, z, qmin, qmax, u8/s8) that no rule above absorbed: the runtime's
@@ -1104,6 +1143,25 @@ Obligation requantizeMaxPool(MaxPoolRequantBug bug) {
   return ob.build();
 }
 
+enum class IntMmBug { None, WeightNotTransposed };
+
+// _int_mm(a, permute(W, [1, 0]))[m, n] = sum_k a[m, k] W[n, k] on explicit [2, 2] tensors (the
+// kernel reads torch's [N, K] weight as the [K, N] operand; exact integer sums on both sides).
+Obligation intMm(IntMmBug bug) {
+  ObligationBuilder ob("int8-int-mm");
+  using sem::ElementTensor;
+  const ElementTensor a = ElementTensor::variables("a", {2, 2}), w = ElementTensor::variables("W", {2, 2});
+  const ElementTensor kernel = ElementTensor::fromFunction({2, 2}, [a, w, bug](const sem::Index& i) {
+    Expr acc = Expr::integer(0);
+    for (int64_t k = 0; k < 2; ++k) {
+      acc = acc + a.at({i[0], k}) * (bug == IntMmBug::WeightNotTransposed ? w.at({k, i[1]}) : w.at({i[1], k}));
+    }
+    return acc;
+  });
+  sem::proveElementwise(ob, "out", sem::mm(a, sem::permute(w, {1, 0})), kernel);
+  return ob.build();
+}
+
 enum class SelectBug { None, ScalesUnchecked, ZeroPointIgnored };
 
 // One output element of cat / view is one input element x (a code in [qmin, qmax]): goal 1 (reals)
@@ -1359,6 +1417,18 @@ std::vector<RuleDeclaration> quantizedInt8() {
                    u::bindNoModel(residualSum, SumBug::ResidualScaleOne, false)},
                   {"relu-before-sum", "relu on the conv result before the residual is added",
                    u::bindNoModel(residualSum, SumBug::ReluBeforeSum, true)}},
+  });
+  rules.push_back({
+      .id = "int8-int-mm",
+      .summary = "_int_mm(u8/s8 a, permute(s8 W)) -> verifuse::int_mm (oneDNN s32 matmul, W prepacked)",
+      .math = "sum_k a[m, k] W^T[k, n] = sum_k a[m, k] W[n, k], exact in s32 for K <= 65535",
+      .phase = Phase::kFusion,
+      .anchors = {"aten::_int_mm"},
+      .match = matchIntMm,
+      .rewrite = rewriteIntMm,
+      .obligation = u::bindNoModel(intMm, IntMmBug::None),
+      .mutants = {{"int-mm-weight-not-transposed", "W read as [K, N] (its transpose)",
+                   u::bindNoModel(intMm, IntMmBug::WeightNotTransposed)}},
   });
   rules.push_back({
       .id = "int8-quantize-kernel",

@@ -138,6 +138,10 @@ bool isDtypeRange(at::ScalarType t, int64_t qmin, int64_t qmax) {
   return (t == at::kByte && qmin == 0 && qmax == 255) || (t == at::kChar && qmin == -128 && qmax == 127);
 }
 
+std::string versions(const at::Tensor& w, const at::Tensor& scales, const std::optional<at::Tensor>& b) {
+  return c10::str(w._version(), ",", scales._version(), ",", b ? int64_t(b->_version()) : int64_t(-1));
+}
+
 /// The kernel for this call, or null (run the reference).
 std::shared_ptr<kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b,
                                            bool conv, at::IntArrayRef stride, at::IntArrayRef padding,
@@ -163,7 +167,11 @@ std::shared_ptr<kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor
   if (yDtype && (!int8Type(*yDtype) || !isDtypeRange(*yDtype, yQmin, yQmax))) return nullptr;
   if (conv ? (x.dim() != w.dim() || x.dim() < 3 || x.dim() > 5) : (x.dim() != 2 || w.dim() != 2)) return nullptr;
 
-  std::string key = std::to_string(reinterpret_cast<uintptr_t>(w.data_ptr())) + "|" + std::to_string(conv) + "|" +
+  // The weight, its scales and the bias are read at creation (prepacked, copied): their version
+  // counters are part of the key, so an in-place update (load_state_dict into the frozen tensor)
+  // makes a new kernel instead of reusing the stale one.
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(w.data_ptr())) + "|" + versions(w, wScales, b) + "|" +
+                    std::to_string(conv) + "|" +
                     c10::str(x.sizes(), x.strides(), x.scalar_type(), stride, padding, dilation, groups, "|",
                              std::string(postOps), "|", xScale, xZp, yScale, yZp, yDtype ? int(*yDtype) : -1, "|",
                              b ? reinterpret_cast<uintptr_t>(b->data_ptr()) : 0, "|", rScale, rZp);
@@ -173,8 +181,14 @@ std::shared_ptr<kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor
   if (it != entries.end() && !it->second.weight.expired()) return it->second.kernel;
   // A new configuration: the weight zero points must be 0 (the rule's guard, checked again here).
   if (!wZps.eq(0).all().item<bool>()) return nullptr;
-  // Entries of freed weights go (a new tensor may reuse the address).
-  for (auto e = entries.begin(); e != entries.end();) e = e->second.weight.expired() ? entries.erase(e) : std::next(e);
+  // Entries of freed weights go (a new tensor may reuse the address), and so do this weight's
+  // entries from before an in-place update (their prepacked copies are stale).
+  const std::string samePointer = std::to_string(reinterpret_cast<uintptr_t>(w.data_ptr())) + "|";
+  const std::string current = samePointer + versions(w, wScales, b) + "|";
+  for (auto e = entries.begin(); e != entries.end();) {
+    const bool stale = e->first.rfind(samePointer, 0) == 0 && e->first.rfind(current, 0) != 0;
+    e = e->second.weight.expired() || stale ? entries.erase(e) : std::next(e);
+  }
 
   kernels::Int8Params p;
   p.conv = conv;
@@ -305,6 +319,53 @@ at::Tensor qlinear(const at::Tensor& x, const at::Tensor& w, const std::optional
   return finish(y, postOps, yScale, yZp, yQmin, yQmax, yDtype, residual, rScale, rZp);
 }
 
+// verifuse::int_mm(a, w): aten::_int_mm(a, w.t()) with w an s8 [N, K] constant (int8-int-mm:
+// torchao's dynamic int8 linears), on oneDNN's u8/s8 x s8 -> s32 matmul with the weight prepacked
+// once; the exact s32 accumulator, as ATen's. ATen's own CPU _int_mm is a plain loop (about 20
+// GOP/s on this CPU against several hundred for oneDNN's VNNI kernel).
+at::Tensor intMm(const at::Tensor& a, const at::Tensor& w) {
+  auto srcType = int8Type(a.scalar_type());
+  if (srcType && w.scalar_type() == at::kChar && w.is_contiguous() && a.dim() == 2 && w.dim() == 2 &&
+      a.size(1) == w.size(1) && a.numel() > 0 && w.numel() > 0 && (a.stride(1) == 1 || a.stride(0) == 1)) {
+    const std::string key = "int_mm|" + std::to_string(reinterpret_cast<uintptr_t>(w.data_ptr())) + "|" +
+                            c10::str(w._version(), "|", a.sizes(), a.strides(), a.scalar_type(), w.sizes());
+    std::shared_ptr<kernels::Kernel> k;
+    {
+      std::lock_guard<std::mutex> lock(cacheMutex());
+      auto& entries = cache();
+      auto it = entries.find(key);
+      if (it != entries.end() && !it->second.weight.expired()) {
+        k = it->second.kernel;
+      } else {
+        for (auto e = entries.begin(); e != entries.end();) e = e->second.weight.expired() ? entries.erase(e) : std::next(e);
+        kernels::Int8Params p;
+        p.conv = false;
+        p.srcDims = a.sizes().vec();
+        p.srcStrides = a.strides().vec();
+        p.weightDims = w.sizes().vec();
+        p.srcType = *srcType;
+        p.dstType = kernels::Int8Type::kS32;
+        p.weights = static_cast<const int8_t*>(w.data_ptr());
+        p.weightScales.assign(static_cast<size_t>(w.size(0)), 1.f);
+        auto made = kernels::createInt8(p);
+        if (!made.isOk() && made.status().code() != StatusCode::kUnimplemented &&
+            made.status().code() != StatusCode::kInvalidArgument) {
+          TORCH_WARN("verifuse: int8 kernel not used, ATen's _int_mm runs instead: ", made.status().toString());
+        }
+        k = made.isOk() ? std::shared_ptr<kernels::Kernel>(std::move(made).value()) : nullptr;
+        entries.insert_or_assign(key, KernelEntry{c10::weak_intrusive_ptr<c10::TensorImpl>(w.getIntrusivePtr()), k});
+      }
+    }
+    if (k) {
+      at::Tensor out = at::empty({a.size(0), w.size(0)}, a.options().dtype(at::kInt));
+      Status st = k->execute({a.data_ptr()}, out.data_ptr());
+      TORCH_CHECK(st.isOk(), "verifuse: oneDNN int8 matmul failed: ", st.toString());
+      return out;
+    }
+  }
+  return at::_int_mm(a, w.t());
+}
+
 // verifuse::qmax_pool(x, kernel_size, stride, padding, dilation, ceil_mode): 2-d max pooling of
 // u8/s8 codes (int8-maxpool-codes: the code of the max is the max of the codes), on oneDNN's u8/s8
 // pooling. The reference pools the codes widened to float (exact for codes) and narrows back:
@@ -367,12 +428,14 @@ void registerInt8Ops() {
         "float y_scale, int y_zp, int y_qmin, int y_qmax, ScalarType? y_dtype, Tensor? residual, float r_scale, "
         "int r_zp) -> Tensor");
     defs.def("quantize(Tensor x, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
+    defs.def("int_mm(Tensor a, Tensor w) -> Tensor");
     defs.def("qmax_pool(Tensor x, int[] kernel_size, int[] stride, int[] padding, int[] dilation, bool ceil_mode) -> Tensor");
     static torch::Library impls(torch::Library::IMPL, "verifuse", c10::DispatchKey::CPU, __FILE__, __LINE__);
     impls.impl("quantize", TORCH_FN(quantize));
     impls.impl("qconv", TORCH_FN(qconv));
     impls.impl("qlinear", TORCH_FN(qlinear));
     impls.impl("qmax_pool", TORCH_FN(qmaxPool));
+    impls.impl("int_mm", TORCH_FN(intMm));
   });
 }
 

@@ -19,13 +19,16 @@ const char* int8TypeName(Int8Type t) {
     case Int8Type::kU8: return "u8";
     case Int8Type::kS8: return "s8";
     case Int8Type::kF32: return "f32";
+    case Int8Type::kS32: return "s32";
   }
   return "?";
 }
 
 namespace {
 
-dt toDt(Int8Type t) { return t == Int8Type::kU8 ? dt::u8 : t == Int8Type::kS8 ? dt::s8 : dt::f32; }
+dt toDt(Int8Type t) {
+  return t == Int8Type::kU8 ? dt::u8 : t == Int8Type::kS8 ? dt::s8 : t == Int8Type::kS32 ? dt::s32 : dt::f32;
+}
 
 /// A scalar (or per-channel) f32 / s32 constant argument of the quantization attributes.
 dnnl::memory scalarMemory(const void* data, size_t count, dt type) {
@@ -118,7 +121,12 @@ class Int8Kernel final : public Kernel {
 };
 
 Status checkParams(const Int8Params& p) {
-  if (p.srcType == Int8Type::kF32) return invalidArgument("int8: src must be u8 or s8");
+  if (p.srcType == Int8Type::kF32 || p.srcType == Int8Type::kS32) return invalidArgument("int8: src must be u8 or s8");
+  if (p.dstType == Int8Type::kS32 &&
+      (p.conv || p.bias || !p.postOps.empty() || p.srcZeroPoint != 0 || p.srcScale != 1.f ||
+       std::any_of(p.weightScales.begin(), p.weightScales.end(), [](float s) { return s != 1.f; }))) {
+    return invalidArgument("int8: an s32 output is the bare accumulator of a linear (no scales, zero points, bias, post-ops)");
+  }
   if (p.weights == nullptr) return invalidArgument("int8: weights are required");
   const int64_t outC = p.weightDims.empty() ? 0 : p.weightDims[0];
   if (static_cast<int64_t>(p.weightScales.size()) != outC) {
@@ -128,7 +136,8 @@ Status checkParams(const Int8Params& p) {
   // Scales must be positive and finite (a zero or NaN scale has no integer meaning; the rules
   // refuse such graphs, this is the kernel's own guard).
   auto bad = [](float s) { return !std::isfinite(s) || s <= 0.f; };
-  if (bad(p.srcScale) || (p.dstType != Int8Type::kF32 && bad(p.dstScale)) || !std::isfinite(p.sumScale)) {
+  const bool codesOut = p.dstType == Int8Type::kU8 || p.dstType == Int8Type::kS8;
+  if (bad(p.srcScale) || (codesOut && bad(p.dstScale)) || !std::isfinite(p.sumScale)) {
     return invalidArgument("int8: scales must be finite and > 0");
   }
   for (float s : p.weightScales) {
@@ -221,7 +230,8 @@ Status probeInt8Kernel(const Int8Params& p, const Kernel& k) {
     const uint8_t b = src[static_cast<size_t>(offset)];
     return p.srcType == Int8Type::kU8 ? int64_t(b) : int64_t(static_cast<int8_t>(b));
   };
-  const bool quantOut = p.dstType != Int8Type::kF32;
+  const bool quantOut = p.dstType == Int8Type::kU8 || p.dstType == Int8Type::kS8;
+  const bool accOut = p.dstType == Int8Type::kS32;
   const int64_t outNumel = numelOf(out);
   std::vector<uint8_t> dst(static_cast<size_t>(outNumel) * (quantOut ? 1 : 4));
   const bool sum = std::find(p.postOps.begin(), p.postOps.end(), Int8Params::PostOp::kSum) != p.postOps.end();
@@ -276,7 +286,13 @@ Status probeInt8Kernel(const Int8Params& p, const Kernel& k) {
     for (size_t d = 0; d < out.size(); ++d) offset += pos[d] * outStrides[d];
     const double y = applyPostOps(p, scale * double(acc) + bias, sum ? dstCode(residual, offset) : 0.0);
     double got, want, tol;
-    if (quantOut) {
+    if (accOut) {
+      int32_t v;
+      std::memcpy(&v, dst.data() + offset * 4, 4);
+      got = v;
+      want = static_cast<double>(acc);
+      tol = 0;  // the accumulator itself: exact
+    } else if (quantOut) {
       got = dstCode(dst, offset);
       const double lo = p.dstType == Int8Type::kU8 ? 0 : -128, hi = p.dstType == Int8Type::kU8 ? 255 : 127;
       want = std::min(hi, std::max(lo, std::nearbyint(y / p.dstScale) + p.dstZeroPoint));
@@ -329,9 +345,12 @@ StatusOr<std::unique_ptr<Kernel>> createInt8Unprobed(const Int8Params& p) {
                                p.conv && p.dstChannelsLast && rank >= 4 ? channelsLastTag(rank) : plainTag(rank));
 
     dnnl::primitive_attr attr = userScratchAttr();
-    attr.set_scales_mask(DNNL_ARG_SRC, 0);
-    attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
-    const bool quantOut = p.dstType != Int8Type::kF32;
+    const bool accOut = p.dstType == Int8Type::kS32;  // no quantization attributes at all: exact s32
+    if (!accOut) {
+      attr.set_scales_mask(DNNL_ARG_SRC, 0);
+      attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
+    }
+    const bool quantOut = p.dstType == Int8Type::kU8 || p.dstType == Int8Type::kS8;
     if (quantOut) {
       attr.set_scales_mask(DNNL_ARG_DST, 0);
       attr.set_zero_points_mask(DNNL_ARG_DST, 0);
@@ -359,10 +378,12 @@ StatusOr<std::unique_ptr<Kernel>> createInt8Unprobed(const Int8Params& p) {
     std::vector<std::pair<int, dnnl::memory>> constants;
     const int32_t srcZp = p.srcZeroPoint, dstZp = p.dstZeroPoint;
     const float srcScale = p.srcScale, dstScale = p.dstScale;
-    constants.emplace_back(DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, scalarMemory(&srcScale, 1, dt::f32));
-    constants.emplace_back(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, scalarMemory(&srcZp, 1, dt::s32));
-    constants.emplace_back(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS,
-                           scalarMemory(p.weightScales.data(), p.weightScales.size(), dt::f32));
+    if (!accOut) {
+      constants.emplace_back(DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, scalarMemory(&srcScale, 1, dt::f32));
+      constants.emplace_back(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, scalarMemory(&srcZp, 1, dt::s32));
+      constants.emplace_back(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS,
+                             scalarMemory(p.weightScales.data(), p.weightScales.size(), dt::f32));
+    }
     if (quantOut) {
       constants.emplace_back(DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, scalarMemory(&dstScale, 1, dt::f32));
       constants.emplace_back(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, scalarMemory(&dstZp, 1, dt::s32));
@@ -409,7 +430,7 @@ StatusOr<std::unique_ptr<Kernel>> createInt8Unprobed(const Int8Params& p) {
     }
     // Linear: matmul src [M, K] x weights [K, N] (torch's [N, K] read transposed), scales per N.
     const int64_t k = p.weightDims[1];
-    attr.set_scales_mask(DNNL_ARG_WEIGHTS, 1 << 1);
+    if (!accOut) attr.set_scales_mask(DNNL_ARG_WEIGHTS, 1 << 1);
     dnnl::memory::desc userW({k, outC}, dt::s8, tag::ba);
     dnnl::memory::desc primW({k, outC}, dt::s8, tag::any);
     dnnl::memory::desc biasMd({1, outC}, dt::f32, tag::ab);

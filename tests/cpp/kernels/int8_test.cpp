@@ -213,6 +213,52 @@ TEST(Int8KernelTest, ProbeRefusesAKernelWhosePackedWeightsDifferFromTheFormula) 
   }
 }
 
+TEST(Int8KernelTest, S32AccumulatorIsExact) {
+  // aten::_int_mm's semantics: the bare s32 sum, u8 and s8 activations, K large enough that the
+  // sums pass 2^24 (a float32 detour would round them).
+  for (Int8Type src : {Int8Type::kU8, Int8Type::kS8}) {
+    const int64_t m = 5, k = 1024, n = 24;
+    std::vector<uint8_t> x(static_cast<size_t>(m * k));
+    std::vector<int8_t> w(static_cast<size_t>(n * k));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>(src == Int8Type::kU8 ? 255 - i % 7 : 127 - i % 5);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<int8_t>(i % 3 == 0 ? -128 : 127);
+    Int8Params p;
+    p.conv = false;
+    p.srcDims = {m, k};
+    p.srcStrides = {k, 1};
+    p.weightDims = {n, k};
+    p.srcType = src;
+    p.dstType = Int8Type::kS32;
+    p.weights = w.data();
+    p.weightScales.assign(static_cast<size_t>(n), 1.f);
+    auto kernel = createInt8(p);  // probed: exact equality required
+    ASSERT_TRUE(kernel.isOk()) << kernel.status().toString();
+    std::vector<int32_t> out(static_cast<size_t>(m * n));
+    ASSERT_TRUE((*kernel)->execute({x.data()}, out.data()).isOk());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t acc = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const int64_t xv = src == Int8Type::kU8 ? int64_t(x[i * k + kk]) : int64_t(static_cast<int8_t>(x[i * k + kk]));
+          acc += xv * w[j * k + kk];
+        }
+        ASSERT_EQ(out[static_cast<size_t>(i * n + j)], acc) << i << "," << j;
+      }
+    }
+  }
+  // Scales, a bias or a zero point have no place in the bare accumulator.
+  Int8Params bad;
+  std::vector<int8_t> w(16, 1);
+  bad.conv = false;
+  bad.srcDims = {2, 4};
+  bad.srcStrides = {4, 1};
+  bad.weightDims = {4, 4};
+  bad.weights = w.data();
+  bad.dstType = Int8Type::kS32;
+  bad.weightScales = {1, 1, 2, 1};
+  EXPECT_FALSE(createInt8(bad).isOk());
+}
+
 TEST(Int8KernelTest, RefusesBadScales) {
   std::vector<int8_t> w(16, 1);
   Int8Params p;

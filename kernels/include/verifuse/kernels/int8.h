@@ -24,7 +24,9 @@
 
 namespace verifuse::kernels {
 
-enum class Int8Type { kU8, kS8, kF32 };
+/// kS32 (dst only, linear only): the exact s32 accumulator, no scales, zero points, bias or post-ops
+/// (aten::_int_mm; torchao's dynamic int8 linears).
+enum class Int8Type { kU8, kS8, kF32, kS32 };
 const char* int8TypeName(Int8Type t);
 
 struct Int8Params {
