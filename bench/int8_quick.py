@@ -4,6 +4,11 @@ benchmark (bench/README.md), a minute-scale sanity measurement.
 
     PYTHONPATH=backend/python:bench python bench/int8_quick.py --model resnet50 --batch 1 --threads 1
     PYTHONPATH=backend/python:bench python bench/int8_quick.py --model bert --layers 12 --threads 1
+    PYTHONPATH=backend/python:bench python bench/int8_quick.py --model bert --flow torchao-dynamic
+
+--flow torchao-dynamic quantizes the linears with torchao's Int8DynamicActivationInt8WeightConfig
+(per-token dynamic u8 activations, per-channel s8 weights: tensor subclasses, no PT2E graph) and
+times eager, inductor (freezing on, torchao's own target) and verifuse on that model, alternated.
 
 resnet50 needs torchvision (`make bench-deps` installs it privately; verifuse_bench.vendor finds it).
 Inputs are channels-last for the conv model (as inductor's and verifuse's conv paths prefer; the
@@ -63,6 +68,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--flow", choices=("pt2e", "torchao-dynamic"), default="pt2e")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
@@ -78,6 +84,8 @@ def main() -> None:
     else:
         model = nn.Sequential(*[BertLayer() for _ in range(args.layers)]).eval()
         x = torch.randn(args.batch, args.seq, 768)
+    if args.flow == "torchao-dynamic":
+        return torchao_dynamic(model, x, args)
     quantized = quantize_pt2e(model, x)
     with torch.no_grad():
         f32 = torch.compile(model, backend="verifuse")
@@ -92,6 +100,39 @@ def main() -> None:
     print(f"  vs float32: max |diff| {(got - ref_f).abs().max().item():.4g}, top-1 agreement "
           f"{(got.flatten(0, -2).argmax(-1) == ref_f.flatten(0, -2).argmax(-1)).float().mean().item():.3f} "
           f"(eager quantized: {(ref_q.flatten(0, -2).argmax(-1) == ref_f.flatten(0, -2).argmax(-1)).float().mean().item():.3f})")
+
+
+def torchao_dynamic(model: nn.Module, x: torch.Tensor, args) -> None:
+    import contextlib
+    import copy
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        import torchao.quantization as tq
+    quantized = copy.deepcopy(model)
+    tq.quantize_(quantized, tq.Int8DynamicActivationInt8WeightConfig())
+    with torch.no_grad():
+        ref_f, ref_q = model(x), quantized(x)
+        ours = torch.compile(quantized, backend="verifuse")
+        got = ours(x)
+        import torch._inductor.config as inductor_config
+
+        with inductor_config.patch(freezing=True):
+            inductor = torch.compile(copy.deepcopy(quantized), backend="inductor")
+            got_inductor = inductor(x)
+        times = {"eager": [], "inductor": [], "verifuse": []}
+        fns = {"eager": quantized, "inductor": inductor, "verifuse": ours}
+        for _ in range(3):  # alternated rounds, medians
+            for name, fn in fns.items():
+                times[name].append(timed(fn, x, args.runs))
+    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    ops = sorted({op for g in verifuse.explain(quantized, x).graphs for op in g.ops if "int" in op})
+    print(f"{args.model} torchao Int8DynamicActivationInt8Weight batch {args.batch} threads {args.threads}: "
+          f"eager {med['eager']:.2f} ms, inductor {med['inductor']:.2f} ms, verifuse {med['verifuse']:.2f} ms "
+          f"(verifuse vs inductor {med['inductor'] / med['verifuse']:.2f}x)")
+    print(f"  int ops: {ops}")
+    print(f"  vs eager int8: max |diff| verifuse {(got - ref_q).abs().max().item():.3g}, inductor "
+          f"{(got_inductor - ref_q).abs().max().item():.3g}; eager int8 vs float32 {(ref_q - ref_f).abs().max().item():.3g}")
 
 
 if __name__ == "__main__":
