@@ -57,11 +57,11 @@ class ConvNet(nn.Module):
 class LinearNet(nn.Module):
     """BERT-like block of linears: linear-relu, linear + residual, linear."""
 
-    def __init__(self, d: int = 32):
+    def __init__(self, d: int = 32, bias: bool = True):
         super().__init__()
-        self.l1 = nn.Linear(d, 2 * d)
-        self.l2 = nn.Linear(2 * d, d)
-        self.l3 = nn.Linear(d, 8)
+        self.l1 = nn.Linear(d, 2 * d, bias=bias)  # bias=False: T5's and Llama's linears (aten::mm)
+        self.l2 = nn.Linear(2 * d, d, bias=bias)
+        self.l3 = nn.Linear(d, 8, bias=bias)
 
     def forward(self, x):
         y = F.relu(self.l1(x))

@@ -216,6 +216,10 @@ def test_int8_gelu_postop_through_view_codes_within_one_step_of_eager(approximat
     assert "int8-gelu-postop" in applied and "int8-requantize" in applied, applied
 
 
+def BiasFreeLinearNet():
+    return LinearNet(bias=False)
+
+
 def _pt2e(model, x):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -223,7 +227,8 @@ def _pt2e(model, x):
 
 
 @pytest.mark.parametrize("make,shape", [(ConvNet, (4, 3, 16, 16)), (LinearNet, (16, 32)), (LinearNet, (4, 6, 32)),
-                                        (InvertedResidualNet, (2, 3, 16, 16)), (CatNet, (2, 3, 8, 8))])
+                                        (InvertedResidualNet, (2, 3, 16, 16)), (CatNet, (2, 3, 8, 8)),
+                                        (BiasFreeLinearNet, (4, 6, 32))])
 def test_pt2e_model_vs_eager_quantized_and_float(make, shape):
     torch.manual_seed(1)
     fmodel = make().eval()
@@ -236,6 +241,10 @@ def test_pt2e_model_vs_eager_quantized_and_float(make, shape):
         got = torch.compile(q, backend="verifuse", options={"strict": True})(x)
     ops = ops_of(report)
     assert any(o in ops for o in ("verifuse::qconv", "verifuse::qlinear")), sorted(ops)
+    if make is BiasFreeLinearNet:
+        # Bias-free linears lower to aten::mm (T5, Llama): int8 too, no float matmul left.
+        ops_all = {op for g in report.graphs for op in g.ops}
+        assert "verifuse::qlinear" in ops_all and not ops_all & {"aten::mm", "aten::addmm"}, sorted(ops_all)
     if make is CatNet:
         # The quantizer puts the quantize after the cat (conv -> relu -> cat -> q): each conv takes
         # the requantization and the cat, max pool and flatten read codes; the model input's

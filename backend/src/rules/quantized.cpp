@@ -265,7 +265,7 @@ Status rewriteConvDequant(Graph& g, const Match& m, FusionRecord& record) {
 
 // ---- int8-linear-dequant ----------------------------------------------------------------------
 
-// aten::addmm(b, dq(xq), permute(dq_ch(Wq), [1, 0]), beta = 1, alpha = 1), xq 2-D.
+// aten::addmm(b, dq(xq), permute(dq_ch(Wq), [1, 0]), beta = 1, alpha = 1) or aten::mm(dq(xq), permute(...)), xq 2-D.
 /// The linear's input: dq(xq), or view(dq(xq), [M, K]) read only by the linear (an N-d input;
 /// the rewrite then views the codes: dequantize is elementwise, it commutes with the view).
 std::optional<TensorQParams> linearInput(const Graph& g, const Arg& a, const Node** view, std::string* whyNot) {
@@ -278,13 +278,25 @@ std::optional<TensorQParams> linearInput(const Graph& g, const Arg& a, const Nod
   return x;
 }
 
+/// addmm(b, x, Wt, 1, 1) or mm(x, Wt) (a linear without bias: T5, Llama): x, Wt and the bias (None).
+struct LinearOperands {
+  Arg x, wt, bias;
+};
+
+std::optional<LinearOperands> linearOperands(const Node& n) {
+  if (n.op == "aten::addmm" && n.args.size() == 5) return LinearOperands{n.args[1], n.args[2], n.args[0]};
+  if (n.op == "aten::mm" && n.args.size() == 2) return LinearOperands{n.args[0], n.args[1], Arg::none()};
+  return std::nullopt;
+}
+
 std::optional<Match> matchLinearDequant(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
-  if (n.args.size() != 5) return std::nullopt;
+  auto ops = linearOperands(n);
+  if (!ops) return std::nullopt;
   const Node* view = nullptr;
-  auto x = linearInput(g, n.args[1], &view, whyNot);
+  auto x = linearInput(g, ops->x, &view, whyNot);
   if (!x) return std::nullopt;
-  const Node* perm = u::producerOf(g, n.args[2]);
+  const Node* perm = u::producerOf(g, ops->wt);
   if (!perm || perm->op != "aten::permute" || perm->args.size() != 2) return std::nullopt;
   auto dims = perm->args[1].asIntList();
   if (!dims.isOk() || *dims != std::vector<int64_t>{1, 0}) return std::nullopt;
@@ -294,10 +306,12 @@ std::optional<Match> matchLinearDequant(const Graph& g, NodeId id, std::string* 
   if (!wq || wq->sizes.size() != 2) return u::why(whyNot, "the weight is not a 2-D constant"), std::nullopt;
   auto w = dequantizedWeight(g, perm->args[0], wq->sizes[0], whyNot);
   if (!w) return std::nullopt;
-  if (!biasOk(g, n.args[0])) return u::why(whyNot, "the bias is not a float32 constant"), std::nullopt;
-  auto beta = u::numberArg(n.args[3]), alpha = u::numberArg(n.args[4]);
-  if (!beta || !alpha || *beta != 1.0 || *alpha != 1.0) return u::why(whyNot, "addmm with beta/alpha != 1"), std::nullopt;
-  const ConstantTensor* b = u::f32Constant(g, n.args[0]);
+  if (!biasOk(g, ops->bias)) return u::why(whyNot, "the bias is not a float32 constant"), std::nullopt;
+  if (n.op == "aten::addmm") {
+    auto beta = u::numberArg(n.args[3]), alpha = u::numberArg(n.args[4]);
+    if (!beta || !alpha || *beta != 1.0 || *alpha != 1.0) return u::why(whyNot, "addmm with beta/alpha != 1"), std::nullopt;
+  }
+  const ConstantTensor* b = u::f32Constant(g, ops->bias);
   if (b && (b->sizes.size() != 1 || b->sizes[0] != wq->sizes[0])) {
     return u::why(whyNot, "the bias is not one value per output feature (a broadcast bias)"), std::nullopt;
   }
@@ -306,9 +320,11 @@ std::optional<Match> matchLinearDequant(const Graph& g, NodeId id, std::string* 
 
 Status rewriteLinearDequant(Graph& g, const Match& m, FusionRecord& record) {
   Node& n = g.mutableNode(m.anchor);
+  auto ops = linearOperands(n);
+  if (!ops) return internalError("int8-linear-dequant: match no longer holds");
   const Node* view = nullptr;
-  auto x = linearInput(g, n.args[1], &view, nullptr);
-  const Node* perm = u::producerOf(g, n.args[2]);
+  auto x = linearInput(g, ops->x, &view, nullptr);
+  const Node* perm = u::producerOf(g, ops->wt);
   const Node* wdq = perm ? u::producerOf(g, perm->args[0]) : nullptr;
   if (!x || !wdq) return internalError("int8-linear-dequant: match no longer holds");
   auto w = dequantizedWeight(g, perm->args[0], g.constants().at(static_cast<size_t>(wdq->args[0].i)).sizes[0], nullptr);
@@ -322,7 +338,7 @@ Status rewriteLinearDequant(Graph& g, const Match& m, FusionRecord& record) {
     g.mutableValue(v.outputs[0]).dtype = x->dtype;
     input = Arg::value(v.outputs[0]);
   }
-  std::vector<Arg> args = {input, w->weight, n.args[0]};
+  std::vector<Arg> args = {input, w->weight, ops->bias};
   appendQuantArgs(args, *x, *w);
   n.op = kQLinear;
   n.overload = "";
@@ -1254,10 +1270,10 @@ std::vector<RuleDeclaration> quantizedInt8() {
   });
   rules.push_back({
       .id = "int8-linear-dequant",
-      .summary = "addmm of dequantized u8/s8 input and s8 per-channel weights -> int8 linear (f32 result)",
-      .math = "sum_k ((W[o,k] - 0) sw[o]) ((x_k - zx) sx) + b = (sx sw[o]) sum_k W[o,k] (x_k - zx) + b",
+      .summary = "addmm (or mm: no bias) of dequantized u8/s8 input and s8 per-channel weights -> int8 linear (f32 result)",
+      .math = "sum_k ((W[o,k] - 0) sw[o]) ((x_k - zx) sx) + b = (sx sw[o]) sum_k W[o,k] (x_k - zx) + b (b = 0: mm)",
       .phase = Phase::kFusion,
-      .anchors = {"aten::addmm"},
+      .anchors = {"aten::addmm", "aten::mm"},
       .match = matchLinearDequant,
       .rewrite = rewriteLinearDequant,
       .obligation = u::bindNoModel(dequantFold, std::string("int8-linear-dequant"), FoldBug::None),
