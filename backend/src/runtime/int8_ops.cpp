@@ -337,7 +337,13 @@ at::Tensor intMm(const at::Tensor& a, const at::Tensor& w) {
       if (it != entries.end() && !it->second.weight.expired()) {
         k = it->second.kernel;
       } else {
-        for (auto e = entries.begin(); e != entries.end();) e = e->second.weight.expired() ? entries.erase(e) : std::next(e);
+        // Freed weights' entries go, and this weight's from before an in-place update.
+        const std::string samePointer = "int_mm|" + std::to_string(reinterpret_cast<uintptr_t>(w.data_ptr())) + "|";
+        const std::string current = samePointer + std::to_string(w._version()) + "|";
+        for (auto e = entries.begin(); e != entries.end();) {
+          const bool stale = e->first.rfind(samePointer, 0) == 0 && e->first.rfind(current, 0) != 0;
+          e = e->second.weight.expired() || stale ? entries.erase(e) : std::next(e);
+        }
         kernels::Int8Params p;
         p.conv = false;
         p.srcDims = a.sizes().vec();
