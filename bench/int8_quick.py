@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
-from quant_models import quantize_pt2e, untie_resnet_relus  # noqa: E402
+from quant_models import quantize_pt2e  # noqa: E402
 
 import verifuse  # noqa: E402
 
@@ -75,11 +75,13 @@ def main() -> None:
     torch.manual_seed(0)
     if args.model == "resnet50":
         from verifuse_bench import vendor
+        from verifuse_bench.quant import untie_resnet_relus
 
         vendor.ensure_torchvision()
         import torchvision
 
-        model = untie_resnet_relus(torchvision.models.resnet50().eval())
+        model = torchvision.models.resnet50().eval()
+        untie_resnet_relus(model)
         x = torch.randn(args.batch, 3, 224, 224).contiguous(memory_format=torch.channels_last)
     else:
         model = nn.Sequential(*[BertLayer() for _ in range(args.layers)]).eval()

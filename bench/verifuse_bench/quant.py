@@ -55,7 +55,7 @@ def untie_resnet_relus(model: nn.Module) -> int:
     """ResNet blocks (torchvision layout: the own suite's and torchvision's) call one ReLU module
     two or three times; the X86 quantizer's conv-add-relu pattern then sees one partition with
     several outputs and raises ("Input partition has more than one output node"). Gives every
-    call its own ReLU module (same as tests/python/quant_models.py). Returns the blocks changed."""
+    call its own ReLU module. Returns the blocks changed."""
     def bottleneck_forward(self, x):
         identity = x if self.downsample is None else self.downsample(x)
         out = self.relu1(self.bn1(self.conv1(x)))

@@ -106,31 +106,3 @@ class CatNet(nn.Module):
         y = F.relu(self.d(F.max_pool2d(F.relu(self.c(y)), 2)))
         return self.fc(torch.flatten(y, 1))
 
-
-def untie_resnet_relus(model: nn.Module) -> nn.Module:
-    """torchvision's ResNet blocks call one ReLU module two or three times; the X86 quantizer's
-    conv-add-relu pattern then sees one partition with several outputs and raises ("Input
-    partition has more than one output node"). Gives every call its own ReLU module."""
-    import types
-
-    def bottleneck_forward(self, x):
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu1(self.bn1(self.conv1(x)))
-        out = self.relu2(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        return self.relu3(out + identity)
-
-    def basic_forward(self, x):
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu1(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return self.relu2(out + identity)
-
-    for block in model.modules():
-        kind = type(block).__name__
-        if kind not in ("Bottleneck", "BasicBlock"):
-            continue
-        for k in (1, 2, 3):
-            setattr(block, f"relu{k}", nn.ReLU())
-        block.forward = types.MethodType(bottleneck_forward if kind == "Bottleneck" else basic_forward, block)
-    return model

@@ -445,6 +445,20 @@ Status rewriteGeluPostOp(Graph& g, const Match& m, FusionRecord&) {
 
 // ---- int8-requantize ----------------------------------------------------------------------------
 
+/// A requantization to the dtype's whole range (what oneDNN saturates to).
+bool fullRange(const TensorQParams& q) {
+  auto range = int8Range(q.dtype);
+  return range && q.qmin == range->first && q.qmax == range->second;
+}
+
+/// The int8 op \p producer takes quantize \p q's requantization (its u8/s8 output) where it stands.
+void requantizeInPlace(Graph& g, NodeId producer, const Node& q) {
+  Node& p = g.mutableNode(producer);
+  const size_t r = requantIndex(p);
+  for (size_t k = 0; k < 5; ++k) p.args[r + k] = q.args[1 + k];
+  g.mutableValue(p.outputs[0]).dtype = static_cast<DType>(q.args[5].i);
+}
+
 std::optional<Match> matchRequantize(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
   const Node* view = nullptr;
@@ -452,8 +466,7 @@ std::optional<Match> matchRequantize(const Graph& g, NodeId id, std::string* why
   if (!p) return std::nullopt;
   auto q = tensorQParams(n, whyNot);
   if (!q) return std::nullopt;
-  auto range = int8Range(q->dtype);
-  if (q->qmin != range->first || q->qmax != range->second) {
+  if (!fullRange(*q)) {
     return u::why(whyNot, "requantization range [" + std::to_string(q->qmin) + ", " + std::to_string(q->qmax) +
                               "] narrower than the dtype: oneDNN saturates to the dtype's range"),
            std::nullopt;
@@ -470,12 +483,8 @@ Status rewriteRequantize(Graph& g, const Match& m, FusionRecord&) {
     // Through a view: the int8 op takes the requantization in place, the view now reshapes the
     // codes, and the quantize's readers read the view.
     const Node q = g.node(m.consumer);
-    Node& p = g.mutableNode(m.anchor);
-    const size_t r = requantIndex(p);
-    for (size_t k = 0; k < 5; ++k) p.args[r + k] = q.args[1 + k];
-    const DType codes = static_cast<DType>(q.args[5].i);
-    g.mutableValue(p.outputs[0]).dtype = codes;
-    g.mutableValue(view->outputs[0]).dtype = codes;
+    requantizeInPlace(g, m.anchor, q);
+    g.mutableValue(view->outputs[0]).dtype = static_cast<DType>(q.args[5].i);
     g.replaceAllUses(q.outputs[0], view->outputs[0]);
     g.eraseNode(m.consumer);
     return Status::ok();
@@ -527,10 +536,9 @@ Status rewriteReluAcrossRequant(Graph& g, const Match& m, FusionRecord&) {
 
 // ---- int8-maxpool-codes -------------------------------------------------------------------------
 
-// q(max_pool2d[_with_indices](dq(x, s, z), kernel, stride, padding, dilation, ceil_mode)[0], s, z)
-// with the same parameters on both sides (X86InductorQuantizer shares the input's) and the
-// indices unused.
-const Node* maxPoolOfCodes(const Graph& g, const Node& q, std::optional<TensorQParams>* x, std::string* whyNot) {
+/// The max_pool2d[_with_indices](y, kernel, stride, padding, dilation, ceil_mode) quantize \p q
+/// reads: its values read by q alone, the indices unused, the geometry static, y 4-d.
+const Node* maxPoolReadBy(const Graph& g, const Node& q, std::string* whyNot) {
   if (q.args.empty()) return nullptr;
   const Node* pool = u::producerOf(g, q.args[0]);
   if (!pool || (pool->op != "aten::max_pool2d_with_indices" && pool->op != "aten::max_pool2d") ||
@@ -541,6 +549,32 @@ const Node* maxPoolOfCodes(const Graph& g, const Node& q, std::optional<TensorQP
       (pool->outputs.size() > 1 && (!g.users(pool->outputs[1]).empty() || g.isGraphOutput(pool->outputs[1])))) {
     return u::why(whyNot, "the pooled values have other readers, or the indices are used"), nullptr;
   }
+  const ir::Value& in = g.value(u::valueOf(pool->args[0]));
+  if (!in.hasShape || in.shape.size() != 4) return u::why(whyNot, "not a 4-d input of known rank"), nullptr;
+  if (pool->args[5].kind != Arg::Kind::Bool) return u::why(whyNot, "ceil_mode not static"), nullptr;
+  for (size_t k = 1; k <= 4; ++k) {
+    if (!pool->args[k].asIntList().isOk()) return u::why(whyNot, "kernel/stride/padding/dilation not static"), nullptr;
+  }
+  return pool;
+}
+
+/// Quantize \p qId becomes verifuse::qmax_pool(codes, the pool's geometry), keeping its u8/s8
+/// output of the pooled shape; the pool goes.
+void poolCodesAt(Graph& g, NodeId qId, NodeId poolId, const Arg& codes) {
+  std::vector<Arg> args = {codes};
+  for (size_t k = 1; k <= 5; ++k) args.push_back(g.node(poolId).args[k]);
+  Node& q = g.mutableNode(qId);
+  q.op = "verifuse::qmax_pool";
+  q.overload = "";
+  q.args = std::move(args);
+  g.eraseNode(poolId);
+}
+
+// q(max_pool2d[_with_indices](dq(x, s, z), ...)[0], s, z) with the same parameters on both sides
+// (X86InductorQuantizer shares the input's).
+const Node* maxPoolOfCodes(const Graph& g, const Node& q, std::optional<TensorQParams>* x, std::string* whyNot) {
+  const Node* pool = maxPoolReadBy(g, q, whyNot);
+  if (!pool) return nullptr;
   *x = dequantizedInput(g, pool->args[0], whyNot);
   if (!*x) return nullptr;
   auto p = tensorQParams(q, whyNot);
@@ -548,12 +582,6 @@ const Node* maxPoolOfCodes(const Graph& g, const Node& q, std::optional<TensorQP
   if (p->scale != (*x)->scale || p->zeroPoint != (*x)->zeroPoint || p->dtype != (*x)->dtype || p->qmin != (*x)->qmin ||
       p->qmax != (*x)->qmax) {
     return u::why(whyNot, "quantize and dequantize around the max pool differ in scale, zero point or range"), nullptr;
-  }
-  const ir::Value& input = g.value(u::valueOf((*x)->input));
-  if (!input.hasShape || input.shape.size() != 4) return u::why(whyNot, "not a 4-d input of known rank"), nullptr;
-  if (pool->args[5].kind != Arg::Kind::Bool) return u::why(whyNot, "ceil_mode not static"), nullptr;
-  for (size_t k = 1; k <= 4; ++k) {
-    if (!pool->args[k].asIntList().isOk()) return u::why(whyNot, "kernel/stride/padding/dilation not static"), nullptr;
   }
   return pool;
 }
@@ -569,14 +597,7 @@ Status rewriteMaxPoolCodes(Graph& g, const Match& m, FusionRecord&) {
   std::optional<TensorQParams> x;
   const Node* pool = maxPoolOfCodes(g, g.node(m.anchor), &x, nullptr);
   if (!pool) return internalError("int8-maxpool-codes: match no longer holds");
-  const NodeId poolId = pool->id;
-  std::vector<Arg> args = {x->input};
-  for (size_t k = 1; k <= 5; ++k) args.push_back(pool->args[k]);
-  Node& q = g.mutableNode(m.anchor);  // the quantize's output (u8/s8, the pooled shape) stays
-  q.op = "verifuse::qmax_pool";
-  q.overload = "";
-  q.args = std::move(args);
-  g.eraseNode(poolId);
+  poolCodesAt(g, m.anchor, pool->id, x->input);
   return Status::ok();
 }
 
@@ -586,18 +607,6 @@ Status rewriteMaxPoolCodes(Graph& g, const Match& m, FusionRecord&) {
 // q. Quantization is elementwise (so it commutes with cat's selection) and monotone (so with max):
 // each int8 op that feeds the cat / pool takes the requantization itself (int8-requantize's dst
 // scale, zero point and saturation) and the cat / pool runs on the codes.
-bool fullRange(const TensorQParams& q) {
-  auto range = int8Range(q.dtype);
-  return range && q.qmin == range->first && q.qmax == range->second;
-}
-
-void requantizeInPlace(Graph& g, NodeId producer, const Node& q) {
-  Node& p = g.mutableNode(producer);
-  const size_t r = requantIndex(p);
-  for (size_t k = 0; k < 5; ++k) p.args[r + k] = q.args[1 + k];
-  g.mutableValue(p.outputs[0]).dtype = static_cast<DType>(q.args[5].i);
-}
-
 std::optional<std::vector<NodeId>> catOfInt8(const Graph& g, const Node& q, const Node** cat, std::string* whyNot) {
   if (q.args.empty()) return std::nullopt;
   *cat = u::producerOf(g, q.args[0]);
@@ -638,21 +647,10 @@ Status rewriteRequantizeCat(Graph& g, const Match& m, FusionRecord&) {
 }
 
 const Node* maxPoolOfInt8(const Graph& g, const Node& q, const Node** producer, std::string* whyNot) {
-  if (q.args.empty()) return nullptr;
-  const Node* pool = u::producerOf(g, q.args[0]);
-  if (!pool || (pool->op != "aten::max_pool2d_with_indices" && pool->op != "aten::max_pool2d") ||
-      pool->args.size() != 6 || u::valueOf(q.args[0]) != pool->outputs[0] || !u::hasSingleUse(g, pool->outputs[0]) ||
-      (pool->outputs.size() > 1 && (!g.users(pool->outputs[1]).empty() || g.isGraphOutput(pool->outputs[1])))) {
-    return nullptr;
-  }
+  const Node* pool = maxPoolReadBy(g, q, whyNot);
+  if (!pool) return nullptr;
   *producer = floatInt8Producer(g, pool->args[0]);
   if (!*producer) return nullptr;
-  const ir::Value& in = g.value(u::valueOf(pool->args[0]));
-  if (!in.hasShape || in.shape.size() != 4) return u::why(whyNot, "not a 4-d input of known rank"), nullptr;
-  if (pool->args[5].kind != Arg::Kind::Bool) return u::why(whyNot, "ceil_mode not static"), nullptr;
-  for (size_t k = 1; k <= 4; ++k) {
-    if (!pool->args[k].asIntList().isOk()) return u::why(whyNot, "kernel/stride/padding/dilation not static"), nullptr;
-  }
   auto qp = tensorQParams(q, whyNot);
   if (!qp) return nullptr;
   if (!fullRange(*qp)) return u::why(whyNot, "requantization range narrower than the dtype"), nullptr;
@@ -670,14 +668,9 @@ Status rewriteRequantizeMaxPool(Graph& g, const Match& m, FusionRecord&) {
   const Node* pool = maxPoolOfInt8(g, g.node(m.anchor), &producer, nullptr);
   if (!pool) return internalError("int8-requantize-maxpool: match no longer holds");
   const NodeId poolId = pool->id, producerId = producer->id;
-  std::vector<Arg> args = {Arg::value(producer->outputs[0])};
-  for (size_t k = 1; k <= 5; ++k) args.push_back(pool->args[k]);
+  const Arg codes = Arg::value(producer->outputs[0]);
   requantizeInPlace(g, producerId, g.node(m.anchor));
-  Node& q = g.mutableNode(m.anchor);  // the quantize's u8/s8 output of the pooled shape stays
-  q.op = "verifuse::qmax_pool";
-  q.overload = "";
-  q.args = std::move(args);
-  g.eraseNode(poolId);
+  poolCodesAt(g, m.anchor, poolId, codes);
   return Status::ok();
 }
 
@@ -792,8 +785,7 @@ std::optional<Match> matchResidualSum(const Graph& g, NodeId id, std::string* wh
   if (!m) return std::nullopt;
   auto q = tensorQParams(n, whyNot);
   if (!q) return std::nullopt;
-  auto range = int8Range(q->dtype);
-  if (q->qmin != range->first || q->qmax != range->second) {
+  if (!fullRange(*q)) {
     return u::why(whyNot, "requantization range narrower than the dtype: oneDNN saturates to the dtype's range"),
            std::nullopt;
   }

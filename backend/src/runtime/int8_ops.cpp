@@ -142,6 +142,30 @@ std::string versions(const at::Tensor& w, const at::Tensor& scales, const std::o
   return c10::str(w._version(), ",", scales._version(), ",", b ? int64_t(b->_version()) : int64_t(-1));
 }
 
+/// Drops the cache entries of freed weights (a new tensor may reuse the address) and the entries
+/// of this weight (keys starting with \p samePointer) from before an in-place update (not starting
+/// with \p current: their prepacked copies are stale). Called with cacheMutex() held.
+void dropStaleEntries(std::map<std::string, KernelEntry>& entries, const std::string& samePointer,
+                      const std::string& current) {
+  for (auto e = entries.begin(); e != entries.end();) {
+    const bool stale = e->first.rfind(samePointer, 0) == 0 && e->first.rfind(current, 0) != 0;
+    e = e->second.weight.expired() || stale ? entries.erase(e) : std::next(e);
+  }
+}
+
+/// createInt8, or null when oneDNN has no kernel for \p p. A kernel the probe (kernels/int8.h)
+/// found disagreeing with the integer formula, or a oneDNN failure, is said once per
+/// configuration: \p instead names what runs in its place.
+std::shared_ptr<kernels::Kernel> makeInt8Kernel(const kernels::Int8Params& p, const char* instead) {
+  auto made = kernels::createInt8(p);
+  if (made.isOk()) return std::shared_ptr<kernels::Kernel>(std::move(made).value());
+  const StatusCode code = made.status().code();
+  if (code != StatusCode::kUnimplemented && code != StatusCode::kInvalidArgument) {
+    TORCH_WARN("verifuse: int8 kernel not used, ", instead, " instead: ", made.status().toString());
+  }
+  return nullptr;
+}
+
 /// The kernel for this call, or null (run the reference).
 std::shared_ptr<kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b,
                                            bool conv, at::IntArrayRef stride, at::IntArrayRef padding,
@@ -181,14 +205,8 @@ std::shared_ptr<kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor
   if (it != entries.end() && !it->second.weight.expired()) return it->second.kernel;
   // A new configuration: the weight zero points must be 0 (the rule's guard, checked again here).
   if (!wZps.eq(0).all().item<bool>()) return nullptr;
-  // Entries of freed weights go (a new tensor may reuse the address), and so do this weight's
-  // entries from before an in-place update (their prepacked copies are stale).
   const std::string samePointer = std::to_string(reinterpret_cast<uintptr_t>(w.data_ptr())) + "|";
-  const std::string current = samePointer + versions(w, wScales, b) + "|";
-  for (auto e = entries.begin(); e != entries.end();) {
-    const bool stale = e->first.rfind(samePointer, 0) == 0 && e->first.rfind(current, 0) != 0;
-    e = e->second.weight.expired() || stale ? entries.erase(e) : std::next(e);
-  }
+  dropStaleEntries(entries, samePointer, samePointer + versions(w, wScales, b) + "|");
 
   kernels::Int8Params p;
   p.conv = conv;
@@ -225,15 +243,8 @@ std::shared_ptr<kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor
   }
   p.sumScale = static_cast<float>(rScale);
   p.sumZeroPoint = static_cast<int32_t>(rZp);
-  auto made = kernels::createInt8(p);
-  if (!made.isOk() && made.status().code() != StatusCode::kUnimplemented &&
-      made.status().code() != StatusCode::kInvalidArgument) {
-    // The probe (kernels/int8.h) found the packed kernel disagreeing with the integer formula, or
-    // oneDNN failed: this configuration runs the quantized graph's ATen ops, said once.
-    TORCH_WARN("verifuse: int8 kernel not used, the quantized graph's ATen ops run instead: ", made.status().toString());
-  }
   KernelEntry entry{c10::weak_intrusive_ptr<c10::TensorImpl>(w.getIntrusivePtr()),
-                    made.isOk() ? std::shared_ptr<kernels::Kernel>(std::move(made).value()) : nullptr};
+                    makeInt8Kernel(p, "the quantized graph's ATen ops run")};
   entries.insert_or_assign(key, entry);
   return entry.kernel;
 }
@@ -337,13 +348,8 @@ at::Tensor intMm(const at::Tensor& a, const at::Tensor& w) {
       if (it != entries.end() && !it->second.weight.expired()) {
         k = it->second.kernel;
       } else {
-        // Freed weights' entries go, and this weight's from before an in-place update.
         const std::string samePointer = "int_mm|" + std::to_string(reinterpret_cast<uintptr_t>(w.data_ptr())) + "|";
-        const std::string current = samePointer + std::to_string(w._version()) + "|";
-        for (auto e = entries.begin(); e != entries.end();) {
-          const bool stale = e->first.rfind(samePointer, 0) == 0 && e->first.rfind(current, 0) != 0;
-          e = e->second.weight.expired() || stale ? entries.erase(e) : std::next(e);
-        }
+        dropStaleEntries(entries, samePointer, samePointer + std::to_string(w._version()) + "|");
         kernels::Int8Params p;
         p.conv = false;
         p.srcDims = a.sizes().vec();
@@ -353,12 +359,7 @@ at::Tensor intMm(const at::Tensor& a, const at::Tensor& w) {
         p.dstType = kernels::Int8Type::kS32;
         p.weights = static_cast<const int8_t*>(w.data_ptr());
         p.weightScales.assign(static_cast<size_t>(w.size(0)), 1.f);
-        auto made = kernels::createInt8(p);
-        if (!made.isOk() && made.status().code() != StatusCode::kUnimplemented &&
-            made.status().code() != StatusCode::kInvalidArgument) {
-          TORCH_WARN("verifuse: int8 kernel not used, ATen's _int_mm runs instead: ", made.status().toString());
-        }
-        k = made.isOk() ? std::shared_ptr<kernels::Kernel>(std::move(made).value()) : nullptr;
+        k = makeInt8Kernel(p, "ATen's _int_mm runs");
         entries.insert_or_assign(key, KernelEntry{c10::weak_intrusive_ptr<c10::TensorImpl>(w.getIntrusivePtr()), k});
       }
     }
@@ -382,36 +383,43 @@ at::Tensor qmaxPool(const at::Tensor& x, at::IntArrayRef kernel, at::IntArrayRef
   const bool cl = x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast);
   const std::vector<int64_t> strideOrKernel = stride.empty() ? kernel.vec() : stride.vec();
   if (int8Type(x.scalar_type()) && x.dim() == 4 && (x.is_contiguous() || cl) && x.numel() > 0) {
+    // Kernels (and their output sizes) by input geometry: the parameters are built on a miss only.
+    struct PoolEntry {
+      std::shared_ptr<kernels::Kernel> kernel;  ///< null: oneDNN refused this configuration
+      std::vector<int64_t> outDims;
+    };
     static std::mutex m;
-    static std::map<std::string, std::shared_ptr<kernels::Kernel>> kernelsByKey;
+    static std::map<std::string, PoolEntry> kernelsByKey;
     const std::string key = c10::str(x.sizes(), x.strides(), x.scalar_type(), kernel, strideOrKernel, padding, dilation,
                                      ceilMode);
-    kernels::PoolParams p;
-    p.alg = kernels::PoolAlg::kMax;
-    p.src = kernels::Layout::plain(x.sizes().vec(), x.strides().vec(),
-                                   x.scalar_type() == at::kByte ? kernels::DataType::kU8 : kernels::DataType::kS8);
-    p.kernel = kernel.vec();
-    p.stride = strideOrKernel;
-    p.padL = padding.vec();
-    p.dilation = dilation.vec();
-    p.ceilMode = ceilMode;
-    p.dstFormat = cl ? kernels::Format::kChannelsLast : kernels::Format::kPlain;
-    std::shared_ptr<kernels::Kernel> k;
+    PoolEntry entry;
     {
       std::lock_guard<std::mutex> lock(m);
       auto it = kernelsByKey.find(key);
       if (it == kernelsByKey.end()) {
+        kernels::PoolParams p;
+        p.alg = kernels::PoolAlg::kMax;
+        p.src = kernels::Layout::plain(x.sizes().vec(), x.strides().vec(),
+                                       x.scalar_type() == at::kByte ? kernels::DataType::kU8 : kernels::DataType::kS8);
+        p.kernel = kernel.vec();
+        p.stride = strideOrKernel;
+        p.padL = padding.vec();
+        p.dilation = dilation.vec();
+        p.ceilMode = ceilMode;
+        p.dstFormat = cl ? kernels::Format::kChannelsLast : kernels::Format::kPlain;
         auto made = kernels::createPool(p);
-        it = kernelsByKey.emplace(key, made.isOk() ? std::shared_ptr<kernels::Kernel>(std::move(made).value()) : nullptr)
-                 .first;
+        std::vector<int64_t> outDims = kernels::poolOutputDims(p);
+        PoolEntry fresh{made.isOk() && outDims.size() == 4 ? std::shared_ptr<kernels::Kernel>(std::move(made).value())
+                                                           : nullptr,
+                        std::move(outDims)};
+        it = kernelsByKey.emplace(key, std::move(fresh)).first;
       }
-      k = it->second;
+      entry = it->second;
     }
-    const std::vector<int64_t> outDims = kernels::poolOutputDims(p);
-    if (k && outDims.size() == 4) {
-      at::Tensor out = at::empty(outDims, x.options().memory_format(cl ? at::MemoryFormat::ChannelsLast
-                                                                        : at::MemoryFormat::Contiguous));
-      Status s = k->execute({x.data_ptr()}, out.data_ptr());
+    if (entry.kernel) {
+      at::Tensor out = at::empty(entry.outDims, x.options().memory_format(cl ? at::MemoryFormat::ChannelsLast
+                                                                              : at::MemoryFormat::Contiguous));
+      Status s = entry.kernel->execute({x.data_ptr()}, out.data_ptr());
       TORCH_CHECK(s.isOk(), "verifuse: oneDNN max pooling of int8 codes failed: ", s.toString());
       return out;
     }

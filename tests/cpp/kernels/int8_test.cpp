@@ -149,8 +149,8 @@ TEST(Int8KernelTest, ConvClampPostOp) {
   run(Case{.dst = Int8Type::kF32, .clamp = true, .clampLo = -0.5f, .clampHi = 0.25f});
 }
 
-TEST(Int8KernelTest, RefusesClampWithMinAboveMax) {
-  std::vector<int8_t> w(16, 1);
+/// A 2x4 by 4x4 linear over \p w (16 weights), unit scales: for the refusal tests.
+Int8Params tinyLinear(const std::vector<int8_t>& w) {
   Int8Params p;
   p.conv = false;
   p.srcDims = {2, 4};
@@ -158,6 +158,12 @@ TEST(Int8KernelTest, RefusesClampWithMinAboveMax) {
   p.weightDims = {4, 4};
   p.weights = w.data();
   p.weightScales = {1, 1, 1, 1};
+  return p;
+}
+
+TEST(Int8KernelTest, RefusesClampWithMinAboveMax) {
+  std::vector<int8_t> w(16, 1);
+  Int8Params p = tinyLinear(w);
   p.postOps = {Int8Params::PostOp::kClamp};
   p.clampLo = 1.f;
   p.clampHi = 0.f;  // torch gives hi everywhere, oneDNN's clip lo: not a kernel
@@ -247,13 +253,8 @@ TEST(Int8KernelTest, S32AccumulatorIsExact) {
     }
   }
   // Scales, a bias or a zero point have no place in the bare accumulator.
-  Int8Params bad;
   std::vector<int8_t> w(16, 1);
-  bad.conv = false;
-  bad.srcDims = {2, 4};
-  bad.srcStrides = {4, 1};
-  bad.weightDims = {4, 4};
-  bad.weights = w.data();
+  Int8Params bad = tinyLinear(w);
   bad.dstType = Int8Type::kS32;
   bad.weightScales = {1, 1, 2, 1};
   EXPECT_FALSE(createInt8(bad).isOk());
@@ -261,12 +262,7 @@ TEST(Int8KernelTest, S32AccumulatorIsExact) {
 
 TEST(Int8KernelTest, RefusesBadScales) {
   std::vector<int8_t> w(16, 1);
-  Int8Params p;
-  p.conv = false;
-  p.srcDims = {2, 4};
-  p.srcStrides = {4, 1};
-  p.weightDims = {4, 4};
-  p.weights = w.data();
+  Int8Params p = tinyLinear(w);
   p.weightScales = {1, 1, 0, 1};
   EXPECT_FALSE(createInt8(p).isOk());
   p.weightScales = {1, 1, 1, 1};
