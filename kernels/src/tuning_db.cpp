@@ -246,7 +246,7 @@ TuningKey TuningKey::forThisMachine(std::string signature, std::vector<std::vect
   k.isa = cpuIsaName();
   k.threads = threads;
   k.onednnVersion = kernels::onednnVersion();
-  k.cpuKernelsIsa = cpu::isaName();
+  k.cpuKernelsIsa = cpu::isaName() + ":" + cpu::kernelsRevision();
   return k;
 }
 

@@ -269,7 +269,8 @@ def test_report_states_the_weight_copies_each_engine_holds(tmp_path):
         torch.testing.assert_close(got, want)
         p, total = partition_of(verifuse.explain(fresh_model(), x, autotune=False, linear_weights=layout,
                                                  strict=True))
-        if p["engine"] == "gemm":  # the own GEMM (AVX2 machines without AVX-512)
+        if p["engine"] == "gemm":  # the own GEMM: always a packed copy, so never for "in-place"
+            assert layout == "packed", p
             assert p["weight_layout"] == "packed" and p["weight_copy_bytes"] >= 96 * 64 * 4
             continue
         assert p["engine"] == "onednn" and p["weight_layout"] == expected, p

@@ -681,8 +681,8 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     return tuning && partitionStatic[p] && partitionMacs[p] <= options.tuneMaxMacs && !partitionForced[p];
   };
   // The engine a partition gets when it is not timed: tiny ones pay more for a kernel call and
-  // layout overhead than they gain (ATen); linears take the own GEMM where it runs and oneDNN has
-  // no AVX-512 kernels to beat it (measured: kernels/README.md); everything else oneDNN. A member
+  // layout overhead than they gain (ATen); float32 linears take the own GEMM (measured faster than
+  // oneDNN 3.2's inner product on AVX2 and on AVX-512: kernels/README.md); everything else oneDNN. A member
   // that cannot run the partition's engine falls back to oneDNN, then ATen.
   std::vector<Engine> heuristicEngine(specs.size(), Engine::kOnednn);
   for (const Unit& u : units) {
@@ -708,7 +708,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       heuristicEngine[p] = Engine::kRowwise;
     } else if (partitionStatic[p] && partitionMacs[p] < 4096.0 * static_cast<double>(u.nodes.size())) {
       heuristicEngine[p] = Engine::kAten;
-    } else if (allLinear && options.ownGemm && !options.bf16 && !kernels::cpu::hasAvx512()) {
+    } else if (allLinear && options.ownGemm && !options.bf16) {
       heuristicEngine[p] = Engine::kGemm;
     }
   }

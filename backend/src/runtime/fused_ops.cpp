@@ -1056,8 +1056,10 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     op->outFeatures_ = w.size(0);
     op->outFeaturesIn_ = w.size(1);
     op->onednnOk_ = options.useOnednn;
-    // The own GEMM (AVX2, float32 compute) with the post-ops as its epilogue.
+    // The own GEMM (AVX-512 or AVX2, float32 compute) with the post-ops as its epilogue.
+    // It always reads a packed copy, so not when the user asked for weights read in place.
     op->gemmOk_ = options.useOnednn && options.ownGemm && kernels::gemm::available() &&
+                  options.linearWeights != LinearWeights::kInPlace &&
                   op->compute_ == kernels::ComputeType::kF32 && op->io_ == at::kFloat;
     for (const PostOpSpec& spec : postOps) {
       auto kop = toKernelPostOp(spec);

@@ -26,4 +26,6 @@ std::string isaName() {
   return "baseline";
 }
 
+std::string kernelsRevision() { return "2"; }
+
 }  // namespace verifuse::kernels::cpu

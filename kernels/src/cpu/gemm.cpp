@@ -1,9 +1,9 @@
 // GEMM front end (baseline ISA): weight packing, argument checks, post-op resolution, and the
-// run-time dispatch to the AVX2+FMA kernel in gemm_avx2.cpp. No AVX-512 variant exists: nothing
-// the project can run tests on has AVX-512 with this code path's needs, so it would be untested.
+// run-time dispatch to the AVX-512 kernel (gemm_avx512.cpp) or the AVX2+FMA one (gemm_avx2.cpp).
 #include "verifuse/kernels/gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -77,6 +77,16 @@ StatusOr<std::shared_ptr<const PackedWeights>> packWeights(const float* w, int64
 }
 
 bool available() { return cpu::hasAvx2Fma(); }
+
+namespace {
+std::atomic<bool> gAvx512Allowed{true};
+}  // namespace
+
+Isa activeIsa() {
+  return gAvx512Allowed.load(std::memory_order_relaxed) && cpu::hasAvx512() ? Isa::kAvx512 : Isa::kAvx2;
+}
+
+void setMaxIsa(Isa isa) { gAvx512Allowed.store(isa == Isa::kAvx512, std::memory_order_relaxed); }
 
 int threadsFor(int64_t m, const PackedWeights& b) {
   // Below this many multiply-adds per thread, another thread costs more than it saves.
@@ -257,7 +267,7 @@ Status run(const float* a, int64_t m, int64_t lda, const PackedWeights& b, float
     }
   }
   p.threads = threadsFor(m, b);
-  return detail::runAvx2(p);
+  return activeIsa() == Isa::kAvx512 ? detail::runAvx512(p) : detail::runAvx2(p);
 }
 
 }  // namespace verifuse::kernels::gemm

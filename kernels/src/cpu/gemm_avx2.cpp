@@ -31,12 +31,10 @@
 #include <cstring>
 
 #include "cpu/gemm_internal.h"
-#include "cpu/vecmath_avx2.h"
+#include "cpu/gemm_shared_avx2.h"
 
 namespace verifuse::kernels::gemm::detail {
 namespace {
-
-#define VF_GEMM_INLINE inline __attribute__((always_inline))
 
 constexpr int64_t kMR = 6;
 /// B panels per group: the tail rows' micro-kernels span up to 4 panels to keep 8+ FMA chains.
@@ -156,99 +154,6 @@ void packTail(const float* a, int64_t lda, int64_t rows, int64_t kc, float* dst)
   }
 }
 
-// ---- epilogue ------------------------------------------------------------------------------------
-
-/// One thread's view of the call: c and the resolved post-ops (operands may point at its copies).
-struct Ctx {
-  float* c;
-  int64_t ldc;
-  int64_t n;
-  const float* bias;
-  const EpiOp* ops;
-  int nOps;
-};
-
-VF_GEMM_INLINE __m256i maskOf(int64_t count) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-VF_GEMM_INLINE __m256 loadCols(const float* p, bool full, __m256i mask) {
-  return full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask);
-}
-
-VF_GEMM_INLINE __m256 operandAt(const EpiOp& e, int64_t i, int64_t j, bool full, __m256i mask) {
-  switch (e.bcast) {
-    case EpiOp::Bcast::kFull:
-      return loadCols(e.src + (i - e.rowOff) * e.ld + (j - e.colOff), full, mask);
-    case EpiOp::Bcast::kPerColumn: return loadCols(e.src + j, full, mask);
-    case EpiOp::Bcast::kPerRow: return _mm256_broadcast_ss(e.src + i);
-    case EpiOp::Bcast::kScalar: return _mm256_broadcast_ss(e.src);
-  }
-  return _mm256_setzero_ps();
-}
-
-/// y = op(y) for the 8 elements c[i][j..j+8). The activations are the shared vector math's
-/// (eager PyTorch's formulas and edge cases).
-VF_GEMM_INLINE __m256 applyOp(const EpiOp& e, __m256 y, int64_t i, int64_t j, bool full,
-                              __m256i mask) {
-  namespace vm = cpu::avx2;
-  switch (e.kind) {
-    case EpiOp::Kind::kRelu: return vm::relu(y);
-    case EpiOp::Kind::kLeakyRelu: return vm::leakyRelu(y, e.alpha);
-    case EpiOp::Kind::kClamp: return vm::clamp(y, e.alpha, e.beta);
-    case EpiOp::Kind::kLinear:
-      return _mm256_fmadd_ps(_mm256_set1_ps(e.alpha), y, _mm256_set1_ps(e.beta));
-    case EpiOp::Kind::kHardswish: return vm::hardswish(y);
-    case EpiOp::Kind::kHardsigmoid: return vm::hardsigmoid(y);
-    case EpiOp::Kind::kGeluErf: return vm::geluErf(y);
-    case EpiOp::Kind::kGeluTanh: return vm::geluTanh(y);
-    case EpiOp::Kind::kSilu: return vm::silu(y);
-    case EpiOp::Kind::kSigmoid: return vm::sigmoid(y);
-    case EpiOp::Kind::kTanh: return vm::tanh(y);
-    case EpiOp::Kind::kElu: return vm::elu(y, e.alpha);
-    case EpiOp::Kind::kSum:
-      return _mm256_fmadd_ps(_mm256_set1_ps(e.alpha), operandAt(e, i, j, full, mask), y);
-    case EpiOp::Kind::kBinary: {
-      const __m256 o = operandAt(e, i, j, full, mask);
-      switch (e.alg) {
-        case BinaryAlg::kAdd: return _mm256_add_ps(y, o);
-        case BinaryAlg::kSub: return _mm256_sub_ps(y, o);
-        case BinaryAlg::kMul: return _mm256_mul_ps(y, o);
-        case BinaryAlg::kDiv: return _mm256_div_ps(y, o);
-        case BinaryAlg::kMax: return vm::maximum(y, o);
-        case BinaryAlg::kMin: return vm::minimum(y, o);
-      }
-      return y;
-    }
-  }
-  return y;
-}
-
-/// c[row0.., col0..] = post-ops(buf + bias) for rows x cols (cols <= 16·NP).
-void epilogue(const Ctx& x, const float* buf, int64_t ldb, int64_t rows, int64_t cols,
-              int64_t row0, int64_t col0) {
-  const int64_t nv = (cols + 7) / 8;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = row0 + r;
-    float* crow = x.c + i * x.ldc;
-    for (int64_t v = 0; v < nv; ++v) {
-      const int64_t j = col0 + 8 * v;
-      const int64_t count = std::min<int64_t>(8, cols - 8 * v);
-      const bool full = count == 8;
-      const __m256i mask = maskOf(count);
-      __m256 y = _mm256_load_ps(buf + r * ldb + 8 * v);
-      if (x.bias != nullptr) y = _mm256_add_ps(y, loadCols(x.bias + j, full, mask));
-      for (int o = 0; o < x.nOps; ++o) y = applyOp(x.ops[o], y, i, j, full, mask);
-      if (full) {
-        _mm256_storeu_ps(crow + j, y);
-      } else {
-        _mm256_maskstore_ps(crow + j, mask, y);
-      }
-    }
-  }
-}
-
 // ---- tiles ---------------------------------------------------------------------------------------
 
 /// One MR x (16·NP) tile of c at (row0, col0) for one K block; cols <= 16·NP are real columns.
@@ -330,23 +235,6 @@ void tailRows(const Ctx& x, const float* a, const float* bBlock, int64_t kb, int
 
 // ---- per-thread work -----------------------------------------------------------------------------
 
-/// A thread's growing, 64-byte aligned scratch (packed A, operand copies); freed at thread exit.
-struct Scratch {
-  float* p = nullptr;
-  size_t cap = 0;
-  ~Scratch() { std::free(p); }
-  float* get(size_t floats) {
-    if (floats > cap) {
-      std::free(p);
-      const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
-      p = static_cast<float*>(std::aligned_alloc(64, bytes));
-      cap = p != nullptr ? bytes / sizeof(float) : 0;
-    }
-    return p;
-  }
-};
-thread_local Scratch tlsScratch;
-
 /// Computes rows [m0, m1) x panels [p0, p1) of c. \returns false if scratch allocation failed.
 bool computeRegion(const Problem& p, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   const PackedWeights& B = *p.b;
@@ -359,30 +247,10 @@ bool computeRegion(const Problem& p, int64_t m0, int64_t m1, int64_t p0, int64_t
   const int64_t mc = ((rows + nIC - 1) / nIC + kMR - 1) / kMR * kMR;
 
   EpiOp ops[kMaxEpiOps];
-  int nCopies = 0;
-  for (int o = 0; o < p.nOps; ++o) {
-    ops[o] = p.ops[o];
-    if (ops[o].aliasesC && severalBlocks) ++nCopies;
-  }
   const size_t aFloats = static_cast<size_t>(mc * K) + 8;  // + packPanel's overhang
-  const size_t copyFloats = static_cast<size_t>(rows * (n1 - n0));
-  float* scratch = tlsScratch.get(aFloats + copyFloats * nCopies);
+  float* scratch = prepareOperands(p, m0, m1, n0, n1, severalBlocks, aFloats, ops);
   if (scratch == nullptr) return false;
   float* aPack = scratch;
-  // c holds partial sums between K blocks: keep this region of an operand that is c itself.
-  float* copy = scratch + aFloats;
-  for (int o = 0; o < p.nOps; ++o) {
-    EpiOp& e = ops[o];
-    if (!(e.aliasesC && severalBlocks)) continue;
-    for (int64_t i = m0; i < m1; ++i) {
-      std::memcpy(copy + (i - m0) * (n1 - n0), e.src + i * e.ld + n0, (n1 - n0) * sizeof(float));
-    }
-    e.src = copy;
-    e.ld = n1 - n0;
-    e.rowOff = m0;
-    e.colOff = n0;
-    copy += copyFloats;
-  }
   const Ctx x{p.c, p.ldc, N, p.bias, ops, p.nOps};
 
   for (int64_t ic = m0; ic < m1; ic += mc) {
@@ -443,24 +311,6 @@ bool computeRegion(const Problem& p, int64_t m0, int64_t m1, int64_t p0, int64_t
   }
   return true;
 }
-
-/// How \p nt threads split the output: tm row ranges x tn panel ranges.
-struct Grid {
-  int tm = 1, tn = 1;
-};
-Grid chooseGrid(int nt, int64_t rowTiles, int64_t panels) {
-  // Prefer splitting N: each thread then streams its own part of B (the big operand) and the
-  // packed A (small) is duplicated. Split M only when there are too few panels.
-  for (int tn = nt; tn >= 1; --tn) {
-    if (nt % tn != 0) continue;
-    const int tm = nt / tn;
-    if ((tn == 1 || panels >= 2 * tn) && rowTiles >= tm) return {tm, tn};
-  }
-  return {1, 1};
-}
-
-/// [begin, end) of part \p i of \p total units cut into \p parts near-equal contiguous pieces.
-VF_GEMM_INLINE int64_t cut(int64_t total, int parts, int i) { return total * i / parts; }
 
 }  // namespace
 

@@ -57,4 +57,7 @@ struct Problem {
 /// Runs a checked problem with m >= 1 (gemm_avx2.cpp; call only when cpu::hasAvx2Fma()).
 Status runAvx2(const Problem& p);
 
+/// The same with the AVX-512 kernel (gemm_avx512.cpp; call only when cpu::hasAvx512()).
+Status runAvx512(const Problem& p);
+
 }  // namespace verifuse::kernels::gemm::detail

@@ -345,7 +345,7 @@ TEST(TuningKey, ForThisMachineFillsIsaAndVersion) {
   EXPECT_EQ(k.isa, cpuIsaName());
   EXPECT_EQ(k.onednnVersion, onednnVersion());
   EXPECT_EQ(k.threads, 3);
-  EXPECT_EQ(k.cpuKernelsIsa, cpu::isaName());
+  EXPECT_EQ(k.cpuKernelsIsa, cpu::isaName() + ":" + cpu::kernelsRevision());
   EXPECT_FALSE(k.cpuKernelsIsa.empty());
 }
 

@@ -12,5 +12,8 @@ bool hasAvx2Fma();
 bool hasAvx512();
 /// Short description for reports and tuning keys, e.g. "avx2" or "avx512" or "baseline".
 std::string isaName();
+/// Bumped whenever an own kernel's speed changes enough to make old tuning decisions stale (the
+/// tuning key holds it): "2" = the AVX-512 GEMM.
+std::string kernelsRevision();
 
 }  // namespace verifuse::kernels::cpu

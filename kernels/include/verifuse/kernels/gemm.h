@@ -1,5 +1,6 @@
 // verifuse's own single-precision GEMM for CPU inference: c = epilogue(a · B) with B (a layer's
-// weights) packed once into the kernel's panel layout. AVX2+FMA, OpenMP; no oneDNN, no LibTorch.
+// weights) packed once into the kernel's panel layout. AVX-512 where the CPU has it, else AVX2+FMA;
+// OpenMP; no oneDNN, no LibTorch.
 #pragma once
 
 #include <cstddef>
@@ -104,9 +105,18 @@ Status run(const float* a, int64_t m, int64_t lda, const PackedWeights& b, float
 /// ~2^18 multiply-adds. Threads never split K.
 int threadsFor(int64_t m, const PackedWeights& b);
 
-/// Whether this CPU can run() (AVX2 + FMA + F16C with OS support: cpu::hasAvx2Fma()). There is no
-/// AVX-512 variant: nothing available to the project could test one.
+/// Whether this CPU can run() (AVX2 + FMA + F16C with OS support: cpu::hasAvx2Fma()).
 bool available();
+
+/// The kernel variants run() chooses from: the AVX-512 one (8x48 tiles, the whole K in registers)
+/// wherever cpu::hasAvx512(), else the AVX2 one (6x16 tiles over K blocks). Both compute the same
+/// FMA chains, so their results are bit-identical (see run()).
+enum class Isa { kAvx2, kAvx512 };
+/// The variant run() uses now.
+Isa activeIsa();
+/// Tests and benchmarks: restrict run() to \p isa (kAvx512 is still only used where the CPU has
+/// it). Process-wide; do not call while another thread is inside run().
+void setMaxIsa(Isa isa);
 
 /// Whether run() supports \p op as a post-op (today every activation, sum and binary). Binary dims
 /// are checked by run(), which knows M and N (kUnimplemented for dims it does not take).

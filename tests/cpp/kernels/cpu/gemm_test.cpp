@@ -5,6 +5,7 @@
 #pragma GCC optimize("fp-contract=off")  // the float reference rounds after every operation
 
 #include "verifuse/kernels/gemm.h"
+#include "verifuse/kernels/cpu_features.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -305,15 +306,33 @@ std::vector<float> runAndCheck(const Problem& p) {
   return c;
 }
 
-class GemmTest : public ::testing::Test {
+/// Every test runs once per kernel variant (AVX2, AVX-512): both must pass the same bit-exact
+/// checks. A variant this CPU lacks is skipped.
+class GemmIsaTest {
  protected:
-  void SetUp() override {
+  void setUpIsa(Isa isa) {
     if (!available()) GTEST_SKIP() << "no AVX2+FMA on this CPU";
+    if (isa == Isa::kAvx512 && !cpu::hasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+    setMaxIsa(isa);
+    ASSERT_EQ(activeIsa(), isa);
     savedThreads_ = omp_get_max_threads();
   }
-  void TearDown() override { omp_set_num_threads(savedThreads_); }
+  void tearDownIsa() {
+    omp_set_num_threads(savedThreads_);
+    setMaxIsa(Isa::kAvx512);
+  }
   int savedThreads_ = 1;
 };
+
+std::string isaLabel(Isa isa) { return isa == Isa::kAvx512 ? "avx512" : "avx2"; }
+
+class GemmTest : public GemmIsaTest, public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override { setUpIsa(GetParam()); }
+  void TearDown() override { tearDownIsa(); }
+};
+INSTANTIATE_TEST_SUITE_P(Isa, GemmTest, ::testing::Values(Isa::kAvx2, Isa::kAvx512),
+                         [](const auto& info) { return isaLabel(info.param); });
 
 // ---- shapes --------------------------------------------------------------------------------------
 
@@ -330,9 +349,17 @@ const ShapeCase kShapes[] = {
     {11, 9, 129, 0, 0},   {17, 300, 70, 7, 9}, {37, 41, 200, 0, 0},  {64, 64, 64, 0, 0},
     {145, 20, 50, 0, 0},  {150, 600, 37, 4, 4}, {300, 33, 17, 0, 0}, {1, 3000, 20, 0, 0},
     {2, 2, 1000, 0, 0},   {8, 513, 257, 0, 16},
+    // AVX-512 kernel: groups of 3 panels cut to 1 (n = 64) and 2 (n = 80), 5..8-row tiles, more
+    // rows than one row block (> 192) with several K blocks.
+    {9, 50, 64, 0, 0},    {5, 30, 80, 2, 0},   {200, 770, 200, 3, 1},
 };
 
-class GemmShapes : public GemmTest, public ::testing::WithParamInterface<std::tuple<int, WeightOrder>> {};
+class GemmShapes : public GemmIsaTest,
+                   public ::testing::TestWithParam<std::tuple<int, WeightOrder, Isa>> {
+ protected:
+  void SetUp() override { setUpIsa(std::get<2>(GetParam())); }
+  void TearDown() override { tearDownIsa(); }
+};
 
 TEST_P(GemmShapes, MatchesBothReferences) {
   const ShapeCase& s = kShapes[std::get<0>(GetParam())];
@@ -343,20 +370,22 @@ TEST_P(GemmShapes, MatchesBothReferences) {
 INSTANTIATE_TEST_SUITE_P(
     All, GemmShapes,
     ::testing::Combine(::testing::Range(0, static_cast<int>(std::size(kShapes))),
-                       ::testing::Values(WeightOrder::kNK, WeightOrder::kKN)),
+                       ::testing::Values(WeightOrder::kNK, WeightOrder::kKN),
+                       ::testing::Values(Isa::kAvx2, Isa::kAvx512)),
     [](const auto& info) {
       const ShapeCase& s = kShapes[std::get<0>(info.param)];
       return "m" + std::to_string(s.m) + "_k" + std::to_string(s.k) + "_n" + std::to_string(s.n) +
-             (std::get<1>(info.param) == WeightOrder::kNK ? "_NK" : "_KN");
+             (std::get<1>(info.param) == WeightOrder::kNK ? "_NK" : "_KN") + "_" +
+             isaLabel(std::get<2>(info.param));
     });
 
-TEST_F(GemmTest, WithoutBias) {
+TEST_P(GemmTest, WithoutBias) {
   Problem p = makeProblem(13, 300, 37, WeightOrder::kNK, 1, 2);
   p.useBias = false;
   runAndCheck(p);
 }
 
-TEST_F(GemmTest, LargeK) {
+TEST_P(GemmTest, LargeK) {
   runAndCheck(makeProblem(7, 5000, 40, WeightOrder::kKN));
 }
 
@@ -406,7 +435,7 @@ std::vector<PostOpCase> postOpCases(int64_t m, int64_t n) {
   return cases;
 }
 
-TEST_F(GemmTest, EverySupportedPostOp) {
+TEST_P(GemmTest, EverySupportedPostOp) {
   // Pre-activations span about ±5, so every kink (0, ±3, clamp bounds) is crossed. K = 70: one K
   // block; K = 600: three (the epilogue after partial sums stored in c).
   for (const int64_t k : {70, 600}) {
@@ -421,7 +450,7 @@ TEST_F(GemmTest, EverySupportedPostOp) {
   }
 }
 
-TEST_F(GemmTest, PostOpsPropagateNaN) {
+TEST_P(GemmTest, PostOpsPropagateNaN) {
   Problem p = makeProblem(7, 20, 19, WeightOrder::kKN, 0, 0, 0,
                           {elt(Activation::kRelu), binOp(BinaryAlg::kMax, {1, 19}),
                            binOp(BinaryAlg::kMin, {7, 19}), elt(Activation::kHardswish),
@@ -445,7 +474,7 @@ TEST_F(GemmTest, PostOpsPropagateNaN) {
   }
 }
 
-TEST_F(GemmTest, EveryActivationIsSupported) {
+TEST_P(GemmTest, EveryActivationIsSupported) {
   for (int a = 0; a <= static_cast<int>(Activation::kLinear); ++a) {
     EXPECT_TRUE(supportsPostOp(elt(static_cast<Activation>(a)))) << a;
   }
@@ -455,7 +484,7 @@ TEST_F(GemmTest, EveryActivationIsSupported) {
 
 // ---- aliasing ------------------------------------------------------------------------------------
 
-TEST_F(GemmTest, InPlaceResidualSum) {
+TEST_P(GemmTest, InPlaceResidualSum) {
   // c == residual (same stride, wider than N): one K block and three, one thread and two.
   for (const int64_t k : {100, 700}) {
     for (const int threads : {1, 2}) {
@@ -478,7 +507,7 @@ TEST_F(GemmTest, InPlaceResidualSum) {
   }
 }
 
-TEST_F(GemmTest, InPlaceFullBinaryOperand) {
+TEST_P(GemmTest, InPlaceFullBinaryOperand) {
   for (const int64_t k : {50, 600}) {
     Problem p = makeProblem(9, k, 40, WeightOrder::kKN, 0, 0, 0,
                             {binOp(BinaryAlg::kMul, {9, 40}), binOp(BinaryAlg::kAdd, {1, 40})});
@@ -495,7 +524,7 @@ TEST_F(GemmTest, InPlaceFullBinaryOperand) {
 
 // ---- threads -------------------------------------------------------------------------------------
 
-TEST_F(GemmTest, AnyThreadCountIsBitIdentical) {
+TEST_P(GemmTest, AnyThreadCountIsBitIdentical) {
   // Split over N (many panels) and over M (one panel), each with several K blocks and edge tiles.
   const ShapeCase cases[] = {{100, 600, 300, 1, 2}, {400, 300, 16, 0, 0}, {12, 257, 1000, 0, 0}};
   for (const ShapeCase& s : cases) {
@@ -522,7 +551,7 @@ TEST_F(GemmTest, AnyThreadCountIsBitIdentical) {
   }
 }
 
-TEST_F(GemmTest, SmallProblemsStayOnOneThread) {
+TEST_P(GemmTest, SmallProblemsStayOnOneThread) {
   omp_set_num_threads(2);
   std::vector<float> w(64 * 64, 1.f);
   auto packed = packWeights(w.data(), 64, 64, WeightOrder::kNK);
@@ -531,7 +560,7 @@ TEST_F(GemmTest, SmallProblemsStayOnOneThread) {
   EXPECT_EQ(threadsFor(128, *packed.value()), 2);
 }
 
-TEST_F(GemmTest, ConcurrentCallsShareOnePackedWeights) {
+TEST_P(GemmTest, ConcurrentCallsShareOnePackedWeights) {
   Problem p = makeProblem(30, 200, 90, WeightOrder::kNK);
   auto packed = packWeights(p.w.data(), p.k, p.n, p.order);
   ASSERT_TRUE(packed.isOk());
@@ -549,7 +578,7 @@ TEST_F(GemmTest, ConcurrentCallsShareOnePackedWeights) {
 
 // ---- packing, arguments --------------------------------------------------------------------------
 
-TEST_F(GemmTest, PackedLayoutIsTheDocumentedOne) {
+TEST_P(GemmTest, PackedLayoutIsTheDocumentedOne) {
   for (const WeightOrder order : {WeightOrder::kNK, WeightOrder::kKN}) {
     const int64_t k = 600, n = 37;
     Problem p = makeProblem(1, k, n, order);
@@ -572,7 +601,7 @@ TEST_F(GemmTest, PackedLayoutIsTheDocumentedOne) {
   }
 }
 
-TEST_F(GemmTest, EmptyMIsANoOp) {
+TEST_P(GemmTest, EmptyMIsANoOp) {
   std::vector<float> w(8 * 4, 1.f);
   auto packed = packWeights(w.data(), 8, 4, WeightOrder::kNK);
   ASSERT_TRUE(packed.isOk());
@@ -583,7 +612,7 @@ TEST_F(GemmTest, EmptyMIsANoOp) {
   for (float v : c) EXPECT_EQ(v, kSentinel);
 }
 
-TEST_F(GemmTest, RejectsBadArguments) {
+TEST_P(GemmTest, RejectsBadArguments) {
   const int64_t m = 3, k = 8, n = 5;
   std::vector<float> a(m * k, 1.f), w(k * n, 1.f), c(m * n, 0.f), r(m * n, 0.f), bias(n, 0.f);
   auto packed = packWeights(w.data(), k, n, WeightOrder::kNK);
