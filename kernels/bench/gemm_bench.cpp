@@ -82,6 +82,15 @@ const Shape kShapes[] = {
     {"decode 8x4096x4096", 8, 4096, 4096},
     {"decode 1x512x1408", 1, 512, 1408},
     {"decode 8x1408x512", 8, 1408, 512},
+    // Whisper-tiny/base encoder (1500 frames), ConvNeXt-tiny's pointwise MLPs (56², 28², 14², 7²)
+    {"whisper qkv 1500x384x384", 1500, 384, 384},
+    {"whisper fc 1500x384x1536", 1500, 384, 1536},
+    {"whisper fc2 1500x1536x384", 1500, 1536, 384},
+    {"convnext s1 fc 3136x96x384", 3136, 96, 384},
+    {"convnext s1 fc2 3136x384x96", 3136, 384, 96},
+    {"convnext s2 fc 784x192x768", 784, 192, 768},
+    {"convnext s3 fc 196x384x1536", 196, 384, 1536},
+    {"convnext s4 fc2 49x3072x768", 49, 3072, 768},
 };
 
 struct Result {
@@ -157,6 +166,19 @@ __attribute__((target("avx2"))) float readAll(const float* p, size_t bytes) {
   return r;
 }
 
+uint16_t toBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float fromBf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 void die(const Status& s, const char* what) {
   std::fprintf(stderr, "%s: %s\n", what, s.toString().c_str());
   std::exit(1);
@@ -170,6 +192,7 @@ int main(int argc, char** argv) {
   std::string only;
   bool onednn = true;
   std::string epi = "bias";
+  bool bf16 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) threads = parseInts(argv[++i]);
@@ -178,9 +201,10 @@ int main(int argc, char** argv) {
     else if (a == "--no-onednn") onednn = false;
     else if (a == "--epilogue" && i + 1 < argc) epi = argv[++i];
     else if (a == "--cpu-time") gCpuTime = true;
+    else if (a == "--bf16") bf16 = true;
     else {
       std::fprintf(stderr, "usage: %s [--threads 1,2] [--samples N] [--only SUBSTR] [--no-onednn] "
-                   "[--epilogue bias|bias_relu|bias_gelu|bias_sum] [--cpu-time]\n", argv[0]);
+                   "[--epilogue bias|bias_relu|bias_gelu|bias_sum] [--cpu-time] [--bf16]\n", argv[0]);
       return 2;
     }
   }
@@ -192,9 +216,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--cpu-time needs --threads 1\n");
     return 2;
   }
-  std::printf("# verifuse_gemm_bench: epilogue=%s samples=%d clock=%s; GFLOP/s and GB/s at the "
-              "median [GFLOP/s of the best sample]\n",
-              epi.c_str(), samples, gCpuTime ? "thread-cpu" : "wall");
+  if (bf16 && !gemm::availableBf16()) {
+    std::fprintf(stderr, "no AVX512-BF16 on this CPU\n");
+    return 1;
+  }
+  std::printf("# verifuse_gemm_bench: epilogue=%s samples=%d clock=%s dtype=%s; GFLOP/s and GB/s at "
+              "the median [GFLOP/s of the best sample]\n",
+              epi.c_str(), samples, gCpuTime ? "thread-cpu" : "wall", bf16 ? "bf16" : "f32");
   std::printf("%-26s %3s | %-22s | %-22s | %-22s | %-9s | %s\n", "shape M,K,N", "thr",
               "verifuse GFLOP/s  GB/s", "oneDNN packed", "oneDNN borrowed", "read GB/s",
               "max|diff|");
@@ -213,6 +241,16 @@ int main(int argc, char** argv) {
 
     auto packed = gemm::packWeights(w.data(), s.k, s.n, gemm::WeightOrder::kNK);
     if (!packed.isOk()) die(packed.status(), "packWeights");
+    // --bf16: bf16 activations in and out, weights rounded to bf16 by each side's packing.
+    std::shared_ptr<const gemm::PackedWeightsBf16> packedBf16;
+    std::vector<uint16_t> xb(x.size()), yb(y.size()), yRefb(y.size()), residualb(y.size());
+    if (bf16) {
+      auto pb = gemm::packWeightsBf16(w.data(), s.k, s.n, gemm::WeightOrder::kNK);
+      if (!pb.isOk()) die(pb.status(), "packWeightsBf16");
+      packedBf16 = pb.value();
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = toBf16(x[i]);
+      for (size_t i = 0; i < y.size(); ++i) residualb[i] = toBf16(residual[i]);
+    }
     gemm::Epilogue ep;
     ep.bias = bias.data();
     std::vector<PostOp> postOps;
@@ -249,6 +287,10 @@ int main(int argc, char** argv) {
         lp.weights = w.data();
         lp.bias = bias.data();
         lp.postOps = postOps;
+        if (bf16) {
+          lp.compute = ComputeType::kBF16;
+          lp.io = DataType::kBF16;
+        }
         auto kp = createLinear(lp);
         if (!kp.isOk()) die(kp.status(), "createLinear");
         dnnlPacked = std::move(kp.value());
@@ -260,6 +302,13 @@ int main(int argc, char** argv) {
 
       std::vector<std::function<void()>> calls;
       calls.push_back([&] {
+        if (bf16) {
+          if (sum) std::memcpy(yb.data(), residualb.data(), yb.size() * 2);
+          Status st = gemm::runBf16(xb.data(), s.m, s.k, *packedBf16, yb.data(), s.n, ep,
+                                    sum ? yb.data() : nullptr, s.n);
+          if (!st.isOk()) die(st, "gemm::runBf16");
+          return;
+        }
         if (sum) std::memcpy(y.data(), residual.data(), y.size() * 4);
         Status st = gemm::run(x.data(), s.m, s.k, pw, y.data(), s.n, ep, sum ? y.data() : nullptr,
                               s.n);
@@ -278,6 +327,12 @@ int main(int argc, char** argv) {
       for (const Kernel* kern : {dnnlPacked.get(), dnnlBorrowed.get()}) {
         if (kern == nullptr) continue;
         calls.push_back([&, kern] {
+          if (bf16) {
+            if (sum) std::memcpy(yRefb.data(), residualb.data(), yRefb.size() * 2);
+            Status st = kern->execute({xb.data()}, yRefb.data());
+            if (!st.isOk()) die(st, "onednn execute");
+            return;
+          }
           if (sum) std::memcpy(yRef.data(), residual.data(), yRef.size() * 4);
           Status st = kern->execute({x.data()}, yRef.data());
           if (!st.isOk()) die(st, "onednn execute");
@@ -297,6 +352,12 @@ int main(int argc, char** argv) {
       if (onednn) {
         calls[0]();
         calls[2]();
+        if (bf16) {
+          for (size_t i = 0; i < y.size(); ++i) {
+            y[i] = fromBf16(yb[i]);
+            yRef[i] = fromBf16(yRefb[i]);
+          }
+        }
         for (size_t i = 0; i < y.size(); ++i) {
           maxDiff = std::max<double>(maxDiff, std::fabs(y[i] - yRef[i]));
         }

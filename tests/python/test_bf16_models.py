@@ -103,10 +103,39 @@ def test_bf16_block_runs_bf16_kernels_with_eager_sized_error(monkeypatch):
         compiled(x, mask)
         got, events = _engine_events(compiled, (x, mask))
     assert got.dtype == torch.bfloat16
-    assert events["verifuse::linear@onednn"] == 6, events
+    # bf16 linears: oneDNN's bf16 inner product or the own bf16 GEMM, as the tuner timed them
+    assert events["verifuse::linear@onednn"] + events["verifuse::linear@gemm"] == 6, events
     assert events["aten::_scaled_dot_product_flash_attention_for_cpu@onednn"] == 1, events
     assert events["verifuse::rowwise@rowwise"] == 2, events  # the two layer norms, in bf16
     _check_bf16_accuracy(model, (x, mask), {}, got)
+
+
+@native_bf16
+def test_bf16_linears_run_on_the_own_bf16_gemm():
+    # Untimed (autotune off), float32-free: linear + GELU and linear + residual take the own GEMM's
+    # bf16 variant (vdpbf16ps, float32 accumulation, one bf16 rounding), and its error stays
+    # eager-sized. Fails if the bf16 GEMM is not planned (the linears would say @onednn).
+    class Mlp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = nn.Linear(64, 200), nn.Linear(200, 64)
+
+        def forward(self, x):
+            return self.down(F.gelu(self.up(x))) + x
+
+    torch.manual_seed(0)
+    model = Mlp().eval().bfloat16()
+    x = torch.randn(3, 37, 64).bfloat16()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True, "autotune": False})
+        compiled(x)
+        got, events = _engine_events(compiled, (x,))
+    assert got.dtype == torch.bfloat16
+    assert events["verifuse::linear@gemm"] == 2, events
+    report = verifuse.explain(Mlp().eval().bfloat16(), x, autotune=False)
+    gemms = [p for p in report.to_dict()["partitions"] if p["engine"] == "gemm"]
+    assert gemms and all(p["impl"] == "verifuse gemm:avx512_bf16" and p["dtype"] == "bf16" for p in gemms), gemms
+    _check_bf16_accuracy(model, (x,), {}, got)
 
 
 @native_bf16
@@ -115,9 +144,9 @@ def test_report_says_bf16_partitions_with_bf16_kernels():
     model = Block().eval().bfloat16()
     report = verifuse.explain(model, *_block_inputs())
     linears = [p for p in report.to_dict()["partitions"] if any("verifuse::linear" in op for op in p["ops"])]
-    assert linears and all(p["engine"] == "onednn" for p in linears), linears
+    assert linears and all(p["engine"] in ("onednn", "gemm") for p in linears), linears
     assert all(p["dtype"] == "bf16" for p in linears), [p["dtype"] for p in linears]
-    # oneDNN's implementation names carry the data type of the kernels they run
+    # oneDNN's implementation names, and the own GEMM's, carry the data type of the kernels they run
     assert all("bf16" in p["impl"] for p in linears), [p["impl"] for p in linears]
     assert "bf16" in str(report)
 
@@ -146,7 +175,8 @@ def test_transformers_bf16_models(name):
         out, events = _engine_events(compiled, (ids,), kwargs)
     got = _first_tensor(out)
     assert got.dtype == torch.bfloat16
-    assert events["verifuse::linear@onednn"] >= 8, events  # 2 layers' projections at least
+    # 2 layers' projections at least, on oneDNN's bf16 inner product or the own bf16 GEMM
+    assert events["verifuse::linear@onednn"] + events["verifuse::linear@gemm"] >= 8, events
     _check_bf16_accuracy(model, (ids,), kwargs, got)
 
 

@@ -428,10 +428,11 @@ class FusedLinear final : public FusedBase {
     // Kernels are made when an engine is chosen (or timed), not at creation: a linear that ends
     // on the own GEMM never builds oneDNN's kernel nor a dense copy of a transposed weight. If
     // the engine cannot run it after all, the op stays on ATen (weights kept).
-    if (e == Engine::kGemm && packed() == nullptr) e = Engine::kAten;
+    if (e == Engine::kGemm && !packed()) e = Engine::kAten;
     if (e != Engine::kGemm) {  // the tuner's packed copy would be held for nothing
       std::lock_guard<std::mutex> lock(gemmMu_);
       packed_.reset();
+      packedBf16_.reset();
     }
     if (e == Engine::kOnednn && staticShape_ && !kernelFor(m_).isOk()) {
       onednnOk_ = false;
@@ -455,12 +456,14 @@ class FusedLinear final : public FusedBase {
       return;
     }
     packed_.reset();  // packed only while the tuner timed it
+    packedBf16_.reset();
     FusedBase::releaseWeights();
   }
 
   int64_t weightCopyBytes() const override {
     if (engine_ == Engine::kGemm) {
       std::lock_guard<std::mutex> lock(gemmMu_);
+      if (packedBf16_) return static_cast<int64_t>(packedBf16_->bytes());
       return packed_ ? static_cast<int64_t>(packed_->bytes()) : 0;
     }
     return FusedBase::weightCopyBytes();
@@ -468,27 +471,39 @@ class FusedLinear final : public FusedBase {
   std::string weightLayout() const override {
     return engine_ == Engine::kGemm ? "packed" : FusedBase::weightLayout();
   }
+  std::string implInfo() const override {
+    if (engine_ != Engine::kGemm) return FusedBase::implInfo();
+    if (gemmBf16_) return "verifuse gemm:avx512_bf16";
+    return kernels::gemm::activeIsa() == kernels::gemm::Isa::kAvx512 ? "verifuse gemm:avx512_f32"
+                                                                     : "verifuse gemm:avx2_f32";
+  }
 
-  /// The weights packed for the own GEMM, made on first use (the tuner's first timing, or the
-  /// engine choice): a partition that never picks the GEMM never holds the copy.
-  const kernels::gemm::PackedWeights* packed() const {
+  /// The weights packed for the own GEMM (float32, or bf16 for a bf16 model), made on first use
+  /// (the tuner's first timing, or the engine choice): a partition that never picks the GEMM
+  /// never holds the copy. \returns false if they cannot be packed.
+  bool packed() const {
     std::lock_guard<std::mutex> lock(gemmMu_);
-    if (!packed_) {
-      at::Tensor w = atenWeight_, b = bias_;
-      if (!w.defined()) return nullptr;
-      const int64_t n = w.size(0), k = w.size(1);
-      StatusOr<std::shared_ptr<const kernels::gemm::PackedWeights>> p = Status::ok();
-      if (w.stride(0) == 1 && w.stride(1) == n) {  // [N, K] viewed from a dense [K, N] buffer
-        p = kernels::gemm::packWeights(w.data_ptr<float>(), k, n, kernels::gemm::WeightOrder::kKN);
-      } else {
-        at::Tensor dense = w.contiguous();
-        p = kernels::gemm::packWeights(dense.data_ptr<float>(), k, n, kernels::gemm::WeightOrder::kNK);
-      }
-      if (!p.isOk()) return nullptr;
+    if (packed_ || packedBf16_) return true;
+    at::Tensor w = atenWeight_, b = bias_;
+    if (!w.defined()) return false;
+    // A bf16 model's weights are widened (exactly) for packing; the copy dies here.
+    if (gemmBf16_) w = float32Weights(w);
+    const int64_t n = w.size(0), k = w.size(1);
+    // [N, K] viewed from a dense [K, N] buffer (GPT-2's Conv1D) is packed straight from it.
+    const bool kn = w.stride(0) == 1 && w.stride(1) == n;
+    at::Tensor dense = kn ? w : w.contiguous();
+    const auto order = kn ? kernels::gemm::WeightOrder::kKN : kernels::gemm::WeightOrder::kNK;
+    if (gemmBf16_) {
+      auto p = kernels::gemm::packWeightsBf16(dense.data_ptr<float>(), k, n, order);
+      if (!p.isOk()) return false;
+      packedBf16_ = std::move(p).value();
+    } else {
+      auto p = kernels::gemm::packWeights(dense.data_ptr<float>(), k, n, order);
+      if (!p.isOk()) return false;
       packed_ = std::move(p).value();
-      gemmBias_ = b;
     }
-    return packed_.get();
+    gemmBias_ = b;
+    return true;
   }
 
   at::Tensor runAten(const std::vector<at::Tensor>& in) const {
@@ -514,12 +529,19 @@ class FusedLinear final : public FusedBase {
     at::Tensor out = outputBuffer(in, outSizes, c10::contiguous_strides(outSizes), x.options());
     if (!out.defined()) return runAten(in);
     if (engine == Engine::kGemm) {
-      const kernels::gemm::PackedWeights* b = packed();
-      if (b == nullptr) return runAten(in);
+      if (!packed()) return runAten(in);
       // outputBuffer already holds the residual for a sum post-op: accumulate in place.
-      const float* residual = hasSum_ ? out.data_ptr<float>() : nullptr;
-      Status s = kernels::gemm::run(xc.data_ptr<float>(), m, outFeaturesIn_, *b, out.data_ptr<float>(), outFeatures_,
-                                    gemmEpilogue_, residual, hasSum_ ? outFeatures_ : 0);
+      Status s = Status::ok();
+      if (gemmBf16_) {
+        auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+        s = kernels::gemm::runBf16(reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>()), m, outFeaturesIn_,
+                                   *packedBf16_, o, outFeatures_, gemmEpilogue_, hasSum_ ? o : nullptr,
+                                   hasSum_ ? outFeatures_ : 0);
+      } else {
+        const float* residual = hasSum_ ? out.data_ptr<float>() : nullptr;
+        s = kernels::gemm::run(xc.data_ptr<float>(), m, outFeaturesIn_, *packed_, out.data_ptr<float>(), outFeatures_,
+                               gemmEpilogue_, residual, hasSum_ ? outFeatures_ : 0);
+      }
       TORCH_CHECK(s.isOk(), "verifuse: GEMM failed: ", s.toString());
       return out;
     }
@@ -537,9 +559,11 @@ class FusedLinear final : public FusedBase {
   kernels::TuningDb* tuningDb_ = nullptr;  // planning only (compileGraph's caller owns it)
   int tuneRepeats_ = 3;
   bool gemmOk_ = false;                  // the own GEMM can run this op (AVX2, f32, post-ops)
+  bool gemmBf16_ = false;                // ... in bf16 (a bf16 model on an AVX512-BF16 CPU)
   kernels::gemm::Epilogue gemmEpilogue_;  // bias pointer set once packed() kept the bias alive
   mutable std::mutex gemmMu_;
   mutable std::shared_ptr<const kernels::gemm::PackedWeights> packed_;
+  mutable std::shared_ptr<const kernels::gemm::PackedWeightsBf16> packedBf16_;
   mutable at::Tensor gemmBias_;
 };
 
@@ -1057,13 +1081,19 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     op->outFeaturesIn_ = w.size(1);
     op->onednnOk_ = options.useOnednn;
     // The own GEMM (AVX-512 or AVX2, float32 compute) with the post-ops as its epilogue.
-    // It always reads a packed copy, so not when the user asked for weights read in place.
-    op->gemmOk_ = options.useOnednn && options.ownGemm && kernels::gemm::available() &&
-                  options.linearWeights != LinearWeights::kInPlace &&
-                  op->compute_ == kernels::ComputeType::kF32 && op->io_ == at::kFloat;
+    // It always reads a packed copy, so not when the user asked for weights read in place. A bf16
+    // model's linears take its bf16 variant (AVX512-BF16: vdpbf16ps, float32 accumulation).
+    const bool gemmAllowed = options.useOnednn && options.ownGemm &&
+                             options.linearWeights != LinearWeights::kInPlace &&
+                             op->compute_ == kernels::ComputeType::kF32;
+    op->gemmBf16_ = op->io_ == at::kBFloat16;
+    op->gemmOk_ = gemmAllowed && (op->gemmBf16_ ? kernels::gemm::availableBf16()
+                                                : op->io_ == at::kFloat && kernels::gemm::available());
     for (const PostOpSpec& spec : postOps) {
       auto kop = toKernelPostOp(spec);
-      if (!kop.isOk() || !kernels::gemm::supportsPostOp(*kop)) {
+      const bool supported = kop.isOk() && (op->gemmBf16_ ? kernels::gemm::supportsPostOpBf16(*kop)
+                                                          : kernels::gemm::supportsPostOp(*kop));
+      if (!supported) {
         op->gemmOk_ = false;
         break;
       }

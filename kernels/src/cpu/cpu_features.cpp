@@ -20,12 +20,20 @@ bool hasAvx512() {
   return yes;
 }
 
+bool hasAvx512Bf16() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return hasAvx512() && __builtin_cpu_supports("avx512bf16");
+  }();
+  return yes;
+}
+
 std::string isaName() {
   if (hasAvx512()) return "avx512";
   if (hasAvx2Fma()) return "avx2";
   return "baseline";
 }
 
-std::string kernelsRevision() { return "2"; }
+std::string kernelsRevision() { return "3"; }
 
 }  // namespace verifuse::kernels::cpu

@@ -88,13 +88,17 @@ Isa activeIsa() {
 
 void setMaxIsa(Isa isa) { gAvx512Allowed.store(isa == Isa::kAvx512, std::memory_order_relaxed); }
 
-int threadsFor(int64_t m, const PackedWeights& b) {
+namespace {
+int threadsForMacs(int64_t m, int64_t k, int64_t n) {
   // Below this many multiply-adds per thread, another thread costs more than it saves.
   constexpr double kMinMacsPerThread = 1 << 18;
   const int maxThreads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const double macs = static_cast<double>(m) * static_cast<double>(b.k()) * static_cast<double>(b.n());
+  const double macs = static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
   return static_cast<int>(std::max(1.0, std::min<double>(maxThreads, macs / kMinMacsPerThread)));
 }
+}  // namespace
+
+int threadsFor(int64_t m, const PackedWeights& b) { return threadsForMacs(m, b.k(), b.n()); }
 
 bool supportsPostOp(const PostOp& op) {
   switch (op.kind) {
@@ -268,6 +272,111 @@ Status run(const float* a, int64_t m, int64_t lda, const PackedWeights& b, float
   }
   p.threads = threadsFor(m, b);
   return activeIsa() == Isa::kAvx512 ? detail::runAvx512(p) : detail::runAvx2(p);
+}
+
+// ---- bfloat16 -------------------------------------------------------------------------------------
+
+PackedWeightsBf16::~PackedWeightsBf16() { std::free(data_); }
+
+namespace {
+/// float32 -> bf16 bits, round to nearest even; NaN -> 0x7FC0 (c10::BFloat16's conversion).
+uint16_t toBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if (f != f) return 0x7FC0;
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+}  // namespace
+
+StatusOr<std::shared_ptr<const PackedWeightsBf16>> packWeightsBf16(const float* w, int64_t k, int64_t n,
+                                                                   WeightOrder order) {
+  if (w == nullptr) return invalidArgument("gemm::packWeightsBf16: null weights");
+  if (k < 1 || n < 1) {
+    return invalidArgument("gemm::packWeightsBf16: k and n must be >= 1, got k=" + std::to_string(k) +
+                           " n=" + std::to_string(n));
+  }
+  const int64_t nPadded = (n + kNR - 1) / kNR * kNR;
+  const int64_t kPairs = (k + 1) / 2;
+  if (kPairs > (int64_t{1} << 40) / nPadded) return invalidArgument("gemm::packWeightsBf16: too large");
+  const size_t elems = static_cast<size_t>(kPairs) * static_cast<size_t>(nPadded) * 2;
+  auto* data = static_cast<uint16_t*>(std::aligned_alloc(64, (elems * 2 + 63) / 64 * 64));
+  if (data == nullptr) return internalError("gemm::packWeightsBf16: out of memory");
+  for (int64_t j = 0; j < nPadded / kNR; ++j) {
+    uint16_t* panel = data + j * kPairs * 32;
+    for (int64_t col = 0; col < kNR; ++col) {
+      const int64_t nn = j * kNR + col;
+      for (int64_t kk = 0; kk < 2 * kPairs; ++kk) {
+        float v = 0.f;
+        if (nn < n && kk < k) v = order == WeightOrder::kKN ? w[kk * n + nn] : w[nn * k + kk];
+        panel[(kk / 2) * 32 + col * 2 + kk % 2] = toBf16(v);
+      }
+    }
+  }
+  auto* packed = new (std::nothrow) PackedWeightsBf16(k, n, nPadded, data);
+  if (packed == nullptr) {
+    std::free(data);
+    return internalError("gemm::packWeightsBf16: out of memory");
+  }
+  try {
+    return std::shared_ptr<const PackedWeightsBf16>(packed);
+  } catch (const std::bad_alloc&) {
+    return internalError("gemm::packWeightsBf16: out of memory");
+  }
+}
+
+bool availableBf16() { return cpu::hasAvx512Bf16(); }
+
+bool supportsPostOpBf16(const PostOp& op) {
+  if (op.kind == PostOp::Kind::kBinary) return false;
+  return supportsPostOp(op);
+}
+
+Status runBf16(const uint16_t* a, int64_t m, int64_t lda, const PackedWeightsBf16& b, uint16_t* c,
+               int64_t ldc, const Epilogue& ep, const uint16_t* residual, int64_t ldr) {
+  if (!availableBf16()) return unimplemented("gemm: this CPU has no AVX512-BF16");
+  const int64_t k = b.k(), n = b.n();
+  if (m < 0) return invalidArgument("gemm::runBf16: m < 0");
+  if (static_cast<int64_t>(ep.postOps.size()) > detail::kMaxEpiOps) {
+    return unimplemented("gemm: more than 16 post-ops");
+  }
+  for (const PostOp& op : ep.postOps) {
+    if (!supportsPostOpBf16(op)) return unimplemented(std::string("gemm (bf16): unsupported post-op"));
+  }
+  if (m == 0) return Status::ok();
+  if (a == nullptr || c == nullptr) return invalidArgument("gemm::runBf16: null a or c");
+  if (lda < k) return invalidArgument("gemm::runBf16: lda < k");
+  if (ldc < n) return invalidArgument("gemm::runBf16: ldc < n");
+  auto extent16 = [](const uint16_t* p, int64_t rows, int64_t cols, int64_t ld) {
+    const auto* first = reinterpret_cast<const char*>(p);
+    return Extent{first, first + ((rows - 1) * ld + cols) * 2};
+  };
+  const Extent cExt = extent16(c, m, n, ldc);
+  if (overlaps(cExt, extent16(a, m, k, lda))) return invalidArgument("gemm::runBf16: c overlaps a");
+  if (ep.bias != nullptr && overlaps(cExt, extentOf(ep.bias, 1, n, n))) {
+    return invalidArgument("gemm::runBf16: c overlaps bias");
+  }
+
+  detail::ProblemBf16 p;
+  p.a = a; p.m = m; p.lda = lda; p.b = &b; p.c = c; p.ldc = ldc; p.bias = ep.bias;
+  for (const PostOp& op : ep.postOps) {
+    EpiOp& e = p.ops[p.nOps++];
+    if (op.kind == PostOp::Kind::kSum) {
+      if (residual == nullptr) return invalidArgument("gemm::runBf16: sum post-op without residual");
+      if (ldr < n) return invalidArgument("gemm::runBf16: ldr < n");
+      if (!(residual == c && ldr == ldc) && overlaps(cExt, extent16(residual, m, n, ldr))) {
+        return invalidArgument("gemm::runBf16: residual overlaps c without being c");
+      }
+      e.kind = EpiOp::Kind::kSum;
+      e.alpha = op.scale;
+      p.residual = residual;
+      p.ldr = ldr;
+    } else {
+      VF_RETURN_IF_ERROR(resolveEltwise(op, e));
+    }
+  }
+  p.threads = threadsForMacs(m, k, n);
+  return detail::runBf16Avx512(p);
 }
 
 }  // namespace verifuse::kernels::gemm

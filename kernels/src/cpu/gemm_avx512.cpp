@@ -56,10 +56,10 @@ constexpr int64_t kMCMax = 192;
 /// \p a: row i at a + i·lda (unpacked); \p b: the first panel of the group in K block 0 of the
 /// packed weights (the group's NP panels are contiguous inside each K block; block k0 starts
 /// k0·nPad floats after block 0, and its panels are kb·16 floats apart).
-template <int MR, int NP>
+template <int MR, int NP, typename Finish>
 VF_GEMM_INLINE void micro(const float* __restrict a, int64_t lda, const float* __restrict b,
-                          int64_t K, int64_t KB, int64_t nPad, int64_t panel, float* out,
-                          int64_t ldOut, int64_t pfPanel, int64_t pfPart, int64_t pfParts) {
+                          int64_t K, int64_t KB, int64_t nPad, int64_t panel, int64_t pfPanel,
+                          int64_t pfPart, int64_t pfParts, Finish&& finish) {
   __m512 acc[MR][NP];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
@@ -98,10 +98,39 @@ VF_GEMM_INLINE void micro(const float* __restrict a, int64_t lda, const float* _
 #pragma GCC unroll 4
     for (; k < kb; ++k) step(k);
   }
+  finish(acc);
+}
+
+/// c[row0 + i][col0 + 16v ..] = post-ops(acc[i][v] + bias) for a full tile, straight from the
+/// registers (no trip through a stack buffer: storing a zmm and reloading its halves as ymm for
+/// the AVX2 epilogue stalls store forwarding, which cost 30% at K = 96). Activations run on the
+/// two 8-float halves with the shared AVX2 vector math, so the results are the buffer path's.
+template <int MR, int NP>
+VF_GEMM_INLINE void finishInRegisters(const Ctx& x, __m512 (&acc)[MR][NP], int64_t row0,
+                                      int64_t col0) {
+  const __m256i all = _mm256_set1_epi32(-1);
 #pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i)
+  for (int i = 0; i < MR; ++i) {
+    const int64_t row = row0 + i;
+    float* crow = x.c + row * x.ldc;
 #pragma GCC unroll 8
-    for (int v = 0; v < NP; ++v) _mm512_store_ps(out + i * ldOut + 16 * v, acc[i][v]);
+    for (int v = 0; v < NP; ++v) {
+      const int64_t j = col0 + 16 * v;
+      __m512 y = acc[i][v];
+      if (x.bias != nullptr) y = _mm512_add_ps(y, _mm512_loadu_ps(x.bias + j));
+      if (x.nOps == 0) {
+        _mm512_storeu_ps(crow + j, y);
+        continue;
+      }
+      __m256 lo = _mm512_castps512_ps256(y), hi = _mm512_extractf32x8_ps(y, 1);
+      for (int o = 0; o < x.nOps; ++o) {
+        lo = applyOp(x.ops[o], lo, row, j, true, all);
+        hi = applyOp(x.ops[o], hi, row, j + 8, true, all);
+      }
+      _mm256_storeu_ps(crow + j, lo);
+      _mm256_storeu_ps(crow + j + 8, hi);
+    }
+  }
 }
 
 // ---- tiles ---------------------------------------------------------------------------------------
@@ -115,9 +144,22 @@ __attribute__((noinline)) void tile(const Ctx& x, const float* a, int64_t lda,
                                     const PackedWeights& B, int64_t panel, int64_t row0,
                                     int64_t cols, int64_t pfPanel, int64_t pfPart, int64_t pfParts) {
   constexpr int64_t W = 16 * NP;
+  if (cols == W) {
+    micro<MR, NP>(a, lda, B.data(), B.k(), B.kBlock(), B.nPadded(), panel, pfPanel, pfPart, pfParts,
+                  [&](__m512 (&acc)[MR][NP]) __attribute__((always_inline)) {
+                    finishInRegisters<MR, NP>(x, acc, row0, panel * 16);
+                  });
+    return;
+  }
+  // The last group's padded columns: through a buffer, the epilogue masking the real columns.
   alignas(64) float buf[MR * W];
-  micro<MR, NP>(a, lda, B.data(), B.k(), B.kBlock(), B.nPadded(), panel, buf, W, pfPanel, pfPart,
-                pfParts);
+  micro<MR, NP>(a, lda, B.data(), B.k(), B.kBlock(), B.nPadded(), panel, pfPanel, pfPart, pfParts,
+                [&](__m512 (&acc)[MR][NP]) __attribute__((always_inline)) {
+#pragma GCC unroll 16
+                  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+                    for (int v = 0; v < NP; ++v) _mm512_store_ps(buf + i * W + 16 * v, acc[i][v]);
+                });
   epilogue(x, buf, W, MR, cols, row0, panel * 16);
 }
 

@@ -60,4 +60,22 @@ Status runAvx2(const Problem& p);
 /// The same with the AVX-512 kernel (gemm_avx512.cpp; call only when cpu::hasAvx512()).
 Status runAvx512(const Problem& p);
 
+/// One checked runBf16() call.
+struct ProblemBf16 {
+  const uint16_t* a = nullptr;
+  int64_t m = 0, lda = 0;
+  const PackedWeightsBf16* b = nullptr;
+  uint16_t* c = nullptr;
+  int64_t ldc = 0;
+  const float* bias = nullptr;
+  EpiOp ops[kMaxEpiOps];  // eltwise or kSum (its operand: residual)
+  int nOps = 0;
+  const uint16_t* residual = nullptr;
+  int64_t ldr = 0;
+  int threads = 1;
+};
+
+/// Runs a checked bf16 problem with m >= 1 (gemm_bf16_avx512.cpp; only when availableBf16()).
+Status runBf16Avx512(const ProblemBf16& p);
+
 }  // namespace verifuse::kernels::gemm::detail

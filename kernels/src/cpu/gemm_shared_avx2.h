@@ -90,7 +90,7 @@ VF_GEMM_INLINE __m256 applyOp(const EpiOp& e, __m256 y, int64_t i, int64_t j, bo
 }
 
 /// c[row0.., col0..] = post-ops(buf + bias) for rows x cols (cols <= 16·NP).
-void epilogue(const Ctx& x, const float* buf, int64_t ldb, int64_t rows, int64_t cols,
+[[maybe_unused]] void epilogue(const Ctx& x, const float* buf, int64_t ldb, int64_t rows, int64_t cols,
               int64_t row0, int64_t col0) {
   const int64_t nv = (cols + 7) / 8;
   for (int64_t r = 0; r < rows; ++r) {
@@ -136,7 +136,7 @@ thread_local Scratch tlsScratch;
 /// partial sums between K blocks, so the kernel must read such an operand from a copy taken before
 /// the first block. Fills \p ops from \p p (operand pointers redirected to the copies, which sit
 /// in \p scratch after \p reserved floats). \returns the scratch (nullptr: allocation failed).
-float* prepareOperands(const Problem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+[[maybe_unused]] float* prepareOperands(const Problem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                        bool severalBlocks, size_t reserved, EpiOp* ops) {
   int nCopies = 0;
   for (int o = 0; o < p.nOps; ++o) {

@@ -10,10 +10,12 @@ namespace verifuse::kernels::cpu {
 bool hasAvx2Fma();
 /// AVX-512 F/BW/VL/DQ with OS support for the ZMM state.
 bool hasAvx512();
+/// hasAvx512() and AVX512-BF16 (vdpbf16ps, vcvtneps2bf16).
+bool hasAvx512Bf16();
 /// Short description for reports and tuning keys, e.g. "avx2" or "avx512" or "baseline".
 std::string isaName();
 /// Bumped whenever an own kernel's speed changes enough to make old tuning decisions stale (the
-/// tuning key holds it): "2" = the AVX-512 GEMM.
+/// tuning key holds it): "2" = the AVX-512 GEMM, "3" = its bf16 variant.
 std::string kernelsRevision();
 
 }  // namespace verifuse::kernels::cpu

@@ -122,4 +122,59 @@ void setMaxIsa(Isa isa);
 /// are checked by run(), which knows M and N (kUnimplemented for dims it does not take).
 bool supportsPostOp(const PostOp& op);
 
+// ---- bfloat16 (AVX512-BF16) ------------------------------------------------------------------------
+
+/// Weights rounded once to bfloat16 (round to nearest even, as torch's .to(torch.bfloat16)) and
+/// packed for runBf16(). Immutable after packWeightsBf16(); shareable between threads.
+///
+/// Layout: N padded to nPadded() (a multiple of 16) with zero columns, K to 2·kPairs() with a zero
+/// row; panel j (columns 16j..16j+15) is kPairs() x 16 x 2 bf16, the pair (k, k+1) of a column
+/// adjacent: element (k, n) sits at data()[(n/16)·kPairs()·32 + (k/2)·32 + (n%16)·2 + k%2].
+class PackedWeightsBf16 {
+ public:
+  ~PackedWeightsBf16();
+  PackedWeightsBf16(const PackedWeightsBf16&) = delete;
+  PackedWeightsBf16& operator=(const PackedWeightsBf16&) = delete;
+
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  int64_t nPadded() const { return nPadded_; }
+  /// ceil(K / 2).
+  int64_t kPairs() const { return (k_ + 1) / 2; }
+  /// Bytes of the packed buffer (2·kPairs() · nPadded() · 2).
+  size_t bytes() const { return static_cast<size_t>(kPairs()) * static_cast<size_t>(nPadded_) * 4; }
+  /// bf16 bit patterns.
+  const uint16_t* data() const { return data_; }
+
+ private:
+  friend StatusOr<std::shared_ptr<const PackedWeightsBf16>> packWeightsBf16(const float*, int64_t, int64_t,
+                                                                            WeightOrder);
+  PackedWeightsBf16(int64_t k, int64_t n, int64_t nPadded, uint16_t* data)
+      : k_(k), n_(n), nPadded_(nPadded), data_(data) {}
+  int64_t k_, n_, nPadded_;
+  uint16_t* data_;
+};
+
+/// Rounds \p w (float32, dense row-major [n, k] for kNK or [k, n] for kKN) to bf16 and packs it.
+/// \returns kInvalidArgument for k < 1, n < 1 or a null \p w; kInternal if allocation fails.
+StatusOr<std::shared_ptr<const PackedWeightsBf16>> packWeightsBf16(const float* w, int64_t k, int64_t n,
+                                                                   WeightOrder order);
+
+/// c[M,N] (bf16, row stride \p ldc) = bf16(epilogue(a[M,K] (bf16, row stride \p lda) · B)).
+/// Float32 accumulation: each element is the chain of vdpbf16ps steps over the pairs (k, k+1),
+/// k = 0, 2, 4, ... (each adds both products of its pair), from +0; then + bias[j] (float32), then
+/// the post-ops in float32, then one rounding to bf16 (nearest even). Bit-identical for any thread
+/// count. Post-ops: the eltwise activations of run() and sum(scale) with the bf16 \p residual (row
+/// stride \p ldr; it may be c itself with ldr == ldc: the in-place residual add); binary post-ops
+/// give kUnimplemented (supportsPostOpBf16).
+/// \returns kUnimplemented if !availableBf16(); kInvalidArgument for bad shapes or pointers.
+Status runBf16(const uint16_t* a, int64_t m, int64_t lda, const PackedWeightsBf16& b, uint16_t* c,
+               int64_t ldc, const Epilogue& ep, const uint16_t* residual = nullptr, int64_t ldr = 0);
+
+/// Whether this CPU can runBf16(): AVX-512 F/BW/VL/DQ and AVX512-BF16.
+bool availableBf16();
+
+/// Whether runBf16() supports \p op (eltwise activations and sum).
+bool supportsPostOpBf16(const PostOp& op);
+
 }  // namespace verifuse::kernels::gemm

@@ -1,0 +1,245 @@
+// bfloat16 GEMM with fused epilogues on AVX512-BF16 (built with -mavx512bf16; reached only after
+// gemm::availableBf16()). c[M,N] (bf16) = epilogue(a[M,K] (bf16) · B) with B packed once in bf16.
+//
+// Same loop structure as the float32 AVX-512 kernel (gemm_avx512.cpp): groups of 3 panels of 16
+// columns, row tiles of <= 8 rows of near-equal height, the whole K in 24 zmm accumulators, A read
+// in place, the next group prefetched while a group's tiles run. The difference is the step: one
+// vdpbf16ps multiplies a pair of bf16 (k, k+1) of A (broadcast as one 32-bit lane) with the packed
+// pairs of 16 columns of B and adds both products to the float32 accumulator, so a K step pair
+// costs what one float32 step does: twice the multiply-adds per cycle.
+//
+// Numerics: float32 accumulation, one bf16 rounding (round to nearest even) of the final value
+// after bias and post-ops, like oneDNN's bf16 inner product whose place it takes (not eager's
+// separate bf16 ops, which round after each op; the bf16 tolerances cover that).
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "cpu/gemm_internal.h"
+#include "cpu/gemm_shared_avx2.h"
+
+namespace verifuse::kernels::gemm::detail {
+namespace {
+
+constexpr int64_t kMRMax = 8;
+constexpr int64_t kNP = 3;
+constexpr int64_t kMCMax = 192;
+
+/// Bf16 lanes per packed panel row: 16 columns x a (k, k+1) pair.
+constexpr int64_t kPairLanes = 32;
+
+// ---- micro-kernel --------------------------------------------------------------------------------
+
+VF_GEMM_INLINE __m512i broadcastPair(const uint16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm512_set1_epi32(v);
+}
+
+/// out[MR, 16·NP] (f32, row stride ldOut) = a[MR rows, K] · B over the whole K.
+/// \p b: the first panel of the group ([kPairs][16][2] bf16 each, \p panelStride lanes apart).
+template <int MR, int NP>
+VF_GEMM_INLINE void micro(const uint16_t* __restrict a, int64_t lda, int64_t K,
+                          const uint16_t* __restrict b, int64_t panelStride, float* out,
+                          int64_t ldOut, const uint16_t* pf, int64_t pfLines) {
+  __m512 acc[MR][NP];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < NP; ++v) acc[i][v] = _mm512_setzero_ps();
+  auto step = [&](int64_t p, auto loadA) __attribute__((always_inline)) {
+    __m512i bv[NP];
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q) {
+      bv[q] = _mm512_load_si512(reinterpret_cast<const void*>(b + q * panelStride + kPairLanes * p));
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const __m512i av = loadA(i);
+#pragma GCC unroll 8
+      for (int v = 0; v < NP; ++v) {
+        acc[i][v] = _mm512_dpbf16_ps(acc[i][v], (__m512bh)av, (__m512bh)bv[v]);
+      }
+    }
+  };
+  const int64_t pairs = K / 2;
+  int64_t p = 0;
+  const int64_t withPrefetch = std::min(pfLines, pairs);
+#pragma GCC unroll 2
+  for (; p < withPrefetch; ++p) {
+    _mm_prefetch(reinterpret_cast<const char*>(pf + kPairLanes * p), _MM_HINT_T1);
+    step(p, [&](int i) __attribute__((always_inline)) { return broadcastPair(a + i * lda + 2 * p); });
+  }
+#pragma GCC unroll 4
+  for (; p < pairs; ++p) {
+    step(p, [&](int i) __attribute__((always_inline)) { return broadcastPair(a + i * lda + 2 * p); });
+  }
+  if (K % 2 != 0) {  // the last k alone: (a[K-1], 0) against the packed (B[K-1], 0) pairs
+    step(p, [&](int i) __attribute__((always_inline)) {
+      return _mm512_set1_epi32(static_cast<int32_t>(a[i * lda + K - 1]));
+    });
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < NP; ++v) _mm512_store_ps(out + i * ldOut + 16 * v, acc[i][v]);
+}
+
+// ---- epilogue ------------------------------------------------------------------------------------
+
+/// One call's output side: c, the float32 bias, the post-ops (eltwise or a sum with a bf16
+/// residual).
+struct CtxBf16 {
+  uint16_t* c;
+  int64_t ldc;
+  int64_t n;
+  const float* bias;
+  const EpiOp* ops;
+  int nOps;
+  const uint16_t* residual;
+  int64_t ldr;
+};
+
+VF_GEMM_INLINE __m256 loadBf16(const uint16_t* p, bool full, __mmask8 mask) {
+  const __m128i h = full ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)) : _mm_maskz_loadu_epi16(mask, p);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/// c[row0.., col0..] = bf16(post-ops(buf + bias)) for rows x cols (cols <= 16·NP).
+void epilogueBf16(const CtxBf16& x, const float* buf, int64_t ldb, int64_t rows, int64_t cols,
+                  int64_t row0, int64_t col0) {
+  const int64_t nv = (cols + 7) / 8;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = row0 + r;
+    uint16_t* crow = x.c + i * x.ldc;
+    for (int64_t v = 0; v < nv; ++v) {
+      const int64_t j = col0 + 8 * v;
+      const int64_t count = std::min<int64_t>(8, cols - 8 * v);
+      const bool full = count == 8;
+      const __m256i mask = maskOf(count);
+      const __mmask8 kmask = static_cast<__mmask8>((1u << count) - 1u);
+      __m256 y = _mm256_load_ps(buf + r * ldb + 8 * v);
+      if (x.bias != nullptr) y = _mm256_add_ps(y, loadCols(x.bias + j, full, mask));
+      for (int o = 0; o < x.nOps; ++o) {
+        const EpiOp& e = x.ops[o];
+        if (e.kind == EpiOp::Kind::kSum) {
+          y = _mm256_fmadd_ps(_mm256_set1_ps(e.alpha), loadBf16(x.residual + i * x.ldr + j, full, kmask), y);
+        } else {
+          y = applyOp(e, y, i, j, full, mask);
+        }
+      }
+      const __m128i h = (__m128i)_mm256_cvtneps_pbh(y);
+      if (full) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(crow + j), h);
+      } else {
+        _mm_mask_storeu_epi16(crow + j, kmask, h);
+      }
+    }
+  }
+}
+
+// ---- tiles ---------------------------------------------------------------------------------------
+
+template <int MR, int NP>
+__attribute__((noinline)) void tile(const CtxBf16& x, const uint16_t* a, int64_t lda,
+                                    const PackedWeightsBf16& B, int64_t panel, int64_t row0,
+                                    int64_t cols, const uint16_t* pf, int64_t pfLines) {
+  constexpr int64_t W = 16 * NP;
+  alignas(64) float buf[MR * W];
+  const int64_t panelStride = B.kPairs() * kPairLanes;
+  micro<MR, NP>(a, lda, B.k(), B.data() + panel * panelStride, panelStride, buf, W, pf, pfLines);
+  epilogueBf16(x, buf, W, MR, cols, row0, panel * 16);
+}
+
+using TileFn = void (*)(const CtxBf16&, const uint16_t*, int64_t, const PackedWeightsBf16&, int64_t,
+                        int64_t, int64_t, const uint16_t*, int64_t);
+
+template <int NP, int... MRs>
+constexpr auto makeTileTable(std::integer_sequence<int, MRs...>) {
+  return std::array<TileFn, sizeof...(MRs)>{&tile<MRs + 1, NP>...};
+}
+constexpr auto kTiles1 = makeTileTable<1>(std::make_integer_sequence<int, kMRMax>{});
+constexpr auto kTiles2 = makeTileTable<2>(std::make_integer_sequence<int, kMRMax>{});
+constexpr auto kTiles3 = makeTileTable<3>(std::make_integer_sequence<int, kMRMax>{});
+constexpr auto kTiles4 = makeTileTable<4>(std::make_integer_sequence<int, 4>{});
+
+// ---- per-thread work -----------------------------------------------------------------------------
+
+void computeRegion(const ProblemBf16& p, const CtxBf16& x, int64_t m0, int64_t m1, int64_t p0,
+                   int64_t p1) {
+  const PackedWeightsBf16& B = *p.b;
+  const int64_t N = B.n();
+  const int64_t panelStride = B.kPairs() * kPairLanes;
+  const int64_t rows = m1 - m0;
+  const int64_t nIC = (rows + kMCMax - 1) / kMCMax;
+  const int64_t mc = (rows + nIC - 1) / nIC;
+  for (int64_t ic = m0; ic < m1; ic += mc) {
+    const int64_t mcur = std::min(mc, m1 - ic);
+    const bool wide = mcur <= 4;
+    const int64_t group = wide ? 4 : kNP;
+    const int64_t nTiles = wide ? 1 : (mcur + kMRMax - 1) / kMRMax;
+    for (int64_t g = p0; g < p1; g += group) {
+      const int64_t gp = std::min(group, p1 - g);
+      const int64_t cols = std::min<int64_t>(16 * gp, N - g * 16);
+      // The next group's panels are contiguous: each tile prefetches its share of their lines.
+      const bool more = g + gp < p1 || ic + mcur < m1;
+      const int64_t next = g + gp < p1 ? g + gp : p0;
+      const int64_t lines = more ? std::min(group, p1 - next) * B.kPairs() : 0;
+      const uint16_t* nextData = B.data() + next * panelStride;
+      for (int64_t t = 0; t < nTiles; ++t) {
+        const int64_t r0 = mcur * t / nTiles, r1 = mcur * (t + 1) / nTiles;
+        const int64_t mr = r1 - r0;
+        const int64_t l0 = lines * t / nTiles, l1 = lines * (t + 1) / nTiles;
+        const uint16_t* pf = nextData + kPairLanes * l0;
+        const uint16_t* a = p.a + (ic + r0) * p.lda;
+        if (wide && gp == 3) {  // a 4-panel group cut short: a pair, then one panel
+          kTiles2[mr - 1](x, a, p.lda, B, g, ic + r0, 32, pf, l1 - l0);
+          kTiles1[mr - 1](x, a, p.lda, B, g + 2, ic + r0, cols - 32, nullptr, 0);
+          continue;
+        }
+        switch (gp) {
+          case 4: kTiles4[mr - 1](x, a, p.lda, B, g, ic + r0, cols, pf, l1 - l0); break;
+          case 3: kTiles3[mr - 1](x, a, p.lda, B, g, ic + r0, cols, pf, l1 - l0); break;
+          case 2: kTiles2[mr - 1](x, a, p.lda, B, g, ic + r0, cols, pf, l1 - l0); break;
+          default: kTiles1[mr - 1](x, a, p.lda, B, g, ic + r0, cols, pf, l1 - l0); break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Status runBf16Avx512(const ProblemBf16& p) {
+  const CtxBf16 x{p.c, p.ldc, p.b->n(), p.bias, p.ops, p.nOps, p.residual, p.ldr};
+  const int64_t panels = (p.b->n() + 15) / 16;
+  const int64_t rowTiles = (p.m + kMRMax - 1) / kMRMax;
+  const int nt = p.threads;
+  if (nt == 1) {
+    computeRegion(p, x, 0, p.m, 0, panels);
+    return Status::ok();
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    const int team = omp_get_num_threads(), tid = omp_get_thread_num();
+    const Grid grid = chooseGrid(team, rowTiles, panels);
+    if (tid < grid.tm * grid.tn) {
+      const int im = tid / grid.tn, in = tid % grid.tn;
+      const int64_t m0 = std::min(p.m, cut(rowTiles, grid.tm, im) * kMRMax);
+      const int64_t m1 = std::min(p.m, cut(rowTiles, grid.tm, im + 1) * kMRMax);
+      const int64_t groups = (panels + kNP - 1) / kNP;
+      const int64_t q0 = std::min(panels, kNP * cut(groups, grid.tn, in));
+      const int64_t q1 = std::min(panels, kNP * cut(groups, grid.tn, in + 1));
+      if (m0 < m1 && q0 < q1) computeRegion(p, x, m0, m1, q0, q1);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace verifuse::kernels::gemm::detail
