@@ -125,7 +125,7 @@ struct CompileOptions {
   /// Partitions above this many multiply-adds per run are not timed: they run on oneDNN (the
   /// same GEMM/conv kernels dominate either way and fusion saves the post-ops' memory passes),
   /// and timing them would make compile time grow with the batch.
-  double tuneMaxMacs = 2.0e8;
+  double tuneMaxMacs = 5.0e8;
   /// Split a tuned partition when the best mix of per-member engines beats the best whole-
   /// partition engine by more than this fraction.
   double splitMargin = 0.05;
