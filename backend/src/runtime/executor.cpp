@@ -709,21 +709,10 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     } else if (partitionStatic[p] && partitionMacs[p] < 4096.0 * static_cast<double>(u.nodes.size())) {
       heuristicEngine[p] = Engine::kAten;
     } else if (allLinear && options.ownGemm && !options.bf16) {
-      // The own GEMM's transcendental epilogues (GELU, SiLU, ...) run 8 lanes wide on the AVX2
-      // vector math, oneDNN's 16 on AVX-512: measured 10-25% slower there (kernels/README.md), so
-      // an untimed partition holding one stays on oneDNN (ConvNeXt's fc + GELU + fc pairs, too big
-      // to time: 53 ms of linears on the own GEMM per call).
-      bool transcendental = false;
-      for (size_t k : u.nodes) {
-        const ir::Node& n = graph.nodes()[k];
-        auto ops = rules::parsePostOps(n.args.at(rules::postOpsArgIndex(n)).s);
-        if (!ops.isOk()) continue;
-        for (const rules::PostOpSpec& op : *ops) {
-          transcendental = transcendental || (op.kind != "relu" && op.kind != "leaky_relu" && op.kind != "clamp" &&
-                                              op.kind != "sum" && op.kind != "hardswish" && op.kind != "hardsigmoid");
-        }
-      }
-      heuristicEngine[p] = transcendental && kernels::cpu::hasAvx512() ? Engine::kOnednn : Engine::kGemm;
+      // Also with a GELU epilogue, though the own GEMM evaluates it 8 lanes wide and oneDNN 16:
+      // measured on whole models (Zen 5, 1 thread), BERT-base's untimed fc + GELU + fc partitions
+      // run 105 ms per call on the own GEMM and 109 ms on oneDNN.
+      heuristicEngine[p] = Engine::kGemm;
     }
   }
 
