@@ -1,14 +1,15 @@
 // AVX-512 single-precision GEMM with fused epilogues (built with -mavx512f...; reached only after
-// cpu::hasAvx512()). Same packed B and the same numerics as the AVX2 kernel (gemm_avx2.cpp): each
+// cpu::hasAvx512()). Same packed B and the same FMA chains as the AVX2 kernel (gemm_avx2.cpp): each
 // c[i][j] is one FMA chain over k = 0..K-1 from +0, then bias, then the post-ops, so the two give
-// bit-identical results and the tests' bit-exact checks hold for both.
+// bit-identical results, except that GELU (erf) runs here on the 16-lane vecmath_avx512.h, which
+// may differ from the 8-lane one in the last bit or two (see there).
 //
 //   thread t owns rows [m0, m1) x panels [p0, p1) of c (disjoint, deterministic split)
 //   for ic in [m0, m1) step MC (<= 192)         row block
 //     for each group of 3 B panels (48 columns; over all of K: 3 x K x 64 B, streamed from L2)
 //       for each row tile (<= 8 rows, tiles of near-equal height)
 //         MR x 48 micro-kernel over the whole K, A read in place (broadcasts from the rows of a)
-//         + epilogue from the registers' copy on the stack: c is written once
+//         + bias and post-ops straight from the registers: c is written once
 //
 // Micro-kernel: MR x 3 zmm accumulators (8 x 3 = 24 of 32 registers) + 3 B vectors; one K step =
 // 3 aligned B loads, MR broadcasts of A, 3·MR FMAs. The whole K stays in registers (no partial
@@ -17,8 +18,8 @@
 // pointers, B's and k must fit the 16 general registers: 12 rows spilled 3 pointers per step.
 // While a group's tiles run, each one prefetches its share of the next group's panels into L2.
 // Measured (Zen 5, 1 thread, kernels/bench/gemm_bench, interleaved with oneDNN 3.2's packed
-// inner product): 220-241 GFLOP/s (86-94% of the 255 GFLOP/s FMA peak) on BERT/ViT/GPT-2/Llama
-// shapes, 0-22% faster than oneDNN; without the prefetch 5-15% slower on N or K >= 2304.
+// inner product): 220-245 GFLOP/s (86-96% of the 255 GFLOP/s FMA peak) on BERT/ViT/GPT-2/Llama/
+// Whisper shapes, up to 22% faster than oneDNN; without the prefetch 5-15% slower on N or K >= 2304.
 // Tiles of near-equal height (e.g. 197 rows = 25 tiles of 7-8) keep every tile near 24 FMA chains
 // instead of leaving a thin remainder tile.
 //
@@ -36,6 +37,7 @@
 
 #include "cpu/gemm_internal.h"
 #include "cpu/gemm_shared_avx2.h"
+#include "cpu/vecmath_avx512.h"
 
 namespace verifuse::kernels::gemm::detail {
 namespace {
@@ -101,34 +103,65 @@ VF_GEMM_INLINE void micro(const float* __restrict a, int64_t lda, const float* _
   finish(acc);
 }
 
-/// c[row0 + i][col0 + 16v ..] = post-ops(acc[i][v] + bias) for a full tile, straight from the
-/// registers (no trip through a stack buffer: storing a zmm and reloading its halves as ymm for
-/// the AVX2 epilogue stalls store forwarding, which cost 30% at K = 96). Activations run on the
-/// two 8-float halves with the shared AVX2 vector math, so the results are the buffer path's.
+/// c[row][j .. j + count) = post-ops(y + bias), count <= 16. GELU (erf) runs 16 lanes wide
+/// (vecmath_avx512.h); the other post-ops on the two 8-float halves with the shared AVX2 epilogue
+/// math (applyOp), so they give the AVX2 kernel's results bit for bit. NOTE: out of line on
+/// purpose: inlined into every tile, the GELU's constants crowded the K loop's registers and the
+/// whole GEMM ran at half speed (measured 104 vs 200 GFLOP/s at 128x768x3072).
+__attribute__((noinline)) void finishVector(const Ctx& x, __m512 y, int64_t row, int64_t j, int64_t count) {
+  const bool full = count == 16;
+  const __mmask16 k = full ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << count) - 1u);
+  float* dst = x.c + row * x.ldc + j;
+  if (x.bias != nullptr) {
+    y = _mm512_add_ps(y, full ? _mm512_loadu_ps(x.bias + j) : _mm512_maskz_loadu_ps(k, x.bias + j));
+  }
+  for (int o = 0; o < x.nOps; ++o) {
+    const EpiOp& e = x.ops[o];
+    if (e.kind == EpiOp::Kind::kGeluErf) {
+      y = cpu::avx512::geluErf(y);
+      continue;
+    }
+    const int64_t loCount = std::min<int64_t>(8, count), hiCount = std::max<int64_t>(0, count - 8);
+    __m256 lo = _mm512_castps512_ps256(y), hi = _mm512_extractf32x8_ps(y, 1);
+    lo = applyOp(e, lo, row, j, loCount == 8, maskOf(loCount));
+    if (hiCount > 0) hi = applyOp(e, hi, row, j + 8, hiCount == 8, maskOf(hiCount));
+    y = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+  }
+  if (full) {
+    _mm512_storeu_ps(dst, y);
+  } else {
+    _mm512_mask_storeu_ps(dst, k, y);
+  }
+}
+
+/// Stores a finished tile: bias and post-ops applied straight from the registers (no trip through
+/// a stack buffer: storing a zmm and reloading its halves as ymm stalls store forwarding, which
+/// cost 30% at K = 96); only the real columns (cols of 16·NP) are written.
 template <int MR, int NP>
 VF_GEMM_INLINE void finishInRegisters(const Ctx& x, __m512 (&acc)[MR][NP], int64_t row0,
-                                      int64_t col0) {
-  const __m256i all = _mm256_set1_epi32(-1);
+                                      int64_t col0, int64_t cols) {
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
-    const int64_t row = row0 + i;
-    float* crow = x.c + row * x.ldc;
 #pragma GCC unroll 8
     for (int v = 0; v < NP; ++v) {
-      const int64_t j = col0 + 16 * v;
-      __m512 y = acc[i][v];
-      if (x.bias != nullptr) y = _mm512_add_ps(y, _mm512_loadu_ps(x.bias + j));
-      if (x.nOps == 0) {
-        _mm512_storeu_ps(crow + j, y);
+      const int64_t count = std::min<int64_t>(16, cols - 16 * v);
+      if (count <= 0) break;
+      // The common cases inline: bias only, and bias + residual sum (the transformer's output
+      // projections); anything else through the generic (out-of-line) path.
+      const bool sumOnly = x.nOps == 1 && x.ops[0].kind == EpiOp::Kind::kSum;
+      if ((x.nOps == 0 || sumOnly) && count == 16) {
+        const int64_t row = row0 + i, j = col0 + 16 * v;
+        __m512 y = acc[i][v];
+        if (x.bias != nullptr) y = _mm512_add_ps(y, _mm512_loadu_ps(x.bias + j));
+        if (sumOnly) {
+          const EpiOp& e = x.ops[0];
+          const float* r = e.src + (row - e.rowOff) * e.ld + (j - e.colOff);
+          y = _mm512_fmadd_ps(_mm512_set1_ps(e.alpha), _mm512_loadu_ps(r), y);
+        }
+        _mm512_storeu_ps(x.c + row * x.ldc + j, y);
         continue;
       }
-      __m256 lo = _mm512_castps512_ps256(y), hi = _mm512_extractf32x8_ps(y, 1);
-      for (int o = 0; o < x.nOps; ++o) {
-        lo = applyOp(x.ops[o], lo, row, j, true, all);
-        hi = applyOp(x.ops[o], hi, row, j + 8, true, all);
-      }
-      _mm256_storeu_ps(crow + j, lo);
-      _mm256_storeu_ps(crow + j + 8, hi);
+      finishVector(x, acc[i][v], row0 + i, col0 + 16 * v, count);
     }
   }
 }
@@ -143,24 +176,10 @@ template <int MR, int NP>
 __attribute__((noinline)) void tile(const Ctx& x, const float* a, int64_t lda,
                                     const PackedWeights& B, int64_t panel, int64_t row0,
                                     int64_t cols, int64_t pfPanel, int64_t pfPart, int64_t pfParts) {
-  constexpr int64_t W = 16 * NP;
-  if (cols == W) {
-    micro<MR, NP>(a, lda, B.data(), B.k(), B.kBlock(), B.nPadded(), panel, pfPanel, pfPart, pfParts,
-                  [&](__m512 (&acc)[MR][NP]) __attribute__((always_inline)) {
-                    finishInRegisters<MR, NP>(x, acc, row0, panel * 16);
-                  });
-    return;
-  }
-  // The last group's padded columns: through a buffer, the epilogue masking the real columns.
-  alignas(64) float buf[MR * W];
   micro<MR, NP>(a, lda, B.data(), B.k(), B.kBlock(), B.nPadded(), panel, pfPanel, pfPart, pfParts,
                 [&](__m512 (&acc)[MR][NP]) __attribute__((always_inline)) {
-#pragma GCC unroll 16
-                  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 8
-                    for (int v = 0; v < NP; ++v) _mm512_store_ps(buf + i * W + 16 * v, acc[i][v]);
+                  finishInRegisters<MR, NP>(x, acc, row0, panel * 16, cols);
                 });
-  epilogue(x, buf, W, MR, cols, row0, panel * 16);
 }
 
 using TileFn = void (*)(const Ctx&, const float*, int64_t, const PackedWeights&, int64_t, int64_t,

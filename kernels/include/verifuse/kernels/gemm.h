@@ -110,7 +110,9 @@ bool available();
 
 /// The kernel variants run() chooses from: the AVX-512 one (8x48 tiles, the whole K in registers)
 /// wherever cpu::hasAvx512(), else the AVX2 one (6x16 tiles over K blocks). Both compute the same
-/// FMA chains, so their results are bit-identical (see run()).
+/// FMA chains, so their results are bit-identical (see run()), except after a GELU (erf) post-op,
+/// which the AVX-512 variant evaluates 16 lanes wide (cpu/vecmath_avx512.h: within 2 ulp of the
+/// AVX2 vector math, same accuracy bound).
 enum class Isa { kAvx2, kAvx512 };
 /// The variant run() uses now.
 Isa activeIsa();

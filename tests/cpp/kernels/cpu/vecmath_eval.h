@@ -14,6 +14,8 @@ enum class VecFn {
 
 /// y[i] = fn(x[i]; p0, p1) for i < n (any n; the tail goes through a padded vector).
 void evalAvx2(VecFn fn, const float* x, float* y, size_t n, float p0 = 0.0f, float p1 = 0.0f);
+/// The same with vecmath_avx512.h (GELU erf; any other fn runs evalAvx2). Only after cpu::hasAvx512().
+void evalAvx512(VecFn fn, const float* x, float* y, size_t n);
 /// y[i] = maximum(a[i], b[i]) (or minimum), torch semantics.
 void maxMinAvx2(bool isMax, const float* a, const float* b, float* y, size_t n);
 /// bf16 bits -> float and float -> bf16 bits, n a multiple of 8.

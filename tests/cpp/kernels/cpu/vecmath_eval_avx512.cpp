@@ -1,0 +1,25 @@
+// Applies vecmath_avx512.h functions to arrays for the tests (built with the AVX-512 flags; call
+// only after cpu::hasAvx512()).
+#include "cpu/vecmath_avx512.h"
+
+#include <cstring>
+
+#include "vecmath_eval.h"
+
+namespace verifuse::kernels::cpu::testing {
+
+void evalAvx512(VecFn fn, const float* x, float* y, size_t n) {
+  if (fn != VecFn::kGeluErf) {  // the functions vecmath_avx512.h does not have run 8 lanes wide
+    evalAvx2(fn, x, y, n);
+    return;
+  }
+  for (size_t i = 0; i < n; i += 16) {
+    float in[16] = {}, out[16];
+    const size_t m = n - i < 16 ? n - i : 16;
+    std::memcpy(in, x + i, m * sizeof(float));
+    _mm512_storeu_ps(out, avx512::geluErf(_mm512_loadu_ps(in)));
+    std::memcpy(y + i, out, m * sizeof(float));
+  }
+}
+
+}  // namespace verifuse::kernels::cpu::testing
