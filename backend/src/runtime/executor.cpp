@@ -709,9 +709,9 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     } else if (partitionStatic[p] && partitionMacs[p] < 4096.0 * static_cast<double>(u.nodes.size())) {
       heuristicEngine[p] = Engine::kAten;
     } else if (allLinear && options.ownGemm && !options.bf16) {
-      // Also with a GELU epilogue, though the own GEMM evaluates it 8 lanes wide and oneDNN 16:
-      // measured on whole models (Zen 5, 1 thread), BERT-base's untimed fc + GELU + fc partitions
-      // run 105 ms per call on the own GEMM and 109 ms on oneDNN.
+      // Also with a GELU epilogue: BERT-base (b1, 1 thread, Zen 5), whose fc + GELU + fc
+      // partitions are too big to time, ran 109.4 ms per call with them on oneDNN (bench run at
+      // f4187ce) and 103.7 ms on the own GEMM with its 16-lane GELU (run at 7ccd1e1).
       heuristicEngine[p] = Engine::kGemm;
     }
   }
