@@ -111,10 +111,11 @@ def test_bf16_block_runs_bf16_kernels_with_eager_sized_error(monkeypatch):
 
 
 @native_bf16
-def test_bf16_linears_run_on_the_own_bf16_gemm():
-    # Untimed (autotune off), float32-free: linear + GELU and linear + residual take the own GEMM's
-    # bf16 variant (vdpbf16ps, float32 accumulation, one bf16 rounding), and its error stays
-    # eager-sized. Fails if the bf16 GEMM is not planned (the linears would say @onednn).
+def test_bf16_linears_run_on_the_own_bf16_gemm(monkeypatch):
+    # Linear + GELU and linear + residual forced onto the own GEMM's bf16 variant (vdpbf16ps, float32
+    # accumulation, one bf16 rounding): its error stays eager-sized. Fails if the bf16 GEMM cannot
+    # run them (the linears would fall back to @onednn).
+    monkeypatch.setenv("VERIFUSE_LINEAR", "gemm")
     class Mlp(nn.Module):
         def __init__(self):
             super().__init__()
@@ -136,6 +137,14 @@ def test_bf16_linears_run_on_the_own_bf16_gemm():
     gemms = [p for p in report.to_dict()["partitions"] if p["engine"] == "gemm"]
     assert gemms and all(p["impl"] == "verifuse gemm:avx512_bf16" and p["dtype"] == "bf16" for p in gemms), gemms
     _check_bf16_accuracy(model, (x,), {}, got)
+    # Untimed and not forced, a bf16 model's linears stay on oneDNN (the planner's heuristic).
+    monkeypatch.delenv("VERIFUSE_LINEAR")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True, "autotune": False})
+        compiled(x)
+        _, events = _engine_events(compiled, (x,))
+    assert events["verifuse::linear@onednn"] == 2, events
 
 
 @native_bf16

@@ -672,9 +672,20 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     return (forcedAttention == "onednn" || forcedAttention == "aten") && u.nodes.size() == 1 &&
            isAttentionEngineOp(graph.nodes()[u.nodes[0]]);
   };
+  // VERIFUSE_LINEAR=gemm|onednn (tests, benchmarking; read per compile): likewise every partition
+  // of linears on the own GEMM or on oneDNN (a member that cannot run it falls back as usual).
+  const char* linearKnob = std::getenv("VERIFUSE_LINEAR");
+  const std::string forcedLinear = linearKnob ? linearKnob : "";
+  auto forcesLinear = [&](const Unit& u) {
+    if (forcedLinear != "gemm" && forcedLinear != "onednn") return false;
+    for (size_t k : u.nodes) {
+      if (graph.nodes()[k].op != rules::kLinearOp) return false;
+    }
+    return true;
+  };
   std::vector<bool> partitionForced(specs.size(), false);
   for (const Unit& u : units) {
-    if (u.partition >= 0 && forcesAttention(u)) partitionForced[static_cast<size_t>(u.partition)] = true;
+    if (u.partition >= 0 && (forcesAttention(u) || forcesLinear(u))) partitionForced[static_cast<size_t>(u.partition)] = true;
   }
   auto willTime = [&](int32_t part) {
     const size_t p = static_cast<size_t>(part);
@@ -688,10 +699,12 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   for (const Unit& u : units) {
     if (u.partition < 0) continue;
     const size_t p = static_cast<size_t>(u.partition);
-    bool allLinear = true, allRows = true;
+    bool allLinear = true, allRows = true, anyBf16 = false;
     for (size_t k : u.nodes) {
-      allLinear = allLinear && graph.nodes()[k].op == rules::kLinearOp;
-      allRows = allRows && graph.nodes()[k].op == kRowwiseOp;
+      const ir::Node& n = graph.nodes()[k];
+      allLinear = allLinear && n.op == rules::kLinearOp;
+      allRows = allRows && n.op == kRowwiseOp;
+      for (ValueId out : n.outputs) anyBf16 = anyBf16 || graph.value(out).dtype == ir::DType::BFloat16;
     }
     const ir::Node& first = graph.nodes()[u.nodes[0]];
     if (u.nodes.size() == 1 && isAttentionEngineOp(first)) {
@@ -708,12 +721,16 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       heuristicEngine[p] = Engine::kRowwise;
     } else if (partitionStatic[p] && partitionMacs[p] < 4096.0 * static_cast<double>(u.nodes.size())) {
       heuristicEngine[p] = Engine::kAten;
-    } else if (allLinear && options.ownGemm && !options.bf16) {
+    } else if (allLinear && options.ownGemm && !options.bf16 && !anyBf16) {
       // Also with a GELU epilogue: BERT-base (b1, 1 thread, Zen 5), whose fc + GELU + fc
       // partitions are too big to time, ran 109.4 ms per call with them on oneDNN (bench run at
-      // f4187ce) and 103.7 ms on the own GEMM with its 16-lane GELU (run at 7ccd1e1).
+      // f4187ce) and 103.7 ms on the own GEMM with its 16-lane GELU (run at 7ccd1e1). A bf16
+      // model's untimed linears stay on oneDNN: the own bf16 GEMM is only level with oneDNN's per
+      // shape (kernels/README.md) and its GELU runs 8 lanes wide (bf16 BERT-base 60.6 ms per call
+      // with them on the own GEMM, 56.5 ms on oneDNN).
       heuristicEngine[p] = Engine::kGemm;
     }
+    if (allLinear && partitionForced[p]) heuristicEngine[p] = forcedLinear == "gemm" ? Engine::kGemm : Engine::kOnednn;
   }
 
   // Folded constants (host buffers) read by exactly one fused op: the op takes the only reference,
@@ -976,7 +993,10 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       d.engine = engineName(members.front()->engine());
       if (candidates.size() < 2) d.how = "heuristic: one candidate engine";
       else if (!partitionStatic[static_cast<size_t>(unit.partition)]) d.how = "heuristic: dynamic shapes";
-      else if (partitionForced[static_cast<size_t>(unit.partition)]) d.how = "heuristic: VERIFUSE_ATTENTION=" + forcedAttention;
+      else if (partitionForced[static_cast<size_t>(unit.partition)]) {
+        d.how = forcedAttention.empty() || !forcesAttention(unit) ? "heuristic: VERIFUSE_LINEAR=" + forcedLinear
+                                                                  : "heuristic: VERIFUSE_ATTENTION=" + forcedAttention;
+      }
       else if (!tuning) d.how = options.autotune ? "heuristic: no tuning database" : "heuristic: autotune off";
       else d.how = "heuristic: too big to time (" + std::to_string(static_cast<int64_t>(partitionMacs[static_cast<size_t>(unit.partition)])) + " MACs)";
       if (candidates.size() < 2 && options.releaseWeights) {
