@@ -23,6 +23,7 @@
 
 #include "cpu/gemm_internal.h"
 #include "cpu/gemm_shared_avx2.h"
+#include "cpu/vecmath_avx512.h"
 
 namespace verifuse::kernels::gemm::detail {
 namespace {
@@ -106,41 +107,40 @@ struct CtxBf16 {
   int64_t ldr;
 };
 
-VF_GEMM_INLINE __m256 loadBf16(const uint16_t* p, bool full, __mmask8 mask) {
-  const __m128i h = full ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)) : _mm_maskz_loadu_epi16(mask, p);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
 
-/// c[row0.., col0..] = bf16(post-ops(buf + bias)) for rows x cols (cols <= 16·NP).
-void epilogueBf16(const CtxBf16& x, const float* buf, int64_t ldb, int64_t rows, int64_t cols,
-                  int64_t row0, int64_t col0) {
-  const int64_t nv = (cols + 7) / 8;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = row0 + r;
-    uint16_t* crow = x.c + i * x.ldc;
-    for (int64_t v = 0; v < nv; ++v) {
-      const int64_t j = col0 + 8 * v;
-      const int64_t count = std::min<int64_t>(8, cols - 8 * v);
-      const bool full = count == 8;
-      const __m256i mask = maskOf(count);
-      const __mmask8 kmask = static_cast<__mmask8>((1u << count) - 1u);
-      __m256 y = _mm256_load_ps(buf + r * ldb + 8 * v);
-      if (x.bias != nullptr) y = _mm256_add_ps(y, loadCols(x.bias + j, full, mask));
-      for (int o = 0; o < x.nOps; ++o) {
-        const EpiOp& e = x.ops[o];
-        if (e.kind == EpiOp::Kind::kSum) {
-          y = _mm256_fmadd_ps(_mm256_set1_ps(e.alpha), loadBf16(x.residual + i * x.ldr + j, full, kmask), y);
-        } else {
-          y = applyOp(e, y, i, j, full, mask);
-        }
-      }
-      const __m128i h = (__m128i)_mm256_cvtneps_pbh(y);
-      if (full) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(crow + j), h);
-      } else {
-        _mm_mask_storeu_epi16(crow + j, kmask, h);
-      }
+/// c[row][j .. j + count) = bf16(post-ops(y + bias)), count <= 16. GELU (erf) 16 lanes wide
+/// (vecmath_avx512.h), the other eltwise ops on the two 8-float halves (applyOp), sum with the bf16
+/// residual widened exactly. Out of line, like the float32 kernel's (the K loop keeps its registers).
+__attribute__((noinline)) void finishVectorBf16(const CtxBf16& x, __m512 y, int64_t i, int64_t j,
+                                                int64_t count) {
+  const bool full = count == 16;
+  const __mmask16 k = full ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << count) - 1u);
+  if (x.bias != nullptr) {
+    y = _mm512_add_ps(y, full ? _mm512_loadu_ps(x.bias + j) : _mm512_maskz_loadu_ps(k, x.bias + j));
+  }
+  for (int o = 0; o < x.nOps; ++o) {
+    const EpiOp& e = x.ops[o];
+    if (e.kind == EpiOp::Kind::kSum) {
+      const uint16_t* r = x.residual + i * x.ldr + j;
+      const __m256i h = full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)) : _mm256_maskz_loadu_epi16(k, r);
+      const __m512 rv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      y = _mm512_fmadd_ps(_mm512_set1_ps(e.alpha), rv, y);
+    } else if (e.kind == EpiOp::Kind::kGeluErf) {
+      y = cpu::avx512::geluErf(y);
+    } else {
+      const int64_t loCount = std::min<int64_t>(8, count), hiCount = std::max<int64_t>(0, count - 8);
+      __m256 lo = _mm512_castps512_ps256(y), hi = _mm512_extractf32x8_ps(y, 1);
+      lo = applyOp(e, lo, i, j, loCount == 8, maskOf(loCount));
+      if (hiCount > 0) hi = applyOp(e, hi, i, j + 8, hiCount == 8, maskOf(hiCount));
+      y = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
     }
+  }
+  const __m256i h = (__m256i)_mm512_cvtneps_pbh(y);
+  uint16_t* dst = x.c + i * x.ldc + j;
+  if (full) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), h);
+  } else {
+    _mm256_mask_storeu_epi16(dst, k, h);
   }
 }
 
@@ -154,7 +154,15 @@ __attribute__((noinline)) void tile(const CtxBf16& x, const uint16_t* a, int64_t
   alignas(64) float buf[MR * W];
   const int64_t panelStride = B.kPairs() * kPairLanes;
   micro<MR, NP>(a, lda, B.k(), B.data() + panel * panelStride, panelStride, buf, W, pf, pfLines);
-  epilogueBf16(x, buf, W, MR, cols, row0, panel * 16);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (int v = 0; v < NP; ++v) {
+      const int64_t count = std::min<int64_t>(16, cols - 16 * v);
+      if (count <= 0) break;
+      finishVectorBf16(x, _mm512_load_ps(buf + i * W + 16 * v), row0 + i, panel * 16 + 16 * v, count);
+    }
+  }
 }
 
 using TileFn = void (*)(const CtxBf16&, const uint16_t*, int64_t, const PackedWeightsBf16&, int64_t,
