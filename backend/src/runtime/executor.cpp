@@ -727,8 +727,8 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       // f4187ce) and 103.7 ms on the own GEMM with its 16-lane GELU (run at 7ccd1e1). A bf16
       // model's untimed linears stay on oneDNN: the own bf16 GEMM is only level with oneDNN's per
       // shape (kernels/README.md) and 10-20% behind it with a GELU epilogue, whose cost weighs
-      // twice as much against bf16's faster multiply-adds (bf16 BERT-base: 60.6 ms per call with
-      // them on the own GEMM, 56.5 ms on oneDNN).
+      // twice as much against bf16's faster multiply-adds (128x768x3072 + GELU: 381 vs 428
+      // GFLOP/s). Whole bf16 BERT-base measured the same either way (57.9 ms per call).
       heuristicEngine[p] = Engine::kGemm;
     }
     if (allLinear && partitionForced[p]) heuristicEngine[p] = forcedLinear == "gemm" ? Engine::kGemm : Engine::kOnednn;
