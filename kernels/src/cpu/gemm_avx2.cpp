@@ -315,29 +315,11 @@ bool computeRegion(const Problem& p, int64_t m0, int64_t m1, int64_t p0, int64_t
 }  // namespace
 
 Status runAvx2(const Problem& p) {
-  const int64_t panels = (p.b->n() + 15) / 16;
-  const int64_t rowTiles = (p.m + kMR - 1) / kMR;
-  const int nt = p.threads;
-
-  if (nt == 1) {
-    if (!computeRegion(p, 0, p.m, 0, panels)) return internalError("gemm: out of scratch memory");
-    return Status::ok();
-  }
-  std::atomic<bool> failed{false};
-#pragma omp parallel num_threads(nt)
-  {
-    const int team = omp_get_num_threads(), tid = omp_get_thread_num();
-    const Grid grid = chooseGrid(team, rowTiles, panels);
-    if (tid < grid.tm * grid.tn) {
-      const int im = tid / grid.tn, in = tid % grid.tn;
-      const int64_t m0 = std::min(p.m, cut(rowTiles, grid.tm, im) * kMR);
-      const int64_t m1 = std::min(p.m, cut(rowTiles, grid.tm, im + 1) * kMR);
-      const int64_t q0 = cut(panels, grid.tn, in), q1 = cut(panels, grid.tn, in + 1);
-      if (m0 < m1 && q0 < q1 && !computeRegion(p, m0, m1, q0, q1)) failed = true;
-    }
-  }
-  if (failed) return internalError("gemm: out of scratch memory");
-  return Status::ok();
+  const bool ok = splitOverThreads(p.threads, p.m, kMR, (p.b->n() + 15) / 16, 1,
+                                   [&](int64_t m0, int64_t m1, int64_t q0, int64_t q1) {
+                                     return computeRegion(p, m0, m1, q0, q1);
+                                   });
+  return ok ? Status::ok() : internalError("gemm: out of scratch memory");
 }
 
 }  // namespace verifuse::kernels::gemm::detail

@@ -249,32 +249,12 @@ bool computeRegion(const Problem& p, int64_t m0, int64_t m1, int64_t p0, int64_t
 }  // namespace
 
 Status runAvx512(const Problem& p) {
-  const int64_t panels = (p.b->n() + 15) / 16;
-  const int64_t rowTiles = (p.m + kMRMax - 1) / kMRMax;
-  const int nt = p.threads;
-
-  if (nt == 1) {
-    if (!computeRegion(p, 0, p.m, 0, panels)) return internalError("gemm: out of scratch memory");
-    return Status::ok();
-  }
-  std::atomic<bool> failed{false};
-#pragma omp parallel num_threads(nt)
-  {
-    const int team = omp_get_num_threads(), tid = omp_get_thread_num();
-    const Grid grid = chooseGrid(team, rowTiles, panels);
-    if (tid < grid.tm * grid.tn) {
-      const int im = tid / grid.tn, in = tid % grid.tn;
-      const int64_t m0 = std::min(p.m, cut(rowTiles, grid.tm, im) * kMRMax);
-      const int64_t m1 = std::min(p.m, cut(rowTiles, grid.tm, im + 1) * kMRMax);
-      // Split on whole tile groups, so no thread gets a short group in the middle of the matrix.
-      const int64_t groups = (panels + kNP - 1) / kNP;
-      const int64_t q0 = std::min(panels, kNP * cut(groups, grid.tn, in));
-      const int64_t q1 = std::min(panels, kNP * cut(groups, grid.tn, in + 1));
-      if (m0 < m1 && q0 < q1 && !computeRegion(p, m0, m1, q0, q1)) failed = true;
-    }
-  }
-  if (failed) return internalError("gemm: out of scratch memory");
-  return Status::ok();
+  // Panels split in whole tile groups, so no thread gets a short group mid-matrix.
+  const bool ok = splitOverThreads(p.threads, p.m, kMRMax, (p.b->n() + 15) / 16, kNP,
+                                   [&](int64_t m0, int64_t m1, int64_t q0, int64_t q1) {
+                                     return computeRegion(p, m0, m1, q0, q1);
+                                   });
+  return ok ? Status::ok() : internalError("gemm: out of scratch memory");
 }
 
 }  // namespace verifuse::kernels::gemm::detail

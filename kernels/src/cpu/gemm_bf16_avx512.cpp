@@ -226,27 +226,11 @@ void computeRegion(const ProblemBf16& p, const CtxBf16& x, int64_t m0, int64_t m
 
 Status runBf16Avx512(const ProblemBf16& p) {
   const CtxBf16 x{p.c, p.ldc, p.b->n(), p.bias, p.ops, p.nOps, p.residual, p.ldr};
-  const int64_t panels = (p.b->n() + 15) / 16;
-  const int64_t rowTiles = (p.m + kMRMax - 1) / kMRMax;
-  const int nt = p.threads;
-  if (nt == 1) {
-    computeRegion(p, x, 0, p.m, 0, panels);
-    return Status::ok();
-  }
-#pragma omp parallel num_threads(nt)
-  {
-    const int team = omp_get_num_threads(), tid = omp_get_thread_num();
-    const Grid grid = chooseGrid(team, rowTiles, panels);
-    if (tid < grid.tm * grid.tn) {
-      const int im = tid / grid.tn, in = tid % grid.tn;
-      const int64_t m0 = std::min(p.m, cut(rowTiles, grid.tm, im) * kMRMax);
-      const int64_t m1 = std::min(p.m, cut(rowTiles, grid.tm, im + 1) * kMRMax);
-      const int64_t groups = (panels + kNP - 1) / kNP;
-      const int64_t q0 = std::min(panels, kNP * cut(groups, grid.tn, in));
-      const int64_t q1 = std::min(panels, kNP * cut(groups, grid.tn, in + 1));
-      if (m0 < m1 && q0 < q1) computeRegion(p, x, m0, m1, q0, q1);
-    }
-  }
+  splitOverThreads(p.threads, p.m, kMRMax, (p.b->n() + 15) / 16, kNP,
+                   [&](int64_t m0, int64_t m1, int64_t q0, int64_t q1) {
+                     computeRegion(p, x, m0, m1, q0, q1);
+                     return true;
+                   });
   return Status::ok();
 }
 

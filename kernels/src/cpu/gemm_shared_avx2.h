@@ -8,7 +8,10 @@
 
 #include <immintrin.h>
 
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -180,6 +183,32 @@ Grid chooseGrid(int nt, int64_t rowTiles, int64_t panels) {
 
 /// [begin, end) of part \p i of \p total units cut into \p parts near-equal contiguous pieces.
 VF_GEMM_INLINE int64_t cut(int64_t total, int parts, int i) { return total * i / parts; }
+
+/// Runs \p region(m0, m1, q0, q1) on \p nt OpenMP threads over disjoint parts of the [m, panels]
+/// output: rows cut at multiples of \p rowUnit, panels at multiples of \p panelUnit (chooseGrid
+/// picks the split; nt == 1 runs the whole output here). \returns false if any region did.
+template <class Region>
+bool splitOverThreads(int nt, int64_t m, int64_t rowUnit, int64_t panels, int64_t panelUnit,
+                      Region&& region) {
+  if (nt == 1) return region(int64_t{0}, m, int64_t{0}, panels);
+  const int64_t rowTiles = (m + rowUnit - 1) / rowUnit;
+  const int64_t groups = (panels + panelUnit - 1) / panelUnit;
+  std::atomic<bool> ok{true};
+#pragma omp parallel num_threads(nt)
+  {
+    const int team = omp_get_num_threads(), tid = omp_get_thread_num();
+    const Grid grid = chooseGrid(team, rowTiles, panels);
+    if (tid < grid.tm * grid.tn) {
+      const int im = tid / grid.tn, in = tid % grid.tn;
+      const int64_t m0 = std::min(m, cut(rowTiles, grid.tm, im) * rowUnit);
+      const int64_t m1 = std::min(m, cut(rowTiles, grid.tm, im + 1) * rowUnit);
+      const int64_t q0 = std::min(panels, panelUnit * cut(groups, grid.tn, in));
+      const int64_t q1 = std::min(panels, panelUnit * cut(groups, grid.tn, in + 1));
+      if (m0 < m1 && q0 < q1 && !region(m0, m1, q0, q1)) ok = false;
+    }
+  }
+  return ok;
+}
 
 }  // namespace
 }  // namespace verifuse::kernels::gemm::detail

@@ -17,6 +17,7 @@
 
 #include "verifuse/kernels/cpu_features.h"
 #include "verifuse/kernels/gemm.h"
+#include "postops.h"
 
 namespace verifuse::kernels::gemm {
 namespace {
@@ -43,18 +44,8 @@ struct Case {
   bool inPlaceSum = false;
 };
 
-PostOp elt(Activation a) {
-  PostOp p;
-  p.kind = PostOp::Kind::kEltwise;
-  p.act = a;
-  return p;
-}
-PostOp sumOp(float scale) {
-  PostOp p;
-  p.kind = PostOp::Kind::kSum;
-  p.scale = scale;
-  return p;
-}
+using kernels::testing::elt;
+using kernels::testing::sumOp;
 
 double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 

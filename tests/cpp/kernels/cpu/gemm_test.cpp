@@ -5,6 +5,7 @@
 #pragma GCC optimize("fp-contract=off")  // the float reference rounds after every operation
 
 #include "verifuse/kernels/gemm.h"
+#include "postops.h"
 #include "verifuse/kernels/cpu_features.h"
 
 #include <gtest/gtest.h>
@@ -38,28 +39,9 @@ float vecmath(VecFn fn, float x, float p0 = 0.f) {
   return y;
 }
 
-// PostOp's factories live in the oneDNN library; this test links only the own kernels.
-PostOp elt(Activation a, float alpha = 0.f, float beta = 0.f) {
-  PostOp p;
-  p.kind = PostOp::Kind::kEltwise;
-  p.act = a;
-  p.alpha = alpha;
-  p.beta = beta;
-  return p;
-}
-PostOp sumOp(float scale) {
-  PostOp p;
-  p.kind = PostOp::Kind::kSum;
-  p.scale = scale;
-  return p;
-}
-PostOp binOp(BinaryAlg alg, std::vector<int64_t> dims) {
-  PostOp p;
-  p.kind = PostOp::Kind::kBinary;
-  p.binaryAlg = alg;
-  p.binaryDims = std::move(dims);
-  return p;
-}
+using kernels::testing::elt;
+using kernels::testing::sumOp;
+using kernels::testing::binOp;
 
 constexpr float kSentinel = -12345.5f;
 
