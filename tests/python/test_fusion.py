@@ -227,3 +227,34 @@ print("OK")
     env = dict(os.environ, VERIFUSE_TEST_PLANTED_BUG="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
+class _AudioStem(nn.Module):
+    """Whisper's encoder stem: two 1-D convs with GELU, then [N, C, L] -> [N, L, C]."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv1d(16, 32, 3, padding=1)
+        self.conv2 = nn.Conv1d(32, 32, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        y = F.gelu(self.conv1(x))
+        z = F.gelu(self.conv2(y))
+        return z.permute(0, 2, 1), self.conv1(x) + y
+
+
+def test_conv1d_runs_on_the_direct_channels_last_kernel():
+    # oneDNN's plain (ncw) 1-D convolution is its im2col + GEMM fallback, 2-4x slower than the
+    # direct nwc kernel; the result must still come back in eager's layout.
+    model = _AudioStem().eval()
+    x = torch.randn(1, 16, 300)
+    with torch.no_grad():
+        expected = model(x)
+        report = verifuse.explain(model, x, strict=True)
+        got = torch.compile(model, backend="verifuse", options={"strict": True})(x)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+        assert g.stride() == e.stride()
+    convs = [p for p in report.to_dict()["partitions"] if "verifuse::conv" in p["ops"]]
+    assert convs and all(p["engine"] == "onednn" for p in convs), convs
+    assert not any("gemm" in (p.get("impl") or "") for p in convs), convs
