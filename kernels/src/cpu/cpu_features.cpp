@@ -34,6 +34,6 @@ std::string isaName() {
   return "baseline";
 }
 
-std::string kernelsRevision() { return "3"; }
+std::string kernelsRevision() { return "4"; }
 
 }  // namespace verifuse::kernels::cpu

@@ -15,7 +15,8 @@ bool hasAvx512Bf16();
 /// Short description for reports and tuning keys, e.g. "avx2" or "avx512" or "baseline".
 std::string isaName();
 /// Bumped whenever an own kernel's speed changes enough to make old tuning decisions stale (the
-/// tuning key holds it): "2" = the AVX-512 GEMM, "3" = its bf16 variant.
+/// tuning key holds it): "2" = the AVX-512 GEMM, "3" = its bf16 variant, "4" = epilogue operands
+/// prefetched and the bf16 epilogue in registers.
 std::string kernelsRevision();
 
 }  // namespace verifuse::kernels::cpu

@@ -153,6 +153,8 @@ TEST_F(GemmBf16Test, InPlaceResidualSum) {
   c.ops = {sumOp(1.f)};
   c.inPlaceSum = true;
   runCase(c, 1);
+  c.ops = {sumOp(-0.5f)};  // a sum alone takes the inlined epilogue: its scale must be applied there
+  runCase(c, 1);
   c.ops = {sumOp(0.5f), elt(Activation::kRelu)};
   runCase(c, 2);
 }
