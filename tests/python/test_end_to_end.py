@@ -140,6 +140,28 @@ def test_in_place_weight_update_after_compile():
         torch.testing.assert_close(compiled(x), model(x))
 
 
+def test_model_copies_sharing_a_graph_keep_one_plan_each():
+    # Dynamo reuses one graph for copies of a model (their weights are arguments): calling the
+    # copies in turn must switch between their plans, not rebuild a plan on every call.
+    models = [build("mlp")[0] for _ in range(3)]
+    x = build("mlp")[1]
+    for k, m in enumerate(models[1:], 1):
+        with torch.no_grad():
+            for p in m.parameters():
+                p.mul_(1.0 + k)
+    compiled = [compile_strict(m) for m in models]
+    verifuse.reset_stats()
+    with torch.no_grad():
+        for _ in range(4):
+            for m, c in zip(models, compiled):
+                torch.testing.assert_close(c(x), m(x))
+        assert verifuse.stats()["weight_refreshes"] <= 2  # the second and third copy, once each
+        models[0].net[0].bias.add_(1.0)  # in place: that copy's plan is rebuilt, the others kept
+        for m, c in zip(models, compiled):
+            torch.testing.assert_close(c(x), m(x))
+    assert verifuse.stats()["weight_refreshes"] <= 3
+
+
 def test_grad_mode_falls_back_with_one_warning():
     model, x = build("mlp")
     compiled = torch.compile(model, backend="verifuse")

@@ -168,6 +168,14 @@ void registerCore(py::module_& m) {
              return out;
            },
            "Runs the graph on the full argument list (frozen weights included).")
+      .def("weights_match",
+           [](const runtime::CompiledGraph& cg, const py::list& pyArgs) {
+             std::vector<c10::IValue> args;
+             args.reserve(pyArgs.size());
+             for (const auto& a : pyArgs) args.push_back(toIValue(a));
+             return cg.checkFrozenInputs(args).isOk();
+           },
+           "True if the frozen arguments are the tensors (and versions) the plan was built for.")
       .def("graph_text", [](const runtime::CompiledGraph& cg) { return ir::printGraph(cg.graph()); })
       .def("stats", &statsDict);
 
