@@ -258,3 +258,14 @@ def test_conv1d_runs_on_the_direct_channels_last_kernel():
     convs = [p for p in report.to_dict()["partitions"] if "verifuse::conv" in p["ops"]]
     assert convs and all(p["engine"] == "onednn" for p in convs), convs
     assert not any("gemm" in (p.get("impl") or "") for p in convs), convs
+
+
+@pytest.mark.parametrize("k,engine", [(384, "onednn"), (1024, "gemm")])
+def test_untimed_gelu_linear_engine_follows_k(k, engine):
+    # Without timing, a linear + GELU with K <= 512 runs on oneDNN (its GELU is far cheaper than
+    # the own GEMM's few-ulp one, which shows at short K) and longer ones on the own GEMM.
+    model = nn.Sequential(nn.Linear(k, 256), nn.GELU()).eval()
+    x = torch.randn(64, k)
+    report = check(model, x, autotune=False)
+    linears = [p for p in report.to_dict()["partitions"] if "verifuse::linear" in p["ops"]]
+    assert linears and all(p["engine"] == engine for p in linears), linears

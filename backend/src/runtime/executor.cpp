@@ -577,6 +577,20 @@ double testOnednnTuningPenaltyMs() {
 
 namespace {
 
+/// A linear whose epilogue has a GELU and whose K is at most 512. The own GEMM's GELU is accurate
+/// to a few ulp and costs about 4x what oneDNN's cheaper approximation does, which only shows when
+/// K is short (kernels/bench/gemm_bench --epilogue bias_gelu, Zen 5, 1 thread: Whisper
+/// 1500x384x1536 188 vs 232 GFLOP/s, 128x512x1408 205 vs 227; level at K = 768, ahead beyond).
+bool geluOnShortK(const ir::Graph& g, const ir::Node& n) {
+  auto ops = rules::parsePostOps(n.args.at(rules::postOpsArgIndex(n)).s);
+  if (!ops.isOk()) return false;
+  bool gelu = false;
+  for (const rules::PostOpSpec& op : *ops) gelu = gelu || op.kind.rfind("gelu", 0) == 0;
+  if (!gelu || !n.args[0].isValue()) return false;
+  const ir::Value& x = g.value(static_cast<ValueId>(n.args[0].i));
+  return !x.shape.empty() && x.shape.back() > 0 && x.shape.back() <= 512;
+}
+
 /// Runs steps [begin, end) on \p slots. \p engine: run every fused step on it (the partition
 /// tuner's candidates); nullopt: each fused op's planned engine (or ATen when \p exact). ATen
 /// errors propagate as exceptions (c10::Error), the executor's own as a Status.
@@ -699,10 +713,11 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   for (const Unit& u : units) {
     if (u.partition < 0) continue;
     const size_t p = static_cast<size_t>(u.partition);
-    bool allLinear = true, allRows = true, anyBf16 = false;
+    bool allLinear = true, allRows = true, anyBf16 = false, shortGelu = false;
     for (size_t k : u.nodes) {
       const ir::Node& n = graph.nodes()[k];
       allLinear = allLinear && n.op == rules::kLinearOp;
+      shortGelu = shortGelu || (n.op == rules::kLinearOp && geluOnShortK(graph, n));
       allRows = allRows && n.op == kRowwiseOp;
       for (ValueId out : n.outputs) anyBf16 = anyBf16 || graph.value(out).dtype == ir::DType::BFloat16;
     }
@@ -721,8 +736,9 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       heuristicEngine[p] = Engine::kRowwise;
     } else if (partitionStatic[p] && partitionMacs[p] < 4096.0 * static_cast<double>(u.nodes.size())) {
       heuristicEngine[p] = Engine::kAten;
-    } else if (allLinear && options.ownGemm && !options.bf16 && !anyBf16) {
-      // Also with a GELU epilogue: BERT-base (b1, 1 thread, Zen 5), whose fc + GELU + fc
+    } else if (allLinear && options.ownGemm && !options.bf16 && !anyBf16 && !shortGelu) {
+      // Also with a GELU epilogue at K > 512 (geluOnShortK says why not below): BERT-base (b1,
+      // 1 thread, Zen 5), whose fc + GELU + fc
       // partitions are too big to time, ran 109.4 ms per call with them on oneDNN (bench run at
       // f4187ce) and 103.7 ms on the own GEMM with its 16-lane GELU (run at 7ccd1e1). A bf16
       // model's untimed linears stay on oneDNN: the own bf16 GEMM is only level with oneDNN's per
