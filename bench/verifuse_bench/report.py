@@ -202,7 +202,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         gcols.append(("verifuse", "verifuse"))
     head = ["suite", "batch", "thr", "scope", "n"] + [f"{t}/eager" for _, t in gcols]
     if has_vf:
-        head += ["verifuse vs best peer", "compile verifuse/inductor"]
+        head += ["verifuse vs best peer", "compile verifuse/inductor", "without Dynamo's trace",
+                 "compile verifuse/openvino"]
     head.append("best peer (configs)")
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join(["---"] * 4 + ["---:"] * (len(head) - 5) + ["---"]) + "|")
@@ -218,8 +219,10 @@ def to_markdown(report: dict[str, Any]) -> str:
         if has_vf:
             v = g.get("verifuse_vs_best_peer")
             c = cell(v, nu.get("verifuse_vs_best_peer"))
-            row += [f"**{c}**" if v else c,
-                    cell(g.get("compile_ratio_verifuse_inductor"), nu.get("compile_ratio_verifuse_inductor"))]
+            row += [f"**{c}**" if v else c] + [
+                cell(g.get(k), nu.get(k)) for k in ("compile_ratio_verifuse_inductor",
+                                                    "compile_ratio_verifuse_inductor_after_dynamo",
+                                                    "compile_ratio_verifuse_openvino")]
         row.append(", ".join(f"{k} {n}" for k, n in sorted(g.get("best_peer_counts", {}).items())) or "–")
         lines.append("| " + " | ".join(row) + " |")
     # ---- raw rows --------------------------------------------------------------------------------
@@ -231,18 +234,20 @@ def to_markdown(report: dict[str, Any]) -> str:
                    "float32 model; *top-1* = argmax agreement with the float32 model (classifiers; benchmark input "
                    "and a few extra random inputs). ")
     lines += ["", "## All backends", "",
-              own_txt + "compile s = the first call (Dynamo + backend compile + first run). peak RSS = process peak "
+              own_txt + "compile s = the first call (Dynamo + backend compile + first run); Dynamo s = the part of "
+              "it Dynamo spent tracing outside the backend (its compilation_time_metrics: the frame compile minus "
+              "the backend call), the same work for every backend. peak RSS = process peak "
               "during that backend's compile and warm-up (reset before each backend), growth = RSS kept "
               "afterwards. CPU = process CPU time / wall time while timing (~1.0 per thread used).", "",
-              "| model | batch | thr | backend | compile s | median ms | p90 ms | vs eager | max abs diff | "
+              "| model | batch | thr | backend | compile s | Dynamo s | median ms | p90 ms | vs eager | max abs diff | "
               + (f"err vs eager / eager's own {short} err | " if bf16 else "")
               + ("vs f32 | top-1 | " if int8 else "") + "peak RSS MB (growth) | CPU | notes |",
-              "|---|---:|---:|---|---:|---:|---:|---:|---:|" + ("---:|" if bf16 else "") + ("---:|---:|" if int8 else "")
+              "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if bf16 else "") + ("---:|---:|" if int8 else "")
               + "---:|---:|---|"]
     for e in results:
         for name, b in e["backends"].items():
             if b["status"] != "ok":
-                lines.append(f"| {e['model']} | {e['batch']} | {e['threads']} | {name} | – | – | – | – | – | – | – | "
+                lines.append(f"| {e['model']} | {e['batch']} | {e['threads']} | {name} | – | – | – | – | – | – | – | – | "
                              + ("– | " if bf16 else "") + ("– | – | " if int8 else "")
                              + f"{b['status']}: {_md_escape((b.get('reason') or '')[:160])} |")
                 continue
@@ -269,6 +274,7 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {e['model']} | {e['batch']} | {e['threads']} | {name} | "
                 f"{_fmt(b.get('compile_s'), '.2f') if name != 'eager' else '–'} | "
+                f"{_fmt(b.get('dynamo_s'), '.2f') if name != 'eager' else '–'} | "
                 f"{_ms(b['latency_ms']['median'])} | {_ms(b['latency_ms']['p90'])} | {_fmt(sp, '.2f')}x | "
                 f"{_fmt((acc or {}).get('max_abs_diff'), '.1e') if acc else '–'} | {own_cell}{memtxt} | "
                 f"{_fmt(b.get('cpu_utilization'), '.2f')} | {_md_escape('; '.join(notes))} |")

@@ -114,6 +114,8 @@ def _check_schema(data: dict) -> None:
             if name != "eager":
                 for k in ("accuracy", "graphs", "graph_breaks"):
                     assert k in b, (name, k)
+                # Dynamo's share of the first call, measured (not the whole call, not nothing)
+                assert 0 < b["dynamo_s"] < b["compile_s"], (name, b.get("dynamo_s"), b["compile_s"])
     for g in data["summary"]["geomeans"]:
         for k in ("suite", "batch", "threads", "scope", "n_configs", "speedup_vs_eager", "verifuse_vs_best_peer",
                   "n_used", "best_peer_counts"):
@@ -268,17 +270,20 @@ def test_tiny_model_per_suite(model, lib, monkeypatch):
 # ---------------------------------------------------------------------------------------------
 
 
-def _b(median, compile_s=1.0, acc_ok=True):
-    return {"status": "ok", "latency_ms": {"median": median}, "compile_s": compile_s,
-            "accuracy": {"ok": acc_ok, "max_rel_diff": 0.0 if acc_ok else 1.0}}
+def _b(median, compile_s=1.0, acc_ok=True, dynamo_s=None):
+    b = {"status": "ok", "latency_ms": {"median": median}, "compile_s": compile_s,
+         "accuracy": {"ok": acc_ok, "max_rel_diff": 0.0 if acc_ok else 1.0}}
+    if dynamo_s is not None:
+        b["dynamo_s"] = dynamo_s
+    return b
 
 
 def test_config_ratios_best_peer():
     r = harness.config_ratios({
         "eager": {"status": "ok", "latency_ms": {"median": 100.0}},
-        "inductor": _b(50.0, 20.0), "inductor-nofreeze": _b(40.0, 10.0),
+        "inductor": _b(50.0, 20.0), "inductor-nofreeze": _b(40.0, 10.0, dynamo_s=1.0),
         "openvino": _b(30.0, acc_ok=False), "zentorch": _b(45.0),
-        "verifuse": _b(60.0, 2.0)})
+        "verifuse": _b(60.0, 2.0, dynamo_s=1.1)})
     assert r["inductor_best"] == "inductor-nofreeze"
     assert r["speedup_vs_eager_inductor_best"] == pytest.approx(2.5)
     assert r["best_peer"] == "inductor-nofreeze"  # openvino is faster but inaccurate
@@ -286,6 +291,9 @@ def test_config_ratios_best_peer():
     assert r["verifuse_vs_best_peer"] == pytest.approx(40.0 / 60.0)
     assert r["verifuse_vs_inductor"] == pytest.approx(40.0 / 60.0)
     assert r["compile_ratio_verifuse_inductor"] == pytest.approx(0.2)
+    # without Dynamo's own tracing: (2.0 - 1.1) / (10.0 - 1.0)
+    assert r["compile_ratio_verifuse_inductor_after_dynamo"] == pytest.approx(0.1)
+    assert r["compile_ratio_verifuse_openvino"] == pytest.approx(2.0)  # compile time counts even if inaccurate
 
 
 def test_crashed_process_is_retried_without_the_culprit(monkeypatch, tmp_path):
