@@ -86,6 +86,8 @@ const Shape kShapes[] = {
     {"whisper qkv 1500x384x384", 1500, 384, 384},
     {"whisper fc 1500x384x1536", 1500, 384, 1536},
     {"whisper fc2 1500x1536x384", 1500, 1536, 384},
+    // Llama lm_head over a b8 x 128-token prompt: an output (131 MB) far bigger than the caches.
+    {"lm_head 1024x512x32000", 1024, 512, 32000},
     {"convnext s1 fc 3136x96x384", 3136, 96, 384},
     {"convnext s1 fc2 3136x384x96", 3136, 384, 96},
     {"convnext s2 fc 784x192x768", 784, 192, 768},

@@ -172,3 +172,28 @@ def test_rss_stable_over_10000_calls(name, batch, capsys):
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--child":
     _child(sys.argv[2:])
+
+
+def test_large_activations_are_not_page_faulted_in_every_call():
+    # A result above glibc's mmap threshold (32 MiB) is mapped fresh and zero-filled by the kernel
+    # on every call unless verifuse keeps the freed block (LargeBlockPool): 64 MiB of logits here,
+    # 16,384 pages.
+    import resource
+
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 8192)).eval()
+    x = torch.randn(2048, 64)
+    compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+    with torch.no_grad():
+        for _ in range(2):
+            out = compiled(x)
+            del out
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        out = compiled(x)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    pages = out.numel() * 4 // 4096
+    assert faults < pages // 4, f"{faults} minor page faults in one call for a {pages}-page result"
