@@ -450,7 +450,7 @@ class CompiledGraphRunner:
             return self._exact(args)
 
     def _refresh(self, stale_plan: Any, args: list, modified_in_place: bool) -> Any:
-        """The plan for the weights in \p args: a kept one (moved to the front), else a new one."""
+        """The plan for the weights in ``args``: a kept one (moved to the front), else a new one."""
         with self._lock:
             if modified_in_place:
                 self._plans = [e for e in self._plans if e[0] is not stale_plan]

@@ -738,8 +738,8 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       heuristicEngine[p] = Engine::kAten;
     } else if (allLinear && options.ownGemm && !options.bf16 && !anyBf16 && !shortGelu) {
       // Also with a GELU epilogue at K > 512 (geluOnShortK says why not below): BERT-base (b1,
-      // 1 thread, Zen 5), whose fc + GELU + fc
-      // partitions are too big to time, ran 109.4 ms per call with them on oneDNN (bench run at
+      // 1 thread, Zen 5), whose fc + GELU + fc partitions are too big to time, ran 109.4 ms per
+      // call with them on oneDNN (bench run at
       // f4187ce) and 103.7 ms on the own GEMM with its 16-lane GELU (run at 7ccd1e1). A bf16
       // model's untimed linears stay on oneDNN: the own bf16 GEMM is only level with oneDNN's per
       // shape (kernels/README.md) and 10-20% behind it with a GELU epilogue, whose cost weighs
