@@ -37,6 +37,7 @@
 
 #include "cpu/gemm_internal.h"
 #include "cpu/gemm_shared_avx2.h"
+#include "cpu/gemm_shared_avx512.h"
 #include "cpu/vecmath_avx512.h"
 
 namespace verifuse::kernels::gemm::detail {
@@ -140,30 +141,22 @@ __attribute__((noinline)) void finishVector(const Ctx& x, __m512 y, int64_t row,
 template <int MR, int NP>
 VF_GEMM_INLINE void finishInRegisters(const Ctx& x, __m512 (&acc)[MR][NP], int64_t row0,
                                       int64_t col0, int64_t cols) {
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 8
-    for (int v = 0; v < NP; ++v) {
-      const int64_t count = std::min<int64_t>(16, cols - 16 * v);
-      if (count <= 0) break;
-      // The common cases inline: bias only, and bias + residual sum (the transformer's output
-      // projections); anything else through the generic (out-of-line) path.
-      const bool sumOnly = x.nOps == 1 && x.ops[0].kind == EpiOp::Kind::kSum;
-      if ((x.nOps == 0 || sumOnly) && count == 16) {
-        const int64_t row = row0 + i, j = col0 + 16 * v;
-        __m512 y = acc[i][v];
-        if (x.bias != nullptr) y = _mm512_add_ps(y, _mm512_loadu_ps(x.bias + j));
+  // The common cases inline: bias only, and bias + residual sum (the transformer's output
+  // projections); anything else through the generic (out-of-line) path.
+  const bool sumOnly = x.nOps == 1 && x.ops[0].kind == EpiOp::Kind::kSum;
+  finishTileVectors<MR, NP>(
+      acc, row0, col0, cols, x.bias, x.nOps == 0 || sumOnly,
+      [&](__m512 y, int64_t row, int64_t j) __attribute__((always_inline)) {
         if (sumOnly) {
           const EpiOp& e = x.ops[0];
           const float* r = e.src + (row - e.rowOff) * e.ld + (j - e.colOff);
           y = _mm512_fmadd_ps(_mm512_set1_ps(e.alpha), _mm512_loadu_ps(r), y);
         }
         _mm512_storeu_ps(x.c + row * x.ldc + j, y);
-        continue;
-      }
-      finishVector(x, acc[i][v], row0 + i, col0 + 16 * v, count);
-    }
-  }
+      },
+      [&](__m512 y, int64_t row, int64_t j, int64_t count) __attribute__((always_inline)) {
+        finishVector(x, y, row, j, count);
+      });
 }
 
 // ---- tiles ---------------------------------------------------------------------------------------

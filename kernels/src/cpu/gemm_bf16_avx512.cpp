@@ -23,6 +23,7 @@
 
 #include "cpu/gemm_internal.h"
 #include "cpu/gemm_shared_avx2.h"
+#include "cpu/gemm_shared_avx512.h"
 #include "cpu/vecmath_avx512.h"
 
 namespace verifuse::kernels::gemm::detail {
@@ -150,28 +151,19 @@ template <int MR, int NP>
 VF_GEMM_INLINE void finishInRegistersBf16(const CtxBf16& x, __m512 (&acc)[MR][NP], int64_t row0,
                                           int64_t col0, int64_t cols) {
   const bool sumOnly = x.nOps == 1 && x.ops[0].kind == EpiOp::Kind::kSum;
-  const bool inlined = x.nOps == 0 || sumOnly;
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 8
-    for (int v = 0; v < NP; ++v) {
-      const int64_t count = std::min<int64_t>(16, cols - 16 * v);
-      if (count <= 0) break;
-      const int64_t row = row0 + i, j = col0 + 16 * v;
-      if (inlined && count == 16) {
-        __m512 y = acc[i][v];
-        if (x.bias != nullptr) y = _mm512_add_ps(y, _mm512_loadu_ps(x.bias + j));
+  finishTileVectors<MR, NP>(
+      acc, row0, col0, cols, x.bias, x.nOps == 0 || sumOnly,
+      [&](__m512 y, int64_t row, int64_t j) __attribute__((always_inline)) {
         if (sumOnly) {
           const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.residual + row * x.ldr + j));
           const __m512 rv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
           y = _mm512_fmadd_ps(_mm512_set1_ps(x.ops[0].alpha), rv, y);
         }
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(x.c + row * x.ldc + j), (__m256i)_mm512_cvtneps_pbh(y));
-        continue;
-      }
-      finishVectorBf16(x, acc[i][v], row, j, count);
-    }
-  }
+      },
+      [&](__m512 y, int64_t row, int64_t j, int64_t count) __attribute__((always_inline)) {
+        finishVectorBf16(x, y, row, j, count);
+      });
 }
 
 // ---- tiles ---------------------------------------------------------------------------------------
