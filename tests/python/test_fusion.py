@@ -269,3 +269,26 @@ def test_untimed_gelu_linear_engine_follows_k(k, engine):
     report = check(model, x, autotune=False)
     linears = [p for p in report.to_dict()["partitions"] if "verifuse::linear" in p["ops"]]
     assert linears and all(p["engine"] == engine for p in linears), linears
+
+
+class _MaskEveryLayer(nn.Module):
+    # As transformers writes it: each layer turns the boolean mask into an additive one.
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(16, 16) for _ in range(3))
+
+    def forward(self, x, keep):
+        for layer in self.layers:
+            additive = torch.where(keep, 0.0, torch.finfo(x.dtype).min)
+            x = torch.tanh(layer(x) + additive)
+        return x
+
+
+def test_mask_built_in_every_layer_is_computed_once():
+    model = _MaskEveryLayer().eval()
+    x = torch.randn(2, 8, 16)
+    keep = torch.rand(2, 8, 16) > 0.3
+    report = check(model, x, keep)
+    assert report.graphs[0].rewrites.get("common-subexpression", 0) >= 2, report.graphs[0].rewrites
+    assert report.graphs[0].ops.get("aten::where", 0) + report.graphs[0].ops.get("aten::where.self", 0) == 1, \
+        report.graphs[0].ops

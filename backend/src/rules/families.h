@@ -20,6 +20,8 @@ RuleDeclaration plantedAttentionScaleOneOverD();        ///< test only, delibera
 std::vector<RuleDeclaration> qkvConcat();              ///< linears of one input -> one linear + slices
 // no_ops.cpp
 std::vector<RuleDeclaration> noOps();              ///< detach/alias, clone, eval dropout, views
+// common_subexpression.cpp
+std::vector<RuleDeclaration> commonSubexpressions();  ///< a repeated deterministic node -> the earlier one
 // dead_code.cpp
 std::vector<RuleDeclaration> deadCode();
 // batch_norm_fold.cpp
