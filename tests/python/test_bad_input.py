@@ -246,3 +246,33 @@ def test_huge_finite_inputs_keep_the_fast_path():
         after = _C.engine_run_counts()
     assert after.get("aten", 0) - before.get("aten", 0) == 1
     assert torch.equal(torch.isnan(got), torch.isnan(f(x, mask)))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_input_is_found_in_any_layout(layout, bad):
+    """The NaN/Inf check scans dense inputs bit by bit (any dim order) and sums the others: every
+    layout must send a call with one non-finite element down the exact plan, and only that call."""
+    from verifuse import _C
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU()).eval()
+    compiled = torch.compile(model, backend="verifuse", options={"strict": True, "autotune": False})
+    base = torch.randn(64, 64) if layout != "strided" else torch.randn(64, 128)
+    make = {"contiguous": lambda b: b, "transposed": lambda b: b.t(), "strided": lambda b: b[:, ::2]}[layout]
+    x = make(base)
+    with torch.no_grad():
+        compiled(x)
+        before = _C.engine_run_counts()
+        compiled(x)
+        after = _C.engine_run_counts()
+        assert after.get("aten", 0) == before.get("aten", 0)
+        x[37, 5] = bad
+        before = _C.engine_run_counts()
+        got = compiled(x)
+        after = _C.engine_run_counts()
+        want = model(x)
+    assert after.get("aten", 0) - before.get("aten", 0) >= 1
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    torch.testing.assert_close(got, want, equal_nan=True)

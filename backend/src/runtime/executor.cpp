@@ -1293,6 +1293,36 @@ Status CompiledGraph::checkFrozenInputs(const std::vector<c10::IValue>& args) co
   return Status::ok();
 }
 
+namespace {
+
+/// Whether every element of a floating-point input is finite. A float32, bfloat16 or float16 tensor
+/// whose elements exactly fill their span (contiguous, or dense in any dim order) is scanned bit by
+/// bit (an exponent of all ones is Inf or NaN) in a loop the compiler vectorizes; ATen's sum + item
+/// cost ~10 us per tensor even when small, 0.15 ms per Llama decode step for its 8 KV-cache inputs.
+/// Other tensors take the sum in double (float32's would overflow on a mask of finfo.min twice).
+template <typename Bits>
+bool noAllOnesExponent(const at::Tensor& t, Bits exponent) {
+  const Bits* bits = static_cast<const Bits*>(t.data_ptr());
+  const int64_t n = t.numel();
+  Bits bad = 0;
+  for (int64_t k = 0; k < n; ++k) bad |= static_cast<Bits>((bits[k] & exponent) == exponent);
+  return bad == 0;
+}
+
+bool allFinite(const at::Tensor& t) {
+  if (t.is_non_overlapping_and_dense()) {
+    switch (t.scalar_type()) {
+      case at::kFloat: return noAllOnesExponent<uint32_t>(t, 0x7f800000u);
+      case at::kBFloat16: return noAllOnesExponent<uint16_t>(t, 0x7f80u);
+      case at::kHalf: return noAllOnesExponent<uint16_t>(t, 0x7c00u);
+      default: break;
+    }
+  }
+  return std::isfinite(t.sum(at::kDouble).item<double>());
+}
+
+}  // namespace
+
 StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IValue>& args) const {
   const Impl& p = *impl_;
   if (static_cast<int32_t>(args.size()) != p.numArgs) {
@@ -1306,9 +1336,7 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
   }
   for (const auto& [v, value] : p.folded) slots[static_cast<size_t>(v)] = value;
   // NaN/Inf inputs run every fused op as its ATen composition: oneDNN's clip-based post-ops turn
-  // NaN into a bound where torch propagates it. One reduction per input detects them, summed in
-  // double: a float32 sum overflows on an attention mask holding finfo.min twice, which would send
-  // every such call down the slow exact plan (an overflow would cost only speed, never correctness).
+  // NaN into a bound where torch propagates it. One scan per input detects them (allFinite).
   bool exact = false;
   if (p.stats.fusedSteps > 0) {
     try {
@@ -1317,7 +1345,7 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
         if (!v.isTensor()) continue;
         const at::Tensor& t = v.toTensor();
         if (!t.is_floating_point() || t.numel() == 0 || !t.device().is_cpu()) continue;
-        if (!std::isfinite(t.sum(at::kDouble).item<double>())) {
+        if (!allFinite(t)) {
           exact = true;
           break;
         }
