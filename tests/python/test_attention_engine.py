@@ -183,6 +183,36 @@ def test_tuner_times_both_engines(monkeypatch, tmp_path):
     assert parts[0]["engine"] == best, parts
 
 
+class RepeatedKv(Projected):
+    """Grouped-query attention written as transformers' repeat_kv: the kv heads copied to the
+    query's head count (unsqueeze, expand, reshape) before SDPA."""
+
+    def forward(self, x, y, mask=None):
+        b, s, d = x.shape
+        kv, group = y.shape[1], self.h // self.kvh
+        q = self.q(x).view(b, s, self.h, d // self.h).transpose(1, 2)
+        k, v = self.kv(y).view(b, kv, 2 * self.kvh, d // self.h).transpose(1, 2).chunk(2, dim=1)
+
+        def repeat(t):
+            return t[:, :, None].expand(b, self.kvh, group, kv, d // self.h).reshape(b, self.h, kv, d // self.h)
+
+        return F.scaled_dot_product_attention(q, repeat(k), repeat(v), attn_mask=mask, is_causal=self.causal)
+
+
+@pytest.mark.parametrize("engine", ["onednn", "aten"])
+def test_repeated_kv_heads_are_read_grouped(engine, monkeypatch):
+    # sdpa-grouped-kv: SDPA reads the 2 kv heads directly (head h reads kv head h / 2), so the
+    # repeat's copy goes; both engines take the grouped key/value.
+    torch.manual_seed(0)
+    model = RepeatedKv(heads=4, kv_heads=2, causal=True).eval()
+    x, y = torch.randn(1, 6, 32), torch.randn(1, 9, 32)
+    _check(model, (x, y), engine=engine, monkeypatch=monkeypatch)
+    report = verifuse.explain(model, x, y, strict=True)
+    graph = report.graphs[0]
+    assert graph.rewrites.get("sdpa-grouped-kv") == 1, graph.rewrites
+    assert not any(op.startswith("aten::clone") or op.startswith("aten::expand") for op in graph.ops), graph.ops
+
+
 transformers = pytest.importorskip("transformers")
 
 

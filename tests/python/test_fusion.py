@@ -292,3 +292,19 @@ def test_mask_built_in_every_layer_is_computed_once():
     assert report.graphs[0].rewrites.get("common-subexpression", 0) >= 2, report.graphs[0].rewrites
     assert report.graphs[0].ops.get("aten::where", 0) + report.graphs[0].ops.get("aten::where.self", 0) == 1, \
         report.graphs[0].ops
+
+
+class _GrowingCache(nn.Module):
+    # transformers' DynamicCache: an empty start, the past concatenated onto it, then the new step.
+    def forward(self, past, new):
+        keys = torch.cat([torch.tensor([]), past], dim=-2)
+        return torch.cat([keys, new], dim=-2) * 2
+
+
+def test_empty_start_of_a_cache_is_not_copied():
+    model = _GrowingCache().eval()
+    past, new = torch.randn(1, 2, 7, 8), torch.randn(1, 2, 1, 8)
+    report = check(model, past, new)
+    graph = report.graphs[0]
+    assert graph.rewrites.get("cat-skip-empty") == 1, graph.rewrites
+    assert graph.ops.get("aten::cat") == 1, graph.ops

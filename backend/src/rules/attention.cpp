@@ -434,6 +434,104 @@ Obligation attentionToSdpa(AttnBug bug) {
   return ob.build();
 }
 
+// ---- sdpa-grouped-kv --------------------------------------------------------------------------------
+//
+// Grouped-query attention as transformers writes it (repeat_kv): key and value heads repeated g
+// times before SDPA, view(clone(expand(unsqueeze(x, 2), [B, Hkv, g, S, D])), [B, Hkv*g, S, D]).
+// ATen's fused CPU kernel (and the attention kernel) read a [B, Hkv, S, D] key/value directly,
+// query head h reading kv head h / g, so the repeat (a copy g times the size of the KV cache,
+// per layer and call) goes.
+
+/// x, when \p a is view(clone?(expand(unsqueeze(x, 2), [B, Hkv, g, S, D])), [B, Hkv*g, S, D]); the
+/// group g in \p group.
+std::optional<ValueId> repeatedKv(const Graph& g, const Arg& a, int64_t* group) {
+  if (!a.isValue()) return std::nullopt;
+  const Node* view = u::producerOf(g, a);
+  if (!isViewOp(view)) return std::nullopt;
+  const Node* p = u::producerOf(g, view->args[0]);
+  if (p && p->op == "aten::clone" && !p->args.empty() && p->args[0].isValue()) p = u::producerOf(g, p->args[0]);
+  if (!p || p->op != "aten::expand" || p->args.empty() || !p->args[0].isValue()) return std::nullopt;
+  const Node* unsqueeze = u::producerOf(g, p->args[0]);
+  if (!unsqueeze || unsqueeze->op != "aten::unsqueeze" || unsqueeze->args.size() != 2 ||
+      !unsqueeze->args[0].isValue() || unsqueeze->args[1].kind != Arg::Kind::Int) {
+    return std::nullopt;
+  }
+  const ValueId x = u::valueOf(unsqueeze->args[0]);
+  const auto* in = shapeOf(g, x);
+  const auto* expanded = shapeOf(g, p->outputs[0]);
+  const auto* out = shapeOf(g, u::valueOf(a));
+  if (!in || !expanded || !out || in->size() != 4 || expanded->size() != 5 || out->size() != 4) return std::nullopt;
+  const int64_t dim = unsqueeze->args[1].i < 0 ? unsqueeze->args[1].i + 5 : unsqueeze->args[1].i;
+  const auto& i = *in;
+  const auto& e = *expanded;
+  if (dim != 2 || e[0] != i[0] || e[1] != i[1] || e[3] != i[2] || e[4] != i[3] || e[2] < 1) return std::nullopt;
+  if (*out != std::vector<int64_t>{i[0], i[1] * e[2], i[2], i[3]}) return std::nullopt;
+  *group = e[2];
+  return x;
+}
+
+std::optional<Match> matchGroupedKv(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (n.args.size() < 3 || !n.args[0].isValue()) return std::nullopt;
+  int64_t kGroup = 0, vGroup = 0;
+  const auto k = repeatedKv(g, n.args[1], &kGroup);
+  const auto v = repeatedKv(g, n.args[2], &vGroup);
+  if (!k && !v) return std::nullopt;
+  if (!k || !v || kGroup != vGroup) {
+    return u::why(whyNot, "key and value are not repeated by the same group (one head count for both)"), std::nullopt;
+  }
+  const auto* q = shapeOf(g, u::valueOf(n.args[0]));
+  const auto* kv = shapeOf(g, *k);
+  if (!q || !kv || q->size() != 4 || (*q)[1] != (*kv)[1] * kGroup) {
+    return u::why(whyNot, "the query's heads are not the repeated key/value heads"), std::nullopt;
+  }
+  return Match{id, id, 0};
+}
+
+Status readGroupedKv(Graph& g, const Match& m, FusionRecord&) {
+  int64_t group = 0;
+  Node& n = g.mutableNode(m.anchor);
+  const auto k = repeatedKv(g, n.args[1], &group);
+  const auto v = repeatedKv(g, n.args[2], &group);
+  if (!k || !v) return internalError("sdpa-grouped-kv no longer matches");
+  n.args[1] = Arg::value(*k);
+  n.args[2] = Arg::value(*v);
+  return Status::ok();
+}
+
+enum class GqaBug { None, HeadsInterleaved, RepeatOnAnotherAxis };
+
+// B 1, Hkv 2, g 3 (H 6), S 1, KV 2, D 1: source SDPA over the repeated key/value exactly as
+// matched (unsqueeze as a reshape, expand, clone, view); target SDPA whose head h reads kv head
+// h / g (ATen's grouped-query semantics, repeat_interleave order).
+Obligation groupedKv(GqaBug bug) {
+  ObligationBuilder ob("sdpa-grouped-kv");
+  const int64_t b = 1, hkv = 2, grp = 3, h = hkv * grp, s = 1, kvLen = 2, d = 1;
+  ElementTensor q = ElementTensor::variables("q", {b, h, s, d});
+  ElementTensor k = ElementTensor::variables("k", {b, hkv, kvLen, d});
+  ElementTensor v = ElementTensor::variables("v", {b, hkv, kvLen, d});
+  ElementTensor mask = ElementTensor::variables("mask", {b, 1, s, kvLen});
+  auto repeated = [&](const ElementTensor& x) {
+    if (bug == GqaBug::RepeatOnAnotherAxis) {  // unsqueeze(x, 4): the copies interleave within a head
+      return sem::reshape(sem::clone(sem::expand(sem::reshape(x, {b, hkv, kvLen, d, 1}), {b, hkv, kvLen, d, grp})),
+                          {b, h, kvLen, d});
+    }
+    return sem::reshape(sem::clone(sem::expand(sem::reshape(x, {b, hkv, 1, kvLen, d}), {b, hkv, grp, kvLen, d})),
+                        {b, h, kvLen, d});
+  };
+  auto grouped = [&](const ElementTensor& x) {
+    return ElementTensor::fromFunction({b, h, kvLen, d}, [x, bug](const sem::Index& i) {
+      const int64_t head = bug == GqaBug::HeadsInterleaved ? i[1] % hkv : i[1] / grp;
+      return x.at({i[0], head, i[2], i[3]});
+    });
+  };
+  Expr scale = ob.var("attn.scale");
+  ElementTensor source = sem::scaledDotProductAttention(ob, q, repeated(k), repeated(v), &mask, scale);
+  ElementTensor target = sem::scaledDotProductAttention(ob, q, grouped(k), grouped(v), &mask, scale);
+  sem::proveElementwise(ob, "out", source, target);
+  return ob.build();
+}
+
 }  // namespace
 
 std::vector<RuleDeclaration> attentionRecognition() {
@@ -463,6 +561,26 @@ std::vector<RuleDeclaration> attentionRecognition() {
                    u::bindNoModel(attentionToSdpa, AttnBug::DivScaleNotInverted)},
                   {"second-mask-dropped", "scores + mask + position_bias passed to SDPA with the first mask only",
                    u::bindNoModel(attentionToSdpa, AttnBug::SecondMaskDropped)}},
+  });
+  return rules;
+}
+
+std::vector<RuleDeclaration> attentionGroupedKv() {
+  std::vector<RuleDeclaration> rules;
+  rules.push_back({
+      .id = "sdpa-grouped-kv",
+      .summary = "SDPA over key/value heads repeated g times (repeat_kv) -> SDPA reading the grouped heads",
+      .math = "SDPA(q, rep_g(k), rep_g(v)) = SDPA_gqa(q, k, v), rep_g(x) = view(clone(expand(unsqueeze(x, 2), "
+              "[B,Hkv,g,S,D])), [B,Hkv*g,S,D]), query head h reading kv head h / g (B 1, Hkv 2, g 3, S 1, KV 2, D 1)",
+      .phase = Phase::kNoOps,
+      .anchors = {kSdpaOp},
+      .match = matchGroupedKv,
+      .rewrite = readGroupedKv,
+      .obligation = u::bindNoModel(groupedKv, GqaBug::None),
+      .mutants = {{"kv-heads-interleaved", "query head h reads kv head h % Hkv instead of h / g",
+                   u::bindNoModel(groupedKv, GqaBug::HeadsInterleaved)},
+                  {"repeat-on-another-axis", "a repeat along the last axis (unsqueeze(x, 4)) accepted",
+                   u::bindNoModel(groupedKv, GqaBug::RepeatOnAnotherAxis)}},
   });
   return rules;
 }

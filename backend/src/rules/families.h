@@ -15,6 +15,7 @@ std::vector<RuleDeclaration> canonicalizeViews();  ///< the N-d linear's flatten
 std::vector<RuleDeclaration> activationRecognition();  ///< written-out GELU (tanh, erf), SiLU -> the ATen op
 // attention.cpp
 std::vector<RuleDeclaration> attentionRecognition();   ///< eager attention -> SDPA
+std::vector<RuleDeclaration> attentionGroupedKv();     ///< SDPA over repeat_kv heads -> grouped-query SDPA
 RuleDeclaration plantedAttentionScaleOneOverD();        ///< test only, deliberately wrong
 // qkv_concat.cpp
 std::vector<RuleDeclaration> qkvConcat();              ///< linears of one input -> one linear + slices

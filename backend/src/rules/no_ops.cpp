@@ -6,6 +6,7 @@
 //   dropout-eval-identity  dropout(x, p, train=false) = x
 //   remove-identity-view   view(x, x.shape) = x
 //   collapse-view-pair     view(view(y, s), y.shape) = y
+//   cat-skip-empty         cat([e, x], d) = x   for e a 1-D empty tensor (torch's cat skips it)
 //
 // Every rule keeps an op whose output is a graph output (a graph output must stay a fresh tensor,
 // as eager returns one). The obligations are index-level on small shapes
@@ -235,6 +236,63 @@ Obligation viewPair(bool innerPermute) {
   return ob.build();
 }
 
+// ---- cat-skip-empty ----------------------------------------------------------------------------------
+
+/// A 1-D tensor of size 0: torch.cat skips such inputs whatever the other inputs' rank (legacy rule),
+/// as transformers' DynamicCache meets it (the empty key/value it starts from, concatenated with
+/// the past it is given, every layer and call).
+bool legacyEmpty(const Graph& g, const Arg& a) {
+  if (a.isConstant()) return g.constants()[static_cast<size_t>(a.i)].sizes == std::vector<int64_t>{0};
+  if (!a.isValue()) return false;
+  const ir::Value& v = g.value(u::valueOf(a));
+  return v.hasShape && v.shape == std::vector<int64_t>{0};
+}
+
+ir::DType dtypeOfArg(const Graph& g, const Arg& a) {
+  if (a.isConstant()) return g.constants()[static_cast<size_t>(a.i)].dtype;
+  return a.isValue() ? g.value(u::valueOf(a)).dtype : ir::DType::Undefined;
+}
+
+std::optional<Match> matchEmptyInCat(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (n.outputs.size() != 1 || n.args.empty() || n.args[0].kind != Arg::Kind::List) return std::nullopt;
+  const std::vector<Arg>& items = n.args[0].list;
+  size_t empties = 0;
+  for (const Arg& item : items) empties += legacyEmpty(g, item);
+  if (empties == 0 || empties == items.size()) return std::nullopt;
+  // cat's result type promotes over every input, the skipped ones included.
+  const ir::DType out = g.value(n.outputs[0]).dtype;
+  for (const Arg& item : items) {
+    if (out == ir::DType::Undefined || dtypeOfArg(g, item) != out) {
+      return u::why(whyNot, "an input's dtype is unknown or not the result's (cat promotes over the empty inputs too)"),
+             std::nullopt;
+    }
+  }
+  if (items.size() - empties == 1 && !notGraphOutput(g, n, whyNot)) return std::nullopt;
+  return Match{id, id, 0};
+}
+
+Status dropEmptyInputs(Graph& g, const Match& m, FusionRecord&) {
+  std::vector<Arg> kept;
+  for (const Arg& item : g.node(m.anchor).args[0].list) {
+    if (!legacyEmpty(g, item)) kept.push_back(item);
+  }
+  if (kept.size() == 1 && kept[0].isValue()) return replaceBy(g, m.anchor, u::valueOf(kept[0]));
+  g.mutableNode(m.anchor).args[0] = Arg::makeList(std::move(kept));
+  return Status::ok();
+}
+
+// cat([e, x], dim) = x for e empty along dim (a skipped 1-D empty adds no elements): index level
+// on x [1, 2, 2, 1] concatenated along dim 2. The mutant drops an input of one element.
+Obligation emptyInCat(bool nonEmptyDropped) {
+  ObligationBuilder ob("cat-skip-empty");
+  ElementTensor x = ElementTensor::variables("x", {1, 2, 2, 1});
+  ElementTensor e = ElementTensor::variables("empty", {1, 2, nonEmptyDropped ? 1 : 0, 1});
+  sem::proveElementwise(ob, "out", sem::cat({e, x}, 2), x);
+  sem::proveElementwise(ob, "out.after", sem::cat({x, e}, 2), x);
+  return ob.build();
+}
+
 }  // namespace
 
 std::vector<RuleDeclaration> noOps() {
@@ -322,6 +380,21 @@ std::vector<RuleDeclaration> noOps() {
       .obligation = u::bindNoModel(viewPair, false),
       .mutants = {{"permute-collapsed-as-view", "view(permute(y), y.shape) collapsed to y as if permute were a view",
                    u::bindNoModel(viewPair, true)}},
+  });
+  rules.push_back({
+      .id = "cat-skip-empty",
+      .summary = "cat whose inputs include 1-D empty tensors -> cat of the others (one left: that input)",
+      .math = "cat([e, x], d) = cat([x, e], d) = x for e a 1-D empty tensor (torch skips it)  "
+              "(bounded: x [1,2,2,1], d 2)",
+      .phase = Phase::kNoOps,
+      .anchors = {"aten::cat"},
+      // cat([..], dim) with a [0]-shaped input and another that is not; every input of the
+      // result's dtype; the result not a graph output when a single input is left.
+      .match = matchEmptyInCat,
+      .rewrite = dropEmptyInputs,
+      .obligation = u::bindNoModel(emptyInCat, false),
+      .mutants = {{"non-empty-input-dropped", "an input of one element along the cat axis dropped as if empty",
+                   u::bindNoModel(emptyInCat, true)}},
   });
   return rules;
 }

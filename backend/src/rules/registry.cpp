@@ -52,7 +52,7 @@ StatusOr<std::vector<Rule>> builtinRules() {
   namespace f = families;
   std::vector<RuleDeclaration> all;
   for (auto family : {f::canonicalizeOps, f::activationRecognition, f::attentionRecognition, f::canonicalizeViews,
-                      f::noOps, f::commonSubexpressions, f::deadCode,
+                      f::noOps, f::attentionGroupedKv, f::commonSubexpressions, f::deadCode,
                       // Fusion: projections concatenated before anything attaches to them; the
                       // int8 chains (their ops are never verifuse::conv/linear, so the float rules
                       // below cannot take them).
