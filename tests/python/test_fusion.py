@@ -308,3 +308,44 @@ def test_empty_start_of_a_cache_is_not_copied():
     graph = report.graphs[0]
     assert graph.rewrites.get("cat-skip-empty") == 1, graph.rewrites
     assert graph.ops.get("aten::cat") == 1, graph.ops
+
+
+class _ConvNextBlocks(nn.Module):
+    # ConvNeXt's block: depthwise conv on the NCHW residual stream, permuted to NHWC for the norm
+    # and the pointwise linears, permuted back for the residual add.
+    def __init__(self, c=32, blocks=2):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 4, stride=4)
+        self.dw = nn.ModuleList(nn.Conv2d(c, c, 7, padding=3, groups=c) for _ in range(blocks))
+        self.norm = nn.ModuleList(nn.LayerNorm(c) for _ in range(blocks))
+        self.up = nn.ModuleList(nn.Linear(c, 4 * c) for _ in range(blocks))
+        self.down = nn.ModuleList(nn.Linear(4 * c, c) for _ in range(blocks))
+        self.head = nn.Linear(c, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for dw, norm, up, down in zip(self.dw, self.norm, self.up, self.down):
+            y = dw(x).permute(0, 2, 3, 1)
+            y = down(F.gelu(up(norm(y))))
+            x = x + y.permute(0, 3, 1, 2)
+        return self.head(x.mean((-2, -1)))
+
+
+def test_permuted_channels_last_stream_needs_no_conversions():
+    # The convolutions write channels-last because every reader takes any layout (the permute to
+    # NHWC makes it dense rows for the norm, the residual adds keep it, the pooled features go to
+    # a linear):
+    # no layout conversion at any convolution but the stem's input image.
+    torch.manual_seed(0)
+    model = _ConvNextBlocks().eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        expected = model(x)
+        report = verifuse.explain(model, x, strict=True)
+        got = torch.compile(model, backend="verifuse", options={"strict": True})(x)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert got.stride() == expected.stride()
+    convs = [p for p in report.to_dict()["partitions"] if "verifuse::conv" in p["ops"]]
+    assert convs, report.to_dict()["partitions"]
+    assert sum(p["input_conversions"] for p in convs) == 1, convs  # the stem's input image
+    assert all(p["output_conversions"] == 0 for p in convs), convs

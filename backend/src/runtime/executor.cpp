@@ -456,13 +456,17 @@ bool layoutAgnosticReaders(const ir::Graph& g, ValueId v, int depth = 0) {
       "aten::sigmoid", "aten::hardswish", "aten::hardsigmoid", "aten::hardtanh", "aten::clamp", "aten::silu",
       "aten::gelu", "aten::tanh", "aten::leaky_relu", "aten::elu", "aten::max_pool3d_with_indices",
       "aten::avg_pool3d", "aten::_adaptive_avg_pool3d", "aten::clamp_min", "aten::clamp_max"};
-  // Element-wise ops and pooling keep their input's memory format, so their outputs must in turn
-  // reach only layout-agnostic readers; a convolution re-decides for its own output.
+  // Element-wise ops, pooling and the row engine keep their input's memory format, so their
+  // outputs must in turn reach only layout-agnostic readers; so must a permute's (a permuted
+  // channels-last tensor is a dense tensor in another dim order: ConvNeXt's
+  // permute(0, 2, 3, 1) -> layer norm -> linears -> permute(0, 3, 1, 2) -> residual add). A
+  // convolution re-decides for its own output and a linear writes a fresh dense result.
   if (g.isGraphOutput(v) || depth > 64) return false;
   for (ir::NodeId user : g.users(v)) {
     const ir::Node& n = g.node(user);
     if (n.op == "verifuse::conv") continue;
-    if (!agnostic.count(n.qualifiedName())) return false;
+    if (n.op == "verifuse::linear" && !n.args.empty() && n.args[0].isValue() && n.args[0].i == v) continue;
+    if (!agnostic.count(n.qualifiedName()) && n.op != "verifuse::rowwise" && n.op != "aten::permute") return false;
     for (ValueId out : n.outputs) {
       if (g.value(out).type != ir::ValueType::Tensor) continue;
       // max_pool2d_with_indices' indices: unused or read like any tensor.
@@ -942,6 +946,14 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       impl->stats.fusedSteps++;
       channelsLast[static_cast<size_t>(n.outputs[0])] = n.op == rules::kConvOp && clOut &&
           graph.value(n.outputs[0]).shape.size() >= 4;
+      // The row engine lays its result out like its first input of the result's shape.
+      if (n.op == "verifuse::rowwise") {
+        for (const Arg& a : n.args) {
+          if (!a.isValue() || graph.value(static_cast<ValueId>(a.i)).shape != graph.value(n.outputs[0]).shape) continue;
+          channelsLast[static_cast<size_t>(n.outputs[0])] = channelsLast[static_cast<size_t>(a.i)];
+          break;
+        }
+      }
     } else {
       VF_ASSIGN_OR_RETURN(step, planStep(n, impl->constants));
       bool feedsOutput = false;
@@ -961,8 +973,16 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         continue;
       }
       impl->nodeEngines[k] = step.op ? "dispatcher" : "builtin";
-      // Element-wise ops and pooling keep their first input's memory format.
-      if (!n.args.empty() && n.args[0].isValue() && !n.outputs.empty()) {
+      // Element-wise ops and pooling keep their first input's memory format; a permute of a
+      // 4-D value turns channels-last NCHW into dense NHWC (0, 2, 3, 1) and back (0, 3, 1, 2).
+      if (n.op == "aten::permute" && n.args.size() == 2 && n.args[0].isValue() && !n.outputs.empty()) {
+        const bool inCl = channelsLast[static_cast<size_t>(n.args[0].i)];
+        auto dims = n.args[1].asIntList();
+        const bool toNchw = dims.isOk() && *dims == std::vector<int64_t>{0, 3, 1, 2};
+        // (A channels-last value permuted to NHWC is dense: not channels-last.)
+        channelsLast[static_cast<size_t>(n.outputs[0])] =
+            toNchw && !inCl && graph.value(static_cast<ValueId>(n.args[0].i)).shape.size() == 4;
+      } else if (!n.args.empty() && n.args[0].isValue() && !n.outputs.empty()) {
         channelsLast[static_cast<size_t>(n.outputs[0])] = channelsLast[static_cast<size_t>(n.args[0].i)] &&
                                                          !isOutput[static_cast<size_t>(n.outputs[0])];
       }
@@ -1027,6 +1047,9 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       std::vector<c10::IValue> slots(graph.numValues());
       for (const auto& [v, value] : impl->folded) slots[static_cast<size_t>(v)] = value;
       std::vector<std::vector<int64_t>> inputShapes;
+      // Which inputs arrive channels-last: a convolution's timing depends on it (a plain input
+      // costs oneDNN a conversion that ATen's kernel does not pay), so it is part of the key.
+      std::string inputLayouts;
       std::set<ValueId> produced;
       for (size_t st = begin; st < end; ++st) {
         for (const ArgSlot& a : impl->steps[st].args) {
@@ -1039,6 +1062,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
           if (channelsLast[static_cast<size_t>(a.value)] && v.shape.size() == 5) t = t.contiguous(at::MemoryFormat::ChannelsLast3d);
           slots[static_cast<size_t>(a.value)] = std::move(t);
           inputShapes.push_back(v.shape);
+          inputLayouts += channelsLast[static_cast<size_t>(a.value)] && v.shape.size() >= 4 ? 'c' : 'd';
         }
         for (ValueId out : impl->steps[st].outputs) produced.insert(out);
       }
@@ -1093,8 +1117,11 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         return Engine::kAten;
       };
       const int64_t timingsAtStart = kernels::timingCallCount();
-      auto decision = tune(spec.signature.empty() ? std::string("partition") : spec.signature, inputShapes, candidates,
-                           begin, end, slots);
+      // Keys of partitions without a channels-last input stay what they were.
+      const std::string layoutTag =
+          inputLayouts.find('c') == std::string::npos ? std::string() : " inputs:" + inputLayouts;
+      auto decision = tune((spec.signature.empty() ? std::string("partition") : spec.signature) + layoutTag, inputShapes,
+                           candidates, begin, end, slots);
       Engine chosen = heuristicEngine[static_cast<size_t>(unit.partition)];
       if (!decision.isOk()) {
         d.how = "heuristic: tuning failed (" + decision.status().toString() + ")";
@@ -1116,13 +1143,18 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
             const size_t st = stepOf[unit.nodes[j]];
             std::vector<std::vector<int64_t>> shapes;
             std::vector<Engine> engines;
+            std::string memberLayouts;
             for (const ArgSlot& a : impl->steps[st].args) {
-              if (a.kind == ArgSlot::Kind::Value) shapes.push_back(graph.value(a.value).shape);
+              if (a.kind != ArgSlot::Kind::Value) continue;
+              shapes.push_back(graph.value(a.value).shape);
+              memberLayouts += channelsLast[static_cast<size_t>(a.value)] && shapes.back().size() >= 4 ? 'c' : 'd';
             }
+            if (memberLayouts.find('c') != std::string::npos) memberLayouts = " inputs:" + memberLayouts;
+            else memberLayouts.clear();
             for (Engine e : allEngines()) {
               if (members[j]->canRun(e)) engines.push_back(e);
             }
-            auto mine = tune(spec.memberSignatures[j], shapes, engines, st, st + 1, values);
+            auto mine = tune(spec.memberSignatures[j] + memberLayouts, shapes, engines, st, st + 1, values);
             if (!mine.isOk()) {
               complete = false;
               break;
