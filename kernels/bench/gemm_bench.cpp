@@ -88,6 +88,10 @@ const Shape kShapes[] = {
     {"whisper fc2 1500x1536x384", 1500, 1536, 384},
     // Llama lm_head over a b8 x 128-token prompt: an output (131 MB) far bigger than the caches.
     {"lm_head 1024x512x32000", 1024, 512, 32000},
+    {"t5 b8 qkv 1024x512x1536", 1024, 512, 1536},
+    {"t5 b8 o 1024x512x512", 1024, 512, 512},
+    {"t5 b8 wi 1024x512x2048", 1024, 512, 2048},
+    {"t5 b8 wo 1024x2048x512", 1024, 2048, 512},
     {"convnext s1 fc 3136x96x384", 3136, 96, 384},
     {"convnext s1 fc2 3136x384x96", 3136, 384, 96},
     {"convnext s2 fc 784x192x768", 784, 192, 768},
