@@ -140,6 +140,26 @@ def test_in_place_weight_update_after_compile():
         torch.testing.assert_close(compiled(x), model(x))
 
 
+def test_inductor_freezing_flag_on_still_compiles_and_freezes():
+    # torch._inductor.config.freezing = True (a common CPU-inference setting) makes Dynamo keep the
+    # parameters as graph-module attributes; aot_autograd lifts them back in front of the inputs.
+    # verifuse maps them by name and freezes them as usual instead of falling back.
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(conv_bn_relu(3, 8), nn.Flatten(), nn.Linear(8 * 16 * 16, 10)).eval()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad(), torch._inductor.config.patch(freezing=True), warnings.catch_warnings():
+        warnings.simplefilter("error", verifuse.VerifuseFallbackWarning)
+        report = verifuse.explain(model, x, strict=True)
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+        next(model.parameters()).mul_(1.5)  # an in-place update after compile is still seen
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    graph = report.graphs[0]
+    assert not graph.fallbacks and graph.num_constants > 0, (graph.fallbacks, graph.num_constants)
+    assert "conv-bn-fold" in graph.rewrites, graph.rewrites
+
+
 def test_model_copies_sharing_a_graph_keep_one_plan_each():
     # Dynamo reuses one graph for copies of a model (their weights are arguments): calling the
     # copies in turn must switch between their plans, not rebuild a plan on every call.

@@ -184,6 +184,9 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
         meta = getattr(context, "fw_metadata", None) if context is not None else None
         static = sorted(meta.static_input_indices) if meta is not None else []
         real_inputs, real_names = _flatten_subclasses(example_inputs, names)
+        lifted = _lifted_parameters(gm, context, len(fake_inputs) - len(real_inputs))
+        if lifted is not None:
+            real_inputs, real_names = lifted[0] + real_inputs, lifted[1] + real_names
         problem = _freezing_problem(fake_inputs, real_inputs, static, meta)
         if problem:
             return make_boxed_func(_fallback(aot_gm, problem, opts, graph_report))
@@ -306,6 +309,26 @@ def _flatten_subclasses(inputs: list, names: Sequence[str]) -> tuple[list, list[
     for x, name in zip(inputs, names):
         add(x, name)
     return flat, flat_names
+
+
+def _lifted_parameters(gm: torch.fx.GraphModule, context: Any, extra: int) -> Optional[tuple[list, list[str]]]:
+    """The parameters and buffers aot_autograd put in front of Dynamo's inputs, with their names.
+
+    Dynamo normally passes parameters as graph inputs. With inductor's freezing flag on
+    (``torch._inductor.config.freezing = True``, a common setting for CPU inference) it keeps them
+    as attributes of the graph module instead, and aot_autograd lifts them back as its first inputs:
+    parameters then buffers (aot_module_simplified's order, also in TracingContext.params_flat).
+    None unless exactly those account for the extra inputs."""
+    if extra <= 0 or context is None:
+        return None
+    params = dict(gm.named_parameters(remove_duplicate=False))
+    buffers = dict(gm.named_buffers(remove_duplicate=False))
+    tensors = [*params.values(), *buffers.values()]
+    flat = getattr(context, "params_flat", None)
+    if flat is None or len(flat) != len(tensors) or any(a is not b for a, b in zip(flat, tensors)):
+        return None
+    lifted, lifted_names = _flatten_subclasses(tensors, [*params.keys(), *buffers.keys()])
+    return (lifted, lifted_names) if len(lifted) == extra else None
 
 
 def _freezing_problem(fake_inputs: list, real_inputs: list, static: list[int], meta: Any) -> Optional[str]:
