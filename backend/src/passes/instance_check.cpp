@@ -42,6 +42,46 @@ std::vector<Real> channelVector(const ir::Graph& g, ir::ConstantId operand, doub
 
 /// qkv-concat: the concatenated weight (bias) must be a bit-exact copy of the parts' rows, read
 /// through each part's strides. No floating-point bound: a copy rounds nothing.
+/// A bf16 model's concatenation: the weights' and biases' bf16 bits, copied not rounded.
+rules::InstanceCheck validateConcatBf16(const ir::Graph& g, const FoldRecord& f) {
+  rules::InstanceCheck check;
+  check.layerVerdict = "skipped";
+  check.layerDetail = "an exact copy (compared bit for bit)";
+  int64_t mismatches = 0;
+  auto compare = [&](ir::ConstantId catId, const std::vector<ir::ConstantId>& parts) -> std::string {
+    const ir::ConstantTensor& cat = g.constants().at(static_cast<size_t>(catId));
+    if (cat.dtype != ir::DType::BFloat16 || !cat.data || !cat.isContiguous()) return "the concatenation has no bf16 data";
+    const uint16_t* out = static_cast<const uint16_t*>(cat.data);
+    const int64_t width = cat.sizes.size() == 2 ? cat.sizes[1] : 1;
+    int64_t row = 0;
+    for (ir::ConstantId id : parts) {
+      const ir::ConstantTensor& p = g.constants().at(static_cast<size_t>(id));
+      if (p.dtype != ir::DType::BFloat16 || !p.data || p.sizes.size() != cat.sizes.size() ||
+          (cat.sizes.size() == 2 && p.sizes[1] != width)) {
+        return "a part has no bf16 data or another width";
+      }
+      const uint16_t* src = static_cast<const uint16_t*>(p.data);
+      const int64_t cs = cat.sizes.size() == 2 ? p.strides[1] : 0;
+      for (int64_t r = 0; r < p.sizes[0]; ++r, ++row) {
+        if (row >= cat.sizes[0]) return "the parts have more rows than the concatenation";
+        for (int64_t c = 0; c < width; ++c) mismatches += out[row * width + c] != src[r * p.strides[0] + c * cs];
+      }
+    }
+    return row == cat.sizes[0] ? "" : "the parts' rows do not add up to the concatenation's";
+  };
+  std::string problem = compare(f.foldedWeight, f.parts);
+  if (problem.empty() && f.foldedBias >= 0) problem = compare(f.foldedBias, f.partBiases);
+  if (!problem.empty()) {
+    check.verdict = "Unsupported";
+    check.detail = problem;
+    return check;
+  }
+  check.verdict = mismatches == 0 ? "Proved" : "Refuted";
+  check.detail = mismatches == 0 ? "bf16 weights and biases copied bit for bit"
+                                 : std::to_string(mismatches) + " elements differ from the projections'";
+  return check;
+}
+
 rules::InstanceCheck validateConcat(const ir::Graph& g, const FoldRecord& f) {
   rules::InstanceCheck check;
   check.layerVerdict = "skipped";
@@ -57,6 +97,7 @@ rules::InstanceCheck validateConcat(const ir::Graph& g, const FoldRecord& f) {
     return check;
   };
   const ir::ConstantTensor& cat = g.constants().at(static_cast<size_t>(f.foldedWeight));
+  if (cat.dtype == ir::DType::BFloat16) return validateConcatBf16(g, f);
   std::shared_ptr<std::vector<float>> keepCat;
   const float* catData = cat.dtype == ir::DType::Float32 && cat.isContiguous() && cat.sizes.size() == 2
                              ? cat.floatData(keepCat) : nullptr;

@@ -5,14 +5,16 @@
 //   qkv-concat   linear(x, W_p, b_p) = slice(linear(x, cat(W_1..W_n), cat(b_1..b_n)), -1, off_p, off_p + N_p)
 //
 // Pattern (rooted at each verifuse::linear): at least two linears read the same value x, each
-// without post-ops or extra arguments, with a 2-D float32 constant weight [N_p, K] (any layout) of
-// the same K, biases all present (float32 constants [N_p]) or all absent, and each output read only
+// without post-ops or extra arguments, with a 2-D constant weight [N_p, K] (any layout) of the same
+// K and dtype (float32, or a bf16 model's bfloat16), biases all present (constants [N_p] of that
+// dtype) or all absent, and each output read only
 // by a view that splits its last dim into [heads, head_dim] (the attention head split: this
 // concatenates attention projections, not an MLP's gate and up projections). Static shapes; every
 // reader of a slice must accept its layout (a slice of the last dim is not contiguous; strides.h).
 //
 // Rewrite: the concatenated weight is a new host constant [sum N_p, K], computed on demand (the
-// closure keeps the originals alive, like the folds) and the biases a small host buffer; the
+// closure keeps the originals alive, like the folds; bf16: copied now, a bf16 host buffer) and the
+// biases a small host buffer; the
 // concatenated linear takes a free node slot before the first projection (ir::placeInSlot: ids
 // never shift); each projection becomes aten::slice.Tensor(cat, rank-1, off_p, off_p + N_p, 1) and
 // keeps its output value. The FoldRecord (kConcat) lets the instance check compare the copy bit
@@ -43,10 +45,13 @@ using verify::sem::TensorTerm;
 namespace sem = verify::sem;
 namespace u = util;
 
+/// The 2-D weight constant of a linear: float32, or a bf16 model's bfloat16 (with its data: the
+/// bf16 concatenation is copied when the rule applies).
 const ir::ConstantTensor* weightOf(const Graph& g, const Node& n) {
   if (!n.args[1].isConstant()) return nullptr;
   const ir::ConstantTensor& c = g.constants()[static_cast<size_t>(n.args[1].i)];
-  return c.dtype == ir::DType::Float32 && c.sizes.size() == 2 && c.strides.size() == 2 ? &c : nullptr;
+  const bool bf16 = c.dtype == ir::DType::BFloat16 && c.data != nullptr;
+  return (c.dtype == ir::DType::Float32 || bf16) && c.sizes.size() == 2 && c.strides.size() == 2 ? &c : nullptr;
 }
 
 bool isHeadSplit(const Graph& g, const Node& lin) {
@@ -67,11 +72,15 @@ std::optional<std::string> memberProblem(const Graph& g, const Node& n) {
   if (n.op != kLinearOp || n.args.size() != 4 || !n.args[kLinearPostOpsArg].s.empty()) {
     return "has post-ops or extra arguments";
   }
-  if (!weightOf(g, n)) return "its weight is not a 2-D float32 constant";
+  const ir::ConstantTensor* w = weightOf(g, n);
+  if (!w) return "its weight is not a 2-D float32 (or bf16 with data) constant";
   if (n.args[2].kind != Arg::Kind::None) {
     if (!n.args[2].isConstant()) return "its bias is not a constant";
     const ir::ConstantTensor& b = g.constants()[static_cast<size_t>(n.args[2].i)];
-    if (b.dtype != ir::DType::Float32 || b.sizes.size() != 1 || !b.isContiguous()) return "its bias is not float32 [N]";
+    if (b.dtype != w->dtype || b.sizes.size() != 1 || !b.isContiguous() ||
+        (b.dtype == ir::DType::BFloat16 && !b.data)) {
+      return "its bias is not a [N] constant of the weight's dtype";
+    }
   }
   if (!u::staticShape(g, n.outputs[0])) return "its output shape is not static";
   if (!isHeadSplit(g, n)) return "its output is not read only by an attention head split (view [..., heads, head_dim])";
@@ -99,6 +108,10 @@ std::optional<Group> findGroup(const Graph& g, NodeId id, std::string* whyNot) {
       continue;
     }
     if (weightOf(g, m)->sizes[1] != w0->sizes[1]) continue;  // another K: not the same input width
+    if (weightOf(g, m)->dtype != w0->dtype) {
+      excluded = "the projections of one input mix float32 and bf16 weights";
+      continue;
+    }
     if ((m.args[2].kind != Arg::Kind::None) != biased) {
       excluded = "the projections of one input mix biased and unbiased linears";
       continue;
@@ -143,9 +156,52 @@ struct Part {
   int64_t rows = 0, cols = 0, rowStride = 0, colStride = 0;
 };
 
+/// A bf16 model's projections: the weights (and biases) concatenated as bf16 host buffers, bit
+/// copies of the originals (float32 ones are built lazily instead, like the folds).
+ConstantId concatBf16(Graph& g, const std::string& name, const std::vector<ConstantId>& parts, int64_t cols) {
+  int64_t rows = 0;
+  for (ConstantId id : parts) rows += g.constants()[static_cast<size_t>(id)].sizes[0];
+  const int64_t width = cols > 0 ? cols : 1;  // a bias: one element per row
+  auto buffer = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(rows * width));
+  int64_t row = 0;
+  for (ConstantId id : parts) {
+    const ir::ConstantTensor& p = g.constants()[static_cast<size_t>(id)];
+    const uint16_t* src = static_cast<const uint16_t*>(p.data);
+    const int64_t rowStride = p.strides[0], colStride = cols > 0 ? p.strides[1] : 0;
+    for (int64_t r = 0; r < p.sizes[0]; ++r, ++row) {
+      for (int64_t c = 0; c < width; ++c) {
+        (*buffer)[static_cast<size_t>(row * width + c)] = src[r * rowStride + c * colStride];
+      }
+    }
+  }
+  const std::vector<int64_t> sizes = cols > 0 ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows};
+  const ConstantId id = passes::addHostConstant(g, name, sizes, {});
+  ir::ConstantTensor& c = g.mutableConstants()[static_cast<size_t>(id)];
+  c.dtype = ir::DType::BFloat16;
+  c.data = buffer->data();
+  c.owner = buffer;
+  c.ownerKind = ir::ConstantOwner::HostBuffer;
+  return id;
+}
+
+Status placeConcatenation(Graph& g, const Group& group, ConstantId wcat, ConstantId bcat);
+
 Status rewriteQkv(Graph& g, const Match& m, FusionRecord& rec) {
   auto group = findGroup(g, m.anchor, nullptr);
   if (!group) return internalError("qkv-concat no longer matches");
+  if (weightOf(g, g.node(group->members.front()))->dtype == ir::DType::BFloat16) {
+    const bool biased = g.node(group->members.front()).args[2].kind != Arg::Kind::None;
+    const int64_t k = weightOf(g, g.node(group->members.front()))->sizes[1];
+    for (NodeId id : group->members) {
+      rec.fold.parts.push_back(static_cast<ConstantId>(g.node(id).args[1].i));
+      if (biased) rec.fold.partBiases.push_back(static_cast<ConstantId>(g.node(id).args[2].i));
+    }
+    const std::string base = g.constants()[static_cast<size_t>(rec.fold.parts.front())].name;
+    rec.fold.foldedWeight = concatBf16(g, base + "_qkv_cat", rec.fold.parts, k);
+    rec.fold.foldedBias = biased ? concatBf16(g, base + "_qkv_cat_bias", rec.fold.partBiases, 0) : -1;
+    rec.fold.kind = FoldRecord::Kind::kConcat;
+    return placeConcatenation(g, *group, rec.fold.foldedWeight, rec.fold.foldedBias);
+  }
   std::vector<Part> parts;
   std::vector<float> bias;
   bool biasData = true, weightData = true;
@@ -197,20 +253,30 @@ Status rewriteQkv(Graph& g, const Match& m, FusionRecord& rec) {
   rec.fold.kind = FoldRecord::Kind::kConcat;
   rec.fold.foldedWeight = wcat;
   rec.fold.foldedBias = bcat;
+  return placeConcatenation(g, *group, wcat, bcat);
+}
+
+/// The concatenated linear over \p wcat (and \p bcat, -1: none) in the free slot before the first
+/// projection; each projection becomes a slice of its output.
+Status placeConcatenation(Graph& g, const Group& group, ConstantId wcat, ConstantId bcat) {
+  const bool biased = bcat >= 0;
+  const int64_t total = g.constants()[static_cast<size_t>(wcat)].sizes[0];
   // The concatenated linear, in the free slot before the first projection.
-  const Node& first = g.node(group->members.front());
+  const Node& first = g.node(group.members.front());
   const Arg x = first.args[0];
+  const ir::DType outType = g.value(first.outputs[0]).dtype;
   std::vector<int64_t> outShape = *u::staticShape(g, first.outputs[0]);
   outShape.back() = total;
   const int64_t lastDim = static_cast<int64_t>(outShape.size()) - 1;
-  VF_ASSIGN_OR_RETURN(ValueId cat, ir::placeInSlot(g, group->slot, kLinearOp, "",
+  VF_ASSIGN_OR_RETURN(ValueId cat, ir::placeInSlot(g, group.slot, kLinearOp, "",
                                                     {x, Arg::constant(wcat), biased ? Arg::constant(bcat) : Arg::none(),
                                                      Arg::string("")},
                                                     ir::ValueType::Tensor));
   g.mutableValue(cat).setShape(outShape);
+  g.mutableValue(cat).dtype = outType;
   // Each projection: a slice of the last dim, keeping its output value.
   int64_t offset = 0;
-  for (NodeId id : group->members) {
+  for (NodeId id : group.members) {
     Node& n = g.mutableNode(id);
     const int64_t rows = g.constants()[static_cast<size_t>(n.args[1].i)].sizes[0];
     n.op = "aten::slice";

@@ -360,6 +360,63 @@ TEST(QkvConcatTest, ConcatenationIsExactAndCheckedBitForBit) {
   EXPECT_EQ(validateFoldInstance(bad, tampered).verdict, "Refuted");
 }
 
+/// Gives constant \p name bf16 data: the bits of value(i) rounded to bf16 (truncated; any bits do).
+std::shared_ptr<std::vector<uint16_t>> attachBf16(Graph& g, const std::string& name, float (*value)(size_t)) {
+  ir::ConstantTensor& c = g.mutableConstants().at(static_cast<size_t>(constantNamed(g, name)));
+  auto buffer = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(c.numel()));
+  for (size_t i = 0; i < buffer->size(); ++i) {
+    const float v = value(i);
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    (*buffer)[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  c.dtype = ir::DType::BFloat16;
+  c.data = buffer->data();
+  c.owner = buffer;
+  c.ownerKind = ir::ConstantOwner::HostBuffer;
+  return buffer;
+}
+
+TEST(QkvConcatTest, Bf16ProjectionsAreCopiedBitForBit) {
+  // A bf16 model's projections: the concatenation is bf16 too (its bits are the projections'),
+  // built when the rule applies, and the instance check compares the bits.
+  Graph g = golden("bert_attention.vfir");
+  for (const char* w : {"query.weight", "key.weight", "value.weight", "output.weight"}) attachBf16(g, w, wave);
+  attachBf16(g, "key.weight", [](size_t i) { return 100.0f + static_cast<float>(i); });
+  for (const char* b : {"query.bias", "key.bias", "value.bias", "output.bias"}) attachBf16(g, b, ramp);
+  attachBf16(g, "value.bias", [](size_t i) { return -10.0f - static_cast<float>(i); });
+  auto r = runPipeline(g, admitted());
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  const rules::FusionRecord* rec = nullptr;
+  for (const auto& f : r->fusions) {
+    if (f.rule == "qkv-concat") rec = &f;
+  }
+  ASSERT_NE(rec, nullptr);
+  EXPECT_TRUE(rec->applied);
+  EXPECT_EQ(rec->instance.verdict, "Proved") << rec->instance.detail;
+  const ir::ConstantTensor& cat = g.constants()[static_cast<size_t>(rec->fold.foldedWeight)];
+  ASSERT_EQ(cat.dtype, ir::DType::BFloat16);
+  EXPECT_EQ(cat.sizes, (std::vector<int64_t>{24, 8}));
+  const auto* w = static_cast<const uint16_t*>(cat.data);
+  const auto* key = static_cast<const uint16_t*>(g.constants()[static_cast<size_t>(rec->fold.parts[1])].data);
+  EXPECT_EQ(w[8 * 8 + 3], key[3]);
+  const ir::ConstantTensor& bias = g.constants()[static_cast<size_t>(rec->fold.foldedBias)];
+  ASSERT_EQ(bias.dtype, ir::DType::BFloat16);
+  const auto* vb = static_cast<const uint16_t*>(g.constants()[static_cast<size_t>(rec->fold.partBiases[2])].data);
+  EXPECT_EQ(static_cast<const uint16_t*>(bias.data)[16 + 2], vb[2]);
+  // One bit off in the copy (weight or bias): Refuted.
+  for (ir::ConstantId target : {rec->fold.foldedWeight, rec->fold.foldedBias}) {
+    Graph bad = g;
+    ir::ConstantTensor& c = bad.mutableConstants()[static_cast<size_t>(target)];
+    auto wrong = std::make_shared<std::vector<uint16_t>>(static_cast<const uint16_t*>(c.data),
+                                                         static_cast<const uint16_t*>(c.data) + c.numel());
+    (*wrong)[9] ^= 1;
+    c.data = wrong->data();
+    c.owner = wrong;
+    EXPECT_EQ(validateFoldInstance(bad, *rec).verdict, "Refuted");
+  }
+}
+
 TEST(QkvConcatTest, StridedPartsAreCopiedThroughTheirStrides) {
   // Two Conv1D projections (weights stored [K, N], read through transposed views) of one input.
   Graph g = parse(R"(graph(%x : Tensor[1, 4, 8]) {
