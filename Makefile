@@ -4,7 +4,7 @@ PYTHON ?= python
 BUILD_DIR ?= build/cmake
 JOBS ?= 2
 
-.PHONY: install deps demo test test-cpp test-python test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8
+.PHONY: install deps demo test test-cpp test-python test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic
 
 deps:
 	@# GoogleTest from Debian (docs/dependencies.md); everything else from PyPI, pinned.
@@ -120,6 +120,11 @@ bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8:
 	$(MAKE) $(@:-int8=) BENCH_DTYPE=int8
 
 bench-int8: bench-own-int8 bench-hf-int8
+
+# dynamic=True on the hf text transformers, batch 1..8 x sequence 16..128: graphs compiled and errors
+# (about 4 minutes): bench/results/hf_dynamic.{json,md}
+bench-hf-dynamic:
+	$(BENCH_PY) bench/shapes/hf_dynamic.py --json $(BENCH_RESULTS)/hf_dynamic.json
 
 # a few minutes: one tiny model per suite, every backend, 3 iterations
 bench-smoke:
