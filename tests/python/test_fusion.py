@@ -334,8 +334,7 @@ class _ConvNextBlocks(nn.Module):
 def test_permuted_channels_last_stream_needs_no_conversions():
     # The convolutions write channels-last because every reader takes any layout (the permute to
     # NHWC makes it dense rows for the norm, the residual adds keep it, the pooled features go to
-    # a linear):
-    # no layout conversion at any convolution but the stem's input image.
+    # a linear): no layout conversion at any convolution but the stem's input image.
     torch.manual_seed(0)
     model = _ConvNextBlocks().eval()
     x = torch.randn(1, 3, 64, 64)

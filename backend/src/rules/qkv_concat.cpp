@@ -7,17 +7,16 @@
 // Pattern (rooted at each verifuse::linear): at least two linears read the same value x, each
 // without post-ops or extra arguments, with a 2-D constant weight [N_p, K] (any layout) of the same
 // K and dtype (float32, or a bf16 model's bfloat16), biases all present (constants [N_p] of that
-// dtype) or all absent, and each output read only
-// by a view that splits its last dim into [heads, head_dim] (the attention head split: this
-// concatenates attention projections, not an MLP's gate and up projections). Static shapes; every
-// reader of a slice must accept its layout (a slice of the last dim is not contiguous; strides.h).
+// dtype) or all absent, and each output read only by a view that splits its last dim into
+// [heads, head_dim] (the attention head split: this concatenates attention projections, not an
+// MLP's gate and up projections). Static shapes; every reader of a slice must accept its layout (a
+// slice of the last dim is not contiguous; strides.h).
 //
 // Rewrite: the concatenated weight is a new host constant [sum N_p, K], computed on demand (the
-// closure keeps the originals alive, like the folds; bf16: copied now, a bf16 host buffer) and the
-// biases a small host buffer; the
-// concatenated linear takes a free node slot before the first projection (ir::placeInSlot: ids
-// never shift); each projection becomes aten::slice.Tensor(cat, rank-1, off_p, off_p + N_p, 1) and
-// keeps its output value. The FoldRecord (kConcat) lets the instance check compare the copy bit
+// closure keeps the originals alive, like the folds; bf16: copied now into a bf16 host buffer) and
+// the biases a small host buffer; the concatenated linear takes a free node slot before the first
+// projection (ir::placeInSlot: ids never shift); each projection becomes
+// aten::slice.Tensor(cat, rank-1, off_p, off_p + N_p, 1) and keeps its output value. The FoldRecord (kConcat) lets the instance check compare the copy bit
 // for bit with the originals.
 #include <algorithm>
 
