@@ -23,6 +23,13 @@ inline const ir::Node* producerOf(const ir::Graph& g, const ir::Arg& a) {
   return n.erased ? nullptr : &n;
 }
 
+/// The element type of a tensor argument (a constant's, or a value's when the lowering knew it);
+/// Undefined otherwise.
+inline ir::DType dtypeOf(const ir::Graph& g, const ir::Arg& a) {
+  if (a.isConstant()) return g.constants()[static_cast<size_t>(a.i)].dtype;
+  return a.isValue() ? g.value(valueOf(a)).dtype : ir::DType::Undefined;
+}
+
 /// \p v is read by exactly one node and is not a graph output.
 inline bool hasSingleUse(const ir::Graph& g, ir::ValueId v) {
   if (g.isGraphOutput(v)) return false;

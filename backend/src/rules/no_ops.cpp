@@ -248,11 +248,6 @@ bool legacyEmpty(const Graph& g, const Arg& a) {
   return v.hasShape && v.shape == std::vector<int64_t>{0};
 }
 
-ir::DType dtypeOfArg(const Graph& g, const Arg& a) {
-  if (a.isConstant()) return g.constants()[static_cast<size_t>(a.i)].dtype;
-  return a.isValue() ? g.value(u::valueOf(a)).dtype : ir::DType::Undefined;
-}
-
 std::optional<Match> matchEmptyInCat(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
   if (n.outputs.size() != 1 || n.args.empty() || n.args[0].kind != Arg::Kind::List) return std::nullopt;
@@ -263,7 +258,7 @@ std::optional<Match> matchEmptyInCat(const Graph& g, NodeId id, std::string* why
   // cat's result type promotes over every input, the skipped ones included.
   const ir::DType out = g.value(n.outputs[0]).dtype;
   for (const Arg& item : items) {
-    if (out == ir::DType::Undefined || dtypeOfArg(g, item) != out) {
+    if (out == ir::DType::Undefined || u::dtypeOf(g, item) != out) {
       return u::why(whyNot, "an input's dtype is unknown or not the result's (cat promotes over the empty inputs too)"),
              std::nullopt;
     }

@@ -188,42 +188,38 @@ Status placeConcatenation(Graph& g, const Group& group, ConstantId wcat, Constan
 Status rewriteQkv(Graph& g, const Match& m, FusionRecord& rec) {
   auto group = findGroup(g, m.anchor, nullptr);
   if (!group) return internalError("qkv-concat no longer matches");
-  if (weightOf(g, g.node(group->members.front()))->dtype == ir::DType::BFloat16) {
-    const bool biased = g.node(group->members.front()).args[2].kind != Arg::Kind::None;
-    const int64_t k = weightOf(g, g.node(group->members.front()))->sizes[1];
-    for (NodeId id : group->members) {
-      rec.fold.parts.push_back(static_cast<ConstantId>(g.node(id).args[1].i));
-      if (biased) rec.fold.partBiases.push_back(static_cast<ConstantId>(g.node(id).args[2].i));
-    }
-    const std::string base = g.constants()[static_cast<size_t>(rec.fold.parts.front())].name;
+  const Node& first = g.node(group->members.front());
+  const bool biased = first.args[2].kind != Arg::Kind::None;
+  const ir::ConstantTensor& w0 = *weightOf(g, first);
+  const int64_t k = w0.sizes[1];
+  const std::string base = w0.name;
+  for (NodeId id : group->members) {
+    rec.fold.parts.push_back(static_cast<ConstantId>(g.node(id).args[1].i));
+    if (biased) rec.fold.partBiases.push_back(static_cast<ConstantId>(g.node(id).args[2].i));
+  }
+  rec.fold.kind = FoldRecord::Kind::kConcat;
+  if (w0.dtype == ir::DType::BFloat16) {
     rec.fold.foldedWeight = concatBf16(g, base + "_qkv_cat", rec.fold.parts, k);
     rec.fold.foldedBias = biased ? concatBf16(g, base + "_qkv_cat_bias", rec.fold.partBiases, 0) : -1;
-    rec.fold.kind = FoldRecord::Kind::kConcat;
     return placeConcatenation(g, *group, rec.fold.foldedWeight, rec.fold.foldedBias);
   }
   std::vector<Part> parts;
   std::vector<float> bias;
   bool biasData = true, weightData = true;
-  const bool biased = g.node(group->members.front()).args[2].kind != Arg::Kind::None;
   int64_t total = 0;
-  const int64_t k = weightOf(g, g.node(group->members.front()))->sizes[1];
-  for (NodeId id : group->members) {
-    const Node& n = g.node(id);
-    const ir::ConstantTensor& w = *weightOf(g, n);
+  for (ConstantId id : rec.fold.parts) {
+    const ir::ConstantTensor& w = g.constants()[static_cast<size_t>(id)];
     parts.push_back({w.owner, static_cast<const float*>(w.data), w.materialize, w.sizes[0], w.sizes[1], w.strides[0],
                      w.strides[1]});
     weightData &= w.hasData();
-    rec.fold.parts.push_back(static_cast<ConstantId>(n.args[1].i));
-    if (biased) {
-      const ir::ConstantTensor& b = g.constants()[static_cast<size_t>(n.args[2].i)];
-      rec.fold.partBiases.push_back(static_cast<ConstantId>(n.args[2].i));
-      biasData &= b.data != nullptr;
-      if (b.data) bias.insert(bias.end(), static_cast<const float*>(b.data), static_cast<const float*>(b.data) + b.numel());
-    }
     total += w.sizes[0];
   }
+  for (ConstantId id : rec.fold.partBiases) {
+    const ir::ConstantTensor& b = g.constants()[static_cast<size_t>(id)];
+    biasData &= b.data != nullptr;
+    if (b.data) bias.insert(bias.end(), static_cast<const float*>(b.data), static_cast<const float*>(b.data) + b.numel());
+  }
   // The weight: computed on demand (materialized when its linear is built, like a folded weight).
-  const std::string base = g.constants()[static_cast<size_t>(g.node(group->members.front()).args[1].i)].name;
   const ConstantId wcat = passes::addHostConstant(g, base + "_qkv_cat", {total, k}, {});
   if (weightData) {
     g.mutableConstants()[static_cast<size_t>(wcat)].materialize = [parts, total, k]() {
@@ -249,7 +245,6 @@ Status rewriteQkv(Graph& g, const Match& m, FusionRecord& rec) {
   if (biased) {
     bcat = passes::addHostConstant(g, base + "_qkv_cat_bias", {total}, biasData ? std::move(bias) : std::vector<float>{});
   }
-  rec.fold.kind = FoldRecord::Kind::kConcat;
   rec.fold.foldedWeight = wcat;
   rec.fold.foldedBias = bcat;
   return placeConcatenation(g, *group, wcat, bcat);

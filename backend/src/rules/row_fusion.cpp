@@ -62,6 +62,7 @@ using verify::Obligation;
 using verify::ObligationBuilder;
 namespace sem = verify::sem;
 namespace u = util;
+using u::dtypeOf;
 
 constexpr const char* kRowwise = "verifuse::rowwise";
 
@@ -175,12 +176,6 @@ RowValue emitMember(RowProgram& p, const OpSpec& s, const std::vector<RowValue>&
 const std::vector<int64_t>* shapeOf(const Graph& g, const Arg& a) {
   if (a.isConstant()) return &g.constants()[static_cast<size_t>(a.i)].sizes;
   return u::staticShape(g, u::valueOf(a));
-}
-
-DType dtypeOf(const Graph& g, const Arg& a) {
-  if (a.isConstant()) return g.constants()[static_cast<size_t>(a.i)].dtype;
-  if (a.isValue()) return g.value(u::valueOf(a)).dtype;
-  return DType::Undefined;
 }
 
 bool isTensor(const Arg& a) { return a.isValue() || a.isConstant(); }

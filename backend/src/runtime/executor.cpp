@@ -1049,7 +1049,14 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       std::vector<std::vector<int64_t>> inputShapes;
       // Which inputs arrive channels-last: a convolution's timing depends on it (a plain input
       // costs oneDNN a conversion that ATen's kernel does not pay), so it is part of the key.
+      // Keys of partitions without a channels-last input stay what they were.
       std::string inputLayouts;
+      auto layoutLetter = [&](ValueId v) {
+        return channelsLast[static_cast<size_t>(v)] && graph.value(v).shape.size() >= 4 ? 'c' : 'd';
+      };
+      auto layoutTag = [](const std::string& letters) {
+        return letters.find('c') == std::string::npos ? std::string() : " inputs:" + letters;
+      };
       std::set<ValueId> produced;
       for (size_t st = begin; st < end; ++st) {
         for (const ArgSlot& a : impl->steps[st].args) {
@@ -1062,7 +1069,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
           if (channelsLast[static_cast<size_t>(a.value)] && v.shape.size() == 5) t = t.contiguous(at::MemoryFormat::ChannelsLast3d);
           slots[static_cast<size_t>(a.value)] = std::move(t);
           inputShapes.push_back(v.shape);
-          inputLayouts += channelsLast[static_cast<size_t>(a.value)] && v.shape.size() >= 4 ? 'c' : 'd';
+          inputLayouts += layoutLetter(a.value);
         }
         for (ValueId out : impl->steps[st].outputs) produced.insert(out);
       }
@@ -1117,11 +1124,8 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         return Engine::kAten;
       };
       const int64_t timingsAtStart = kernels::timingCallCount();
-      // Keys of partitions without a channels-last input stay what they were.
-      const std::string layoutTag =
-          inputLayouts.find('c') == std::string::npos ? std::string() : " inputs:" + inputLayouts;
-      auto decision = tune((spec.signature.empty() ? std::string("partition") : spec.signature) + layoutTag, inputShapes,
-                           candidates, begin, end, slots);
+      auto decision = tune((spec.signature.empty() ? std::string("partition") : spec.signature) + layoutTag(inputLayouts),
+                           inputShapes, candidates, begin, end, slots);
       Engine chosen = heuristicEngine[static_cast<size_t>(unit.partition)];
       if (!decision.isOk()) {
         d.how = "heuristic: tuning failed (" + decision.status().toString() + ")";
@@ -1147,14 +1151,12 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
             for (const ArgSlot& a : impl->steps[st].args) {
               if (a.kind != ArgSlot::Kind::Value) continue;
               shapes.push_back(graph.value(a.value).shape);
-              memberLayouts += channelsLast[static_cast<size_t>(a.value)] && shapes.back().size() >= 4 ? 'c' : 'd';
+              memberLayouts += layoutLetter(a.value);
             }
-            if (memberLayouts.find('c') != std::string::npos) memberLayouts = " inputs:" + memberLayouts;
-            else memberLayouts.clear();
             for (Engine e : allEngines()) {
               if (members[j]->canRun(e)) engines.push_back(e);
             }
-            auto mine = tune(spec.memberSignatures[j] + memberLayouts, shapes, engines, st, st + 1, values);
+            auto mine = tune(spec.memberSignatures[j] + layoutTag(memberLayouts), shapes, engines, st, st + 1, values);
             if (!mine.isOk()) {
               complete = false;
               break;
