@@ -2,7 +2,8 @@
 // inner product (kernels::createLinear, packed and borrowed weights) on transformer shapes.
 //
 //   verifuse_gemm_bench [--threads 1,2] [--samples 40] [--only NAME_SUBSTRING] [--no-onednn]
-//                       [--epilogue bias|bias_relu|bias_gelu|bias_sum] [--cpu-time]
+//                       [--epilogue bias|bias_relu|bias_gelu|bias_sum] [--cpu-time] [--bf16]
+//                       [--shape MxKxN[,MxKxN...]]
 //
 // Per (shape, threads): one warm-up call of each kernel, then `samples` rounds; a round times one
 // sample of every kernel in turn (interleaved, so a change of machine load hits all of them
@@ -92,6 +93,9 @@ const Shape kShapes[] = {
     {"t5 b8 o 1024x512x512", 1024, 512, 512},
     {"t5 b8 wi 1024x512x2048", 1024, 512, 2048},
     {"t5 b8 wo 1024x2048x512", 1024, 2048, 512},
+    {"vit b8 qkv 1576x768x2304", 1576, 768, 2304},
+    {"vit b8 fc 1576x768x3072", 1576, 768, 3072},
+    {"vit b8 fc2 1576x3072x768", 1576, 3072, 768},
     {"convnext s1 fc 3136x96x384", 3136, 96, 384},
     {"convnext s1 fc2 3136x384x96", 3136, 384, 96},
     {"convnext s2 fc 784x192x768", 784, 192, 768},
@@ -199,6 +203,8 @@ int main(int argc, char** argv) {
   bool onednn = true;
   std::string epi = "bias";
   bool bf16 = false;
+  std::vector<Shape> custom;  // --shape: these instead of the built-in list
+  std::vector<std::string> customNames;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) threads = parseInts(argv[++i]);
@@ -208,11 +214,28 @@ int main(int argc, char** argv) {
     else if (a == "--epilogue" && i + 1 < argc) epi = argv[++i];
     else if (a == "--cpu-time") gCpuTime = true;
     else if (a == "--bf16") bf16 = true;
+    else if (a == "--shape" && i + 1 < argc) {
+      std::string list = argv[++i];
+      for (size_t at = 0; at < list.size();) {
+        const size_t end = std::min(list.find(',', at), list.size());
+        customNames.push_back(list.substr(at, end - at));
+        at = end + 1;
+      }
+    }
     else {
       std::fprintf(stderr, "usage: %s [--threads 1,2] [--samples N] [--only SUBSTR] [--no-onednn] "
-                   "[--epilogue bias|bias_relu|bias_gelu|bias_sum] [--cpu-time] [--bf16]\n", argv[0]);
+                   "[--epilogue bias|bias_relu|bias_gelu|bias_sum] [--cpu-time] [--bf16] "
+                   "[--shape MxKxN[,MxKxN...]]\n", argv[0]);
       return 2;
     }
+  }
+  for (const std::string& name : customNames) {
+    long long m = 0, k = 0, n = 0;
+    if (std::sscanf(name.c_str(), "%lldx%lldx%lld", &m, &k, &n) != 3 || m <= 0 || k <= 0 || n <= 0) {
+      std::fprintf(stderr, "--shape wants MxKxN, got '%s'\n", name.c_str());
+      return 2;
+    }
+    custom.push_back({name.c_str(), m, k, n});
   }
   if (!gemm::available()) {
     std::fprintf(stderr, "no AVX2+FMA on this CPU\n");
@@ -236,7 +259,7 @@ int main(int argc, char** argv) {
   volatile float sink = 0;
   std::mt19937 rng(42);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  for (const Shape& s : kShapes) {
+  for (const Shape& s : custom.empty() ? std::vector<Shape>(std::begin(kShapes), std::end(kShapes)) : custom) {
     if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
     std::vector<float> x(s.m * s.k), w(s.n * s.k), bias(s.n), residual(s.m * s.n);
     for (float& v : x) v = dist(rng);

@@ -138,7 +138,9 @@ def test_bf16_linears_run_on_the_own_bf16_gemm(monkeypatch):
     gemms = [p for p in report.to_dict()["partitions"] if p["engine"] == "gemm"]
     assert gemms and all(p["impl"] == "verifuse gemm:avx512_bf16" and p["dtype"] == "bf16" for p in gemms), gemms
     _check_bf16_accuracy(model, (x,), {}, got)
-    # Untimed and not forced, a bf16 model's linears stay on oneDNN (the planner's heuristic).
+    # Untimed and not forced (the planner's heuristic), a bf16 model's linears take the own bf16 GEMM
+    # too, except a partition with a GELU epilogue at K <= 512 (geluOnShortK: oneDNN's is faster
+    # there), like this one at K = 64.
     monkeypatch.delenv("VERIFUSE_LINEAR")
     torch._dynamo.reset()
     with torch.no_grad():
@@ -146,6 +148,15 @@ def test_bf16_linears_run_on_the_own_bf16_gemm(monkeypatch):
         compiled(x)
         _, events = _engine_events(compiled, (x,))
     assert events["verifuse::linear@onednn"] == 2, events
+    wide = nn.Sequential(nn.Linear(640, 96), nn.ReLU(), nn.Linear(96, 640)).eval().bfloat16()
+    xw = torch.randn(3, 37, 640).bfloat16()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        compiled = torch.compile(wide, backend="verifuse", options={"strict": True, "autotune": False})
+        compiled(xw)
+        got, events = _engine_events(compiled, (xw,))
+    assert events["verifuse::linear@gemm"] == 2, events
+    _check_bf16_accuracy(wide, (xw,), {}, got)
 
 
 @native_bf16

@@ -740,15 +740,15 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       heuristicEngine[p] = Engine::kRowwise;
     } else if (partitionStatic[p] && partitionMacs[p] < 4096.0 * static_cast<double>(u.nodes.size())) {
       heuristicEngine[p] = Engine::kAten;
-    } else if (allLinear && options.ownGemm && !options.bf16 && !anyBf16 && !shortGelu) {
+    } else if (allLinear && options.ownGemm && !shortGelu) {
       // Also with a GELU epilogue at K > 512 (geluOnShortK says why not below): BERT-base (b1,
       // 1 thread, Zen 5), whose fc + GELU + fc partitions are too big to time, ran 109.4 ms per
-      // call with them on oneDNN (bench run at
-      // f4187ce) and 103.7 ms on the own GEMM with its 16-lane GELU (run at 7ccd1e1). A bf16
-      // model's untimed linears stay on oneDNN: the own bf16 GEMM is only level with oneDNN's per
-      // shape (kernels/README.md) and 10-20% behind it with a GELU epilogue, whose cost weighs
-      // twice as much against bf16's faster multiply-adds (128x768x3072 + GELU: 381 vs 428
-      // GFLOP/s). Whole bf16 BERT-base measured the same either way (57.9 ms per call).
+      // call with them on oneDNN (bench run at f4187ce) and 103.7 ms on the own GEMM with its
+      // 16-lane GELU (run at 7ccd1e1). bf16 too (a bf16 model, or dtype="bfloat16"): oneDNN's
+      // bf16 inner product drops to 410-440 GFLOP/s at some M (584, 1000, 1016, 1576 = ViT-base
+      // at batch 8, at K = 768) where the own bf16 GEMM holds 490-520 (gemm_bench --bf16
+      // --shape), and elsewhere the two are level but for the GELU epilogue, 3% behind at K = 768
+      // (470 vs 483 GFLOP/s with geluErfForBf16). ViT-base bf16 batch 8: 704 -> 624 ms per call.
       heuristicEngine[p] = Engine::kGemm;
     }
     if (allLinear && partitionForced[p]) heuristicEngine[p] = forcedLinear == "gemm" ? Engine::kGemm : Engine::kOnednn;

@@ -106,10 +106,11 @@ VF_GEMM_INLINE void micro(const float* __restrict a, int64_t lda, const float* _
 
 /// c[row][j .. j + count) = post-ops(y + bias), count <= 16. GELU (erf) runs 16 lanes wide
 /// (vecmath_avx512.h); the other post-ops on the two 8-float halves with the shared AVX2 epilogue
-/// math (applyOp), so they give the AVX2 kernel's results bit for bit. NOTE: out of line on
-/// purpose: inlined into every tile, the GELU's constants crowded the K loop's registers and the
-/// whole GEMM ran at half speed (measured 104 vs 200 GFLOP/s at 128x768x3072).
-__attribute__((noinline)) void finishVector(const Ctx& x, __m512 y, int64_t row, int64_t j, int64_t count) {
+/// math (applyOp), so they give the AVX2 kernel's results bit for bit. Only called out of line
+/// (finishBuffer, finishPartialVector): inlined into every tile, the GELU's constants crowded the
+/// K loop's registers and the whole GEMM ran at half speed (measured 104 vs 200 GFLOP/s at
+/// 128x768x3072).
+VF_GEMM_INLINE void finishVector(const Ctx& x, __m512 y, int64_t row, int64_t j, int64_t count) {
   const bool full = count == 16;
   const __mmask16 k = full ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << count) - 1u);
   float* dst = x.c + row * x.ldc + j;
@@ -135,6 +136,26 @@ __attribute__((noinline)) void finishVector(const Ctx& x, __m512 y, int64_t row,
   }
 }
 
+/// The post-ops finishInRegisters does not keep inline (GELU, the other eltwise ops, binaries)
+/// over a finished tile parked in \p buf (rows x \p ld floats, bias not yet added), one
+/// out-of-line call per tile: the loop keeps the post-ops' constants in registers and overlaps the
+/// vectors' long dependency chains (GELU's erf), which one call per vector did not (the bf16
+/// kernel's GELU epilogue went 411 -> 455 GFLOP/s at 128x768x3072 with this alone). The buffer is
+/// stored and reloaded as whole zmm, which store forwarding handles (finishInRegisters' NOTE).
+__attribute__((noinline)) void finishBuffer(const Ctx& x, const float* buf, int64_t ld, int rows, int64_t row0,
+                                            int64_t col0, int64_t cols) {
+  for (int i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; j += 16) {
+      finishVector(x, _mm512_load_ps(buf + i * ld + j), row0 + i, col0 + j, std::min<int64_t>(16, cols - j));
+    }
+  }
+}
+
+/// A last partial vector of a tile whose other vectors finished inline.
+__attribute__((noinline)) void finishPartialVector(const Ctx& x, __m512 y, int64_t row, int64_t j, int64_t count) {
+  finishVector(x, y, row, j, count);
+}
+
 /// Stores a finished tile: bias and post-ops applied straight from the registers (no trip through
 /// a stack buffer: storing a zmm and reloading its halves as ymm stalls store forwarding, which
 /// cost 30% at K = 96); only the real columns (cols of 16·NP) are written.
@@ -142,10 +163,14 @@ template <int MR, int NP>
 VF_GEMM_INLINE void finishInRegisters(const Ctx& x, __m512 (&acc)[MR][NP], int64_t row0,
                                       int64_t col0, int64_t cols) {
   // The common cases inline: bias only, and bias + residual sum (the transformer's output
-  // projections); anything else through the generic (out-of-line) path.
+  // projections); anything else through finishBuffer. NOTE: the accumulators reach the buffer
+  // through finishTileVectors' slow path; a loop of its own storing them left them in memory
+  // through the K loop (half the speed).
   const bool sumOnly = x.nOps == 1 && x.ops[0].kind == EpiOp::Kind::kSum;
+  const bool inlined = x.nOps == 0 || sumOnly;
+  alignas(64) float buf[MR][NP * 16];
   finishTileVectors<MR, NP>(
-      acc, row0, col0, cols, x.bias, x.nOps == 0 || sumOnly,
+      acc, row0, col0, cols, x.bias, inlined,
       [&](__m512 y, int64_t row, int64_t j) __attribute__((always_inline)) {
         if (sumOnly) {
           const EpiOp& e = x.ops[0];
@@ -155,8 +180,13 @@ VF_GEMM_INLINE void finishInRegisters(const Ctx& x, __m512 (&acc)[MR][NP], int64
         _mm512_storeu_ps(x.c + row * x.ldc + j, y);
       },
       [&](__m512 y, int64_t row, int64_t j, int64_t count) __attribute__((always_inline)) {
-        finishVector(x, y, row, j, count);
+        if (inlined) {
+          finishPartialVector(x, y, row, j, count);
+        } else {
+          _mm512_store_ps(&buf[row - row0][j - col0], y);
+        }
       });
+  if (!inlined) finishBuffer(x, &buf[0][0], NP * 16, MR, row0, col0, cols);
 }
 
 // ---- tiles ---------------------------------------------------------------------------------------

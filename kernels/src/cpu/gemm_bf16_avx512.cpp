@@ -109,8 +109,7 @@ struct CtxBf16 {
 /// c[row][j .. j + count) = bf16(post-ops(y + bias)), count <= 16. GELU (erf) 16 lanes wide
 /// (vecmath_avx512.h), the other eltwise ops on the two 8-float halves (applyOp), sum with the bf16
 /// residual widened exactly. Out of line, like the float32 kernel's (the K loop keeps its registers).
-__attribute__((noinline)) void finishVectorBf16(const CtxBf16& x, __m512 y, int64_t i, int64_t j,
-                                                int64_t count) {
+VF_GEMM_INLINE void finishVectorBf16(const CtxBf16& x, __m512 y, int64_t i, int64_t j, int64_t count) {
   const bool full = count == 16;
   const __mmask16 k = full ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << count) - 1u);
   if (x.bias != nullptr) {
@@ -124,7 +123,7 @@ __attribute__((noinline)) void finishVectorBf16(const CtxBf16& x, __m512 y, int6
       const __m512 rv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
       y = _mm512_fmadd_ps(_mm512_set1_ps(e.alpha), rv, y);
     } else if (e.kind == EpiOp::Kind::kGeluErf) {
-      y = cpu::avx512::geluErf(y);
+      y = cpu::avx512::geluErfForBf16(y);
     } else {
       const int64_t loCount = std::min<int64_t>(8, count), hiCount = std::max<int64_t>(0, count - 8);
       __m256 lo = _mm512_castps512_ps256(y), hi = _mm512_extractf32x8_ps(y, 1);
@@ -142,17 +141,39 @@ __attribute__((noinline)) void finishVectorBf16(const CtxBf16& x, __m512 y, int6
   }
 }
 
+/// The post-ops finishInRegistersBf16 does not keep inline (GELU, the other eltwise ops) over a
+/// finished tile parked in \p buf (rows x \p ld floats, bias not yet added), one out-of-line call
+/// per tile: the loop keeps the post-ops' constants in registers and overlaps the vectors' long
+/// dependency chains (GELU's erf), which one call per vector did not (BERT's fc + GELU at 128 x 768
+/// x 3072: 411 -> ... GFLOP/s).
+__attribute__((noinline)) void finishBufferBf16(const CtxBf16& x, const float* buf, int64_t ld, int rows,
+                                                int64_t row0, int64_t col0, int64_t cols) {
+  for (int i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; j += 16) {
+      finishVectorBf16(x, _mm512_load_ps(buf + i * ld + j), row0 + i, col0 + j, std::min<int64_t>(16, cols - j));
+    }
+  }
+}
+
+/// A last partial vector of a tile whose other vectors finished inline.
+__attribute__((noinline)) void finishPartialVectorBf16(const CtxBf16& x, __m512 y, int64_t i, int64_t j,
+                                                       int64_t count) {
+  finishVectorBf16(x, y, i, j, count);
+}
+
 /// Stores a finished tile straight from the registers. The common cases inline, with the same
 /// operations as finishVectorBf16 (so the same bits): bias only, and bias + residual sum (the
-/// transformer's output projections). NOTE: through a stack buffer and one out-of-line call per
-/// vector, the epilogue cost a third of the time at K <= 512 (the bf16 K loop is twice as fast as
-/// float32's, so the epilogue weighs twice as much).
+/// transformer's output projections). The others go through finishBufferBf16. NOTE: through a
+/// stack buffer and one out-of-line call per vector, the epilogue cost a third of the time at
+/// K <= 512 (the bf16 K loop is twice as fast as float32's, so the epilogue weighs twice as much).
 template <int MR, int NP>
 VF_GEMM_INLINE void finishInRegistersBf16(const CtxBf16& x, __m512 (&acc)[MR][NP], int64_t row0,
                                           int64_t col0, int64_t cols) {
   const bool sumOnly = x.nOps == 1 && x.ops[0].kind == EpiOp::Kind::kSum;
+  const bool inlined = x.nOps == 0 || sumOnly;
+  alignas(64) float buf[MR][NP * 16];
   finishTileVectors<MR, NP>(
-      acc, row0, col0, cols, x.bias, x.nOps == 0 || sumOnly,
+      acc, row0, col0, cols, x.bias, inlined,
       [&](__m512 y, int64_t row, int64_t j) __attribute__((always_inline)) {
         if (sumOnly) {
           const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.residual + row * x.ldr + j));
@@ -162,8 +183,13 @@ VF_GEMM_INLINE void finishInRegistersBf16(const CtxBf16& x, __m512 (&acc)[MR][NP
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(x.c + row * x.ldc + j), (__m256i)_mm512_cvtneps_pbh(y));
       },
       [&](__m512 y, int64_t row, int64_t j, int64_t count) __attribute__((always_inline)) {
-        finishVectorBf16(x, y, row, j, count);
+        if (inlined) {
+          finishPartialVectorBf16(x, y, row, j, count);
+        } else {
+          _mm512_store_ps(&buf[row - row0][j - col0], y);
+        }
       });
+  if (!inlined) finishBufferBf16(x, &buf[0][0], NP * 16, MR, row0, col0, cols);
 }
 
 // ---- tiles ---------------------------------------------------------------------------------------

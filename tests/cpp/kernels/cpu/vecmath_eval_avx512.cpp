@@ -9,7 +9,7 @@
 namespace verifuse::kernels::cpu::testing {
 
 void evalAvx512(VecFn fn, const float* x, float* y, size_t n) {
-  if (fn != VecFn::kGeluErf) {  // the functions vecmath_avx512.h does not have run 8 lanes wide
+  if (fn != VecFn::kGeluErf && fn != VecFn::kGeluErfForBf16) {  // the functions vecmath_avx512.h does not have run 8 lanes wide
     evalAvx2(fn, x, y, n);
     return;
   }
@@ -17,7 +17,8 @@ void evalAvx512(VecFn fn, const float* x, float* y, size_t n) {
     float in[16] = {}, out[16];
     const size_t m = n - i < 16 ? n - i : 16;
     std::memcpy(in, x + i, m * sizeof(float));
-    _mm512_storeu_ps(out, avx512::geluErf(_mm512_loadu_ps(in)));
+    const __m512 v = _mm512_loadu_ps(in);
+    _mm512_storeu_ps(out, fn == VecFn::kGeluErf ? avx512::geluErf(v) : avx512::geluErfForBf16(v));
     std::memcpy(y + i, out, m * sizeof(float));
   }
 }

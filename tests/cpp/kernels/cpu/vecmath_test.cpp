@@ -258,6 +258,43 @@ TEST(Vecmath, GeluErfAvx512) {
   EXPECT_EQ(out[7], 0.0f);
 }
 
+// The bf16 GEMM's GELU: within 1.5e-7 |x| (Abramowitz & Stegun's erf bound) plus float32
+// rounding of the exact value everywhere, and within a quarter of a bf16 ulp wherever the result
+// is not deep in the negative tail; the same specials as geluErf. It is a different formula from
+// geluErf (the float32 kernels' GELU must not silently become this one).
+TEST(Vecmath, GeluErfForBf16) {
+  if (!cpu::hasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  auto xs = inputs(4096, {{-15.0f, 15.0f}, {-1.5f, 1.5f}, {-4.0f, -3.0f}});
+  std::vector<float> got(xs.size());
+  evalAvx512(VecFn::kGeluErfForBf16, xs.data(), got.data(), xs.size());
+  int differsFromPrecise = 0;
+  double worst = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double x = xs[i], want = geluErfRef(x);
+    if (!std::isfinite(x) || x == 0) continue;
+    const double err = std::fabs(got[i] - want);
+    if (std::fabs(x) > 1e-30) worst = std::max(worst, err / std::fabs(x));  // not x/2 underflowing
+    EXPECT_LE(err, 4e-7 * std::fabs(x) + 1e-44) << "x=" << x << " got " << got[i] << " want " << want;
+    if (x > -3.0) EXPECT_LE(err, std::ldexp(std::fabs(want), -10) + 1e-44) << "x=" << x;
+    float precise;
+    evalAvx512(VecFn::kGeluErf, &xs[i], &precise, 1);
+    differsFromPrecise += precise != got[i];
+  }
+  EXPECT_GT(differsFromPrecise, 100);
+  std::printf("  geluErfForBf16: max |error| / |x| = %.3g\n", worst);
+  const float specials[] = {-kInf, kInf, kNaN, -0.0f, 0.0f, 100.0f, kMax, -100.0f};
+  float out[8];
+  evalAvx512(VecFn::kGeluErfForBf16, specials, out, 8);
+  EXPECT_TRUE(same(out[0], kNaN));
+  EXPECT_TRUE(same(out[1], kInf));
+  EXPECT_TRUE(same(out[2], kNaN));
+  EXPECT_EQ(out[3], 0.0f);
+  EXPECT_EQ(out[4], 0.0f);
+  EXPECT_TRUE(same(out[5], 100.0f));
+  EXPECT_TRUE(same(out[6], kMax));
+  EXPECT_EQ(out[7], 0.0f);
+}
+
 TEST(Vecmath, Elu) {
   SKIP_WITHOUT_AVX2();
   for (float alpha : {1.0f, 0.5f}) {
