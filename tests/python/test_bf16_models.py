@@ -297,6 +297,52 @@ def test_bf16_fold_outside_bf16_range_is_refused():
     assert "outside bf16's normal range" in refused["detail"], refused
 
 
+class LayerScaled(nn.Module):
+    """ConvNeXt's block end: a linear, then the layer scale (a per-channel parameter) times it."""
+
+    def __init__(self, d=64):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.gamma = nn.Parameter(torch.rand(d) + 0.5)
+
+    def forward(self, x):
+        return self.gamma * self.fc(x) + x
+
+
+@native_bf16
+def test_bf16_layer_scale_folds_into_the_bf16_linear():
+    """A bf16 model's own bf16 scale tensor keeps eager's result bf16, like a number, so it folds
+    into the weights (one bf16 rounding, stated by the instance check); a float32 scale would make
+    eager's result float32 (type promotion), so that fold is refused with the reason."""
+    torch.manual_seed(0)
+    model = LayerScaled().eval().bfloat16()
+    x = torch.randn(2, 9, 64).bfloat16()
+    report = verifuse.explain(model, x).to_dict()
+    folds = [f for f in report["fusions"] if f["rule"] == "per-channel-mul-fold"]
+    assert len(folds) == 1 and folds[0]["verdict"] == "Proved", folds
+    assert "bf16 kernel: each folded value rounded to bf16 within 2^-9" in folds[0]["detail"], folds
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+        compiled(x)
+        got, events = _engine_events(compiled, (x,))
+    assert got.dtype == torch.bfloat16
+    assert not any(k.startswith("aten::mul") for k in events), events
+    _check_bf16_accuracy(model, (x,), {}, got)
+
+    class Float32Scale(LayerScaled):
+        def forward(self, x):
+            return self.g32 * self.fc(x)
+
+    mixed = Float32Scale().eval().bfloat16()
+    mixed.register_buffer("g32", torch.rand(64) + 0.5)  # after .bfloat16(): stays float32
+    report = verifuse.explain(mixed, x).to_dict()
+    assert not [f for f in report["fusions"] if f["rule"] == "per-channel-mul-fold"], report["fusions"]
+    assert any(m["rule"] == "per-channel-mul-fold" and "promotes to float32" in m["reason"] for m in report["near_misses"]), report["near_misses"]
+    with torch.no_grad():
+        got = torch.compile(mixed, backend="verifuse", options={"strict": True})(x)
+    assert got.dtype == torch.float32
+
+
 class RmsNormSiluMul(nn.Module):
     """Llama's bf16 RMSNorm (a float32 island: upcast, pow/mean/rsqrt, downcast, times the bf16
     weight) and its silu(a) * b: chains the row engine runs in one pass."""

@@ -55,8 +55,9 @@ inline const ir::ConstantTensor* f32Constant(const ir::Graph& g, const ir::Arg& 
 }
 
 /// A contiguous constant of a model's float dtype, float32 or bfloat16 (a bf16 model's weights):
-/// for rewrites that only re-express the op (canonicalization, post-op fusion), never for folds,
-/// which compute new values and validate them in float32.
+/// for rewrites that only re-express the op (canonicalization, post-op fusion). Folds take it only
+/// for a bf16 model's own bf16 operands (per-channel-mul-fold: ConvNeXt's layer scale), which they
+/// widen exactly and validate in float32 like the model's bf16 weights.
 inline const ir::ConstantTensor* floatConstant(const ir::Graph& g, const ir::Arg& a) {
   if (!a.isConstant()) return nullptr;
   const ir::ConstantTensor& c = g.constants().at(static_cast<size_t>(a.i));

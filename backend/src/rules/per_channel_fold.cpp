@@ -31,9 +31,11 @@ std::optional<std::vector<double>> channelFactors(const Graph& g, const Node& fu
                                                   std::string* whyNot) {
   const int64_t channels = u::outChannels(g, fused);
   if (auto v = u::numberArg(operand)) return std::vector<double>(static_cast<size_t>(channels), *v);
-  const ir::ConstantTensor* c = u::f32Constant(g, operand);
+  // A bf16 producer's bf16 operand (the guard in matchChannelFold) is widened exactly (toDoubles).
+  const bool bf16Producer = g.constants().at(static_cast<size_t>(fused.args[1].i)).dtype == ir::DType::BFloat16;
+  const ir::ConstantTensor* c = bf16Producer ? u::floatConstant(g, operand) : u::f32Constant(g, operand);
   if (!c) {
-    if (operand.isConstant()) u::why(whyNot, "the constant is not a contiguous float32 tensor");
+    if (operand.isConstant()) u::why(whyNot, "the constant is not a contiguous float32 (or a bf16 model's bfloat16) tensor");
     return std::nullopt;
   }
   int rank = 0;
@@ -82,10 +84,13 @@ MatchFn matchChannelFold(ChannelOp op) {
         return u::why(whyNot, problem), std::nullopt;
       }
       // A bf16 producer times a float32 tensor is float32 in eager (type promotion); folded, it
-      // would stay bf16. Numbers keep the bf16 result, as eager does.
+      // would stay bf16. Numbers and bf16 tensors (a bf16 model's own parameters: ConvNeXt's
+      // layer scale) keep the bf16 result, as eager does.
       const bool bf16Producer =
           g.constants()[static_cast<size_t>(p->args[1].i)].dtype == ir::DType::BFloat16;
-      if (bf16Producer && !u::numberArg(other)) {
+      const bool bf16Operand =
+          other.isConstant() && g.constants()[static_cast<size_t>(other.i)].dtype == ir::DType::BFloat16;
+      if (bf16Producer && !u::numberArg(other) && !bf16Operand) {
         return u::why(whyNot, "a bfloat16 producer with a float32 tensor operand (eager promotes to float32)"),
                std::nullopt;
       }
