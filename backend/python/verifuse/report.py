@@ -203,7 +203,7 @@ class Report:
             if f.get("max_error_bound"):
                 line += f" bound={f['max_error_bound']:.2g}"
             if "bf16 kernel:" in (f.get("detail") or ""):  # a bf16 model's fold: the kernel's rounding
-                line += " bf16-rounding<=2^-9(rel)" if "within 2^-9" in f["detail"] else " bf16-rounding=REFUSED"
+                line += " bf16-rounding<=2^-8(rel)" if "within 2^-8" in f["detail"] else " bf16-rounding=REFUSED"
             if f.get("layer_check") not in (None, "not-checked"):
                 line += f" layer-check={f['layer_check']}"
             lines.append(line)

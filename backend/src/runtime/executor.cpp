@@ -585,14 +585,20 @@ namespace {
 /// to a few ulp and costs about 4x what oneDNN's cheaper approximation does, which only shows when
 /// K is short (kernels/bench/gemm_bench --epilogue bias_gelu, Zen 5, 1 thread: Whisper
 /// 1500x384x1536 188 vs 232 GFLOP/s, 128x512x1408 205 vs 227; level at K = 768, ahead beyond).
+/// A linear's K (its input's last dim), or -1 when unknown.
+int64_t linearK(const ir::Graph& g, const ir::Node& n) {
+  if (!n.args[0].isValue()) return -1;
+  const ir::Value& x = g.value(static_cast<ValueId>(n.args[0].i));
+  return x.shape.empty() ? -1 : x.shape.back();
+}
+
 bool geluOnShortK(const ir::Graph& g, const ir::Node& n) {
   auto ops = rules::parsePostOps(n.args.at(rules::postOpsArgIndex(n)).s);
   if (!ops.isOk()) return false;
   bool gelu = false;
   for (const rules::PostOpSpec& op : *ops) gelu = gelu || op.kind.rfind("gelu", 0) == 0;
-  if (!gelu || !n.args[0].isValue()) return false;
-  const ir::Value& x = g.value(static_cast<ValueId>(n.args[0].i));
-  return !x.shape.empty() && x.shape.back() > 0 && x.shape.back() <= 512;
+  const int64_t k = linearK(g, n);
+  return gelu && k > 0 && k <= 512;
 }
 
 /// Runs steps [begin, end) on \p slots. \p engine: run every fused step on it (the partition
@@ -717,11 +723,12 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   for (const Unit& u : units) {
     if (u.partition < 0) continue;
     const size_t p = static_cast<size_t>(u.partition);
-    bool allLinear = true, allRows = true, anyBf16 = false, shortGelu = false;
+    bool allLinear = true, allRows = true, anyBf16 = false, shortGelu = false, veryShortK = false;
     for (size_t k : u.nodes) {
       const ir::Node& n = graph.nodes()[k];
       allLinear = allLinear && n.op == rules::kLinearOp;
       shortGelu = shortGelu || (n.op == rules::kLinearOp && geluOnShortK(graph, n));
+      veryShortK = veryShortK || (n.op == rules::kLinearOp && linearK(graph, n) > 0 && linearK(graph, n) <= 384);
       allRows = allRows && n.op == kRowwiseOp;
       for (ValueId out : n.outputs) anyBf16 = anyBf16 || graph.value(out).dtype == ir::DType::BFloat16;
     }
@@ -740,7 +747,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       heuristicEngine[p] = Engine::kRowwise;
     } else if (partitionStatic[p] && partitionMacs[p] < 4096.0 * static_cast<double>(u.nodes.size())) {
       heuristicEngine[p] = Engine::kAten;
-    } else if (allLinear && options.ownGemm && !shortGelu) {
+    } else if (allLinear && options.ownGemm && !shortGelu && !(anyBf16 && veryShortK)) {
       // Also with a GELU epilogue at K > 512 (geluOnShortK says why not below): BERT-base (b1,
       // 1 thread, Zen 5), whose fc + GELU + fc partitions are too big to time, ran 109.4 ms per
       // call with them on oneDNN (bench run at f4187ce) and 103.7 ms on the own GEMM with its
@@ -749,6 +756,9 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       // at batch 8, at K = 768) where the own bf16 GEMM holds 490-520 (gemm_bench --bf16
       // --shape), and elsewhere the two are level but for the GELU epilogue, 3% behind at K = 768
       // (470 vs 483 GFLOP/s with geluErfForBf16). ViT-base bf16 batch 8: 704 -> 624 ms per call.
+      // Except a bf16 partition with a member at K <= 384, where oneDNN keeps a 2% lead without
+      // any GELU (Whisper's 12000x384x1152 and 384x384 at batch 8: the model's linears 1.7% and the
+      // whole model 3% slower on the own GEMM; level at K = 512, ahead from 768).
       heuristicEngine[p] = Engine::kGemm;
     }
     if (allLinear && partitionForced[p]) heuristicEngine[p] = forcedLinear == "gemm" ? Engine::kGemm : Engine::kOnednn;

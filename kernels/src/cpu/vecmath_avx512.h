@@ -90,10 +90,10 @@ VF_VEC512_INLINE __m512 geluErf(__m512 x) {
 /// operations of geluErf. Phi(x) = 0.5 erfc(-x / sqrt 2) from Abramowitz & Stegun 7.1.26,
 /// erfc(a) = t P(t) exp(-a^2), t = 1 / (1 + p a), |error| <= 1.5e-7 for a >= 0; with float32's
 /// rounding of the polynomial the result is within 3e-7 |x| of the exact GELU (vecmath_test.cpp
-/// measures 2.8e-7 |x|, bounds it by 4e-7 |x|): far below bf16's half ulp (2^-9 relative) wherever
+/// measures 2.8e-7 |x|, bounds it by 4e-7 |x|): far below bf16's rounding (2^-8 relative) wherever
 /// |GELU(x)| > 2^-12 |x|, and in the far negative tail smaller than the error of eager's own
 /// vectorised erf (torch gives -1.19e-6 for GELU(-5), exact -1.43e-6).
-/// x < -13 (|GELU| < 1e-37) gives -0, +-inf and NaN what geluErf gives (inf, NaN, NaN).
+/// x < -13 gives -0 (|GELU| < 1e-37 there); +inf gives +inf, -inf and NaN give NaN, as geluErf.
 /// Why not geluErf: with bf16's multiply-adds twice as fast, its ~65 operations per vector cost
 /// the GEMM 15% at K = 768 (measured: 455 vs 525 GFLOP/s at 128 x 768 x 3072, Zen 5).
 VF_VEC512_INLINE __m512 geluErfForBf16(__m512 x) {
@@ -117,6 +117,32 @@ VF_VEC512_INLINE __m512 geluErfForBf16(__m512 x) {
   __m512 phi = _mm512_mask_blend_ps(negative, _mm512_sub_ps(splat(1.0f), halfErfc), halfErfc);
   phi = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, splat(-13.0f), _CMP_LT_OQ), phi, _mm512_setzero_ps());
   return _mm512_mul_ps(x, phi);
+}
+
+/// GELU (tanh approximation, GPT-2's "gelu_new") for a result rounded to bf16 next: x sigmoid(z),
+/// z = 2 sqrt(2/pi) (x + 0.044715 x^3), the same function as 0.5 x (1 + tanh(z / 2)), in float32
+/// with one exp and a refined reciprocal (about 20 operations; the 8-lane geluTanh of the float32
+/// kernels evaluates z in double, at 38 operations per 8 lanes on both halves). Within 1e-6 |x|
+/// of the exact value (vecmath_test.cpp's bound; it measures 1.3e-7 |x|). z is clamped to [-88, 88] so exp(-z) stays finite; -inf
+/// gives NaN, as geluTanh and torch (-inf * 0).
+VF_VEC512_INLINE __m512 geluTanhForBf16(__m512 x) {
+  using namespace detail;
+  constexpr float kC1 = 1.5957691216057307f;             // 2 sqrt(2/pi)
+  constexpr float kC3 = 1.5957691216057307f * 0.044715f;
+  __m512 z = _mm512_mul_ps(x, _mm512_fmadd_ps(_mm512_mul_ps(x, x), splat(kC3), splat(kC1)));
+  z = _mm512_min_ps(_mm512_max_ps(z, splat(-88.0f)), splat(88.0f));  // NaN -> -88 (x keeps it)
+  // exp(-z): n = round(-z log2 e) in [-127, 127], 2^n by vscalefps.
+  const __m512 y = _mm512_sub_ps(_mm512_setzero_ps(), z);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(y, splat(c::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, splat(c::kLn2Hi), y);
+  r = _mm512_fnmadd_ps(n, splat(c::kLn2Lo), r);
+  const __m512 er = _mm512_add_ps(splat(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(r, r), horner(r, c::kExpP), r));
+  const __m512 d = _mm512_add_ps(splat(1.0f), _mm512_scalef_ps(er, n));
+  __m512 q = _mm512_rcp14_ps(d);
+  q = _mm512_fmadd_ps(q, _mm512_fnmadd_ps(d, q, splat(1.0f)), q);
+  const __m512 out = _mm512_mul_ps(x, q);
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, splat(-__builtin_inff()), _CMP_EQ_OQ), out,
+                              splat(__builtin_nanf("")));
 }
 
 }  // namespace verifuse::kernels::cpu::avx512

@@ -48,6 +48,7 @@ using kernels::testing::elt;
 using kernels::testing::sumOp;
 
 double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double geluTanh(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 /// Runs \p c with \p threads and checks it; \returns the bf16 output (for bit-identity checks).
 std::vector<uint16_t> runCase(const Case& c, int threads, uint32_t seed = 7) {
@@ -95,6 +96,8 @@ std::vector<uint16_t> runCase(const Case& c, int threads, uint32_t seed = 7) {
           ref = std::max(ref, 0.0);
         } else if (op.act == Activation::kGeluErf) {
           ref = gelu(ref);
+        } else if (op.act == Activation::kGeluTanh) {
+          ref = geluTanh(ref);
         }
       }
       const double got = floatOf(out[i * ldc + j]);
@@ -142,6 +145,8 @@ TEST_F(GemmBf16Test, Shapes) {
 TEST_F(GemmBf16Test, PostOps) {
   Case c{37, 200, 70};
   c.ops = {elt(Activation::kGeluErf)};
+  runCase(c, 1);
+  c.ops = {elt(Activation::kGeluTanh)};  // GPT-2's gelu_new
   runCase(c, 1);
   c.ops = {elt(Activation::kRelu)};
   c.bias = false;

@@ -9,7 +9,8 @@
 namespace verifuse::kernels::cpu::testing {
 
 void evalAvx512(VecFn fn, const float* x, float* y, size_t n) {
-  if (fn != VecFn::kGeluErf && fn != VecFn::kGeluErfForBf16) {  // the functions vecmath_avx512.h does not have run 8 lanes wide
+  // The functions vecmath_avx512.h does not have run 8 lanes wide.
+  if (fn != VecFn::kGeluErf && fn != VecFn::kGeluErfForBf16 && fn != VecFn::kGeluTanhForBf16) {
     evalAvx2(fn, x, y, n);
     return;
   }
@@ -18,7 +19,9 @@ void evalAvx512(VecFn fn, const float* x, float* y, size_t n) {
     const size_t m = n - i < 16 ? n - i : 16;
     std::memcpy(in, x + i, m * sizeof(float));
     const __m512 v = _mm512_loadu_ps(in);
-    _mm512_storeu_ps(out, fn == VecFn::kGeluErf ? avx512::geluErf(v) : avx512::geluErfForBf16(v));
+    _mm512_storeu_ps(out, fn == VecFn::kGeluErf          ? avx512::geluErf(v)
+                          : fn == VecFn::kGeluErfForBf16 ? avx512::geluErfForBf16(v)
+                                                         : avx512::geluTanhForBf16(v));
     std::memcpy(y + i, out, m * sizeof(float));
   }
 }
