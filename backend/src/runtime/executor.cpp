@@ -728,7 +728,8 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       const ir::Node& n = graph.nodes()[k];
       allLinear = allLinear && n.op == rules::kLinearOp;
       shortGelu = shortGelu || (n.op == rules::kLinearOp && geluOnShortK(graph, n));
-      veryShortK = veryShortK || (n.op == rules::kLinearOp && linearK(graph, n) > 0 && linearK(graph, n) <= 384);
+      const int64_t inK = n.op == rules::kLinearOp ? linearK(graph, n) : -1;
+      veryShortK = veryShortK || (inK > 0 && inK <= 384);
       allRows = allRows && n.op == kRowwiseOp;
       for (ValueId out : n.outputs) anyBf16 = anyBf16 || graph.value(out).dtype == ir::DType::BFloat16;
     }

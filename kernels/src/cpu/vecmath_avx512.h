@@ -86,6 +86,17 @@ VF_VEC512_INLINE __m512 geluErf(__m512 x) {
   return _mm512_mul_ps(x, phi);
 }
 
+/// exp(y) for |y| <= 104: expClamped's reduction and polynomial, then 2^n by vscalefps, exact
+/// down to denormals without expClamped's two-step power of two (n = round(y log2 e)).
+VF_VEC512_INLINE __m512 expScalef(__m512 y) {
+  using namespace detail;
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(y, splat(c::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, splat(c::kLn2Hi), y);
+  r = _mm512_fnmadd_ps(n, splat(c::kLn2Lo), r);
+  const __m512 p = _mm512_add_ps(splat(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(r, r), horner(r, c::kExpP), r));
+  return _mm512_scalef_ps(p, n);
+}
+
 /// GELU (erf) for a result that is rounded to bf16 next (the bf16 GEMM's epilogue): half the
 /// operations of geluErf. Phi(x) = 0.5 erfc(-x / sqrt 2) from Abramowitz & Stegun 7.1.26,
 /// erfc(a) = t P(t) exp(-a^2), t = 1 / (1 + p a), |error| <= 1.5e-7 for a >= 0; with float32's
@@ -106,13 +117,9 @@ VF_VEC512_INLINE __m512 geluErfForBf16(__m512 x) {
   __m512 t = _mm512_rcp14_ps(d);
   t = _mm512_fmadd_ps(t, _mm512_fnmadd_ps(d, t, splat(1.0f)), t);
   const __m512 poly = _mm512_mul_ps(t, horner(t, kA));
-  // exp(-a^2), a <= 10: n = round(-a^2 log2 e) >= -145, 2^n by vscalefps (exact down to denormals).
-  const __m512 y = _mm512_mul_ps(a, _mm512_sub_ps(_mm512_setzero_ps(), a));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(y, splat(c::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, splat(c::kLn2Hi), y);
-  r = _mm512_fnmadd_ps(n, splat(c::kLn2Lo), r);
-  const __m512 er = _mm512_add_ps(splat(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(r, r), horner(r, c::kExpP), r));
-  const __m512 halfErfc = _mm512_mul_ps(_mm512_mul_ps(poly, _mm512_scalef_ps(er, n)), splat(0.5f));
+  // exp(-a^2), a <= 10: n >= -145.
+  const __m512 e = expScalef(_mm512_mul_ps(a, _mm512_sub_ps(_mm512_setzero_ps(), a)));
+  const __m512 halfErfc = _mm512_mul_ps(_mm512_mul_ps(poly, e), splat(0.5f));
   const __mmask16 negative = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
   __m512 phi = _mm512_mask_blend_ps(negative, _mm512_sub_ps(splat(1.0f), halfErfc), halfErfc);
   phi = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, splat(-13.0f), _CMP_LT_OQ), phi, _mm512_setzero_ps());
@@ -131,13 +138,7 @@ VF_VEC512_INLINE __m512 geluTanhForBf16(__m512 x) {
   constexpr float kC3 = 1.5957691216057307f * 0.044715f;
   __m512 z = _mm512_mul_ps(x, _mm512_fmadd_ps(_mm512_mul_ps(x, x), splat(kC3), splat(kC1)));
   z = _mm512_min_ps(_mm512_max_ps(z, splat(-88.0f)), splat(88.0f));  // NaN -> -88 (x keeps it)
-  // exp(-z): n = round(-z log2 e) in [-127, 127], 2^n by vscalefps.
-  const __m512 y = _mm512_sub_ps(_mm512_setzero_ps(), z);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(y, splat(c::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, splat(c::kLn2Hi), y);
-  r = _mm512_fnmadd_ps(n, splat(c::kLn2Lo), r);
-  const __m512 er = _mm512_add_ps(splat(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(r, r), horner(r, c::kExpP), r));
-  const __m512 d = _mm512_add_ps(splat(1.0f), _mm512_scalef_ps(er, n));
+  const __m512 d = _mm512_add_ps(splat(1.0f), expScalef(_mm512_sub_ps(_mm512_setzero_ps(), z)));  // n in [-127, 127]
   __m512 q = _mm512_rcp14_ps(d);
   q = _mm512_fmadd_ps(q, _mm512_fnmadd_ps(d, q, splat(1.0f)), q);
   const __m512 out = _mm512_mul_ps(x, q);

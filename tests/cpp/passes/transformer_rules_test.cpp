@@ -50,15 +50,30 @@ ir::ConstantId constantNamed(const Graph& g, const std::string& name) {
   return -1;
 }
 
-/// Gives the parsed constant \p name data (row-major, a host buffer): value(i) for element i.
-std::shared_ptr<std::vector<float>> attach(Graph& g, const std::string& name, float (*value)(size_t)) {
+/// Gives the parsed constant \p name data (row-major, a host buffer of T): element(i) for element i.
+template <typename T, typename Element>
+std::shared_ptr<std::vector<T>> attachBuffer(Graph& g, const std::string& name, Element element) {
   ir::ConstantTensor& c = g.mutableConstants().at(static_cast<size_t>(constantNamed(g, name)));
-  auto buffer = std::make_shared<std::vector<float>>(static_cast<size_t>(c.numel()));
-  for (size_t i = 0; i < buffer->size(); ++i) (*buffer)[i] = value(i);
+  auto buffer = std::make_shared<std::vector<T>>(static_cast<size_t>(c.numel()));
+  for (size_t i = 0; i < buffer->size(); ++i) (*buffer)[i] = element(i);
   c.data = buffer->data();
   c.owner = buffer;
   c.ownerKind = ir::ConstantOwner::HostBuffer;
   return buffer;
+}
+
+/// Float32 data: value(i) for element i.
+std::shared_ptr<std::vector<float>> attach(Graph& g, const std::string& name, float (*value)(size_t)) {
+  return attachBuffer<float>(g, name, value);
+}
+
+/// The fusion record of \p rule (the last one), or null.
+const rules::FusionRecord* recordOf(const std::vector<rules::FusionRecord>& fusions, const std::string& rule) {
+  const rules::FusionRecord* rec = nullptr;
+  for (const auto& f : fusions) {
+    if (f.rule == rule) rec = &f;
+  }
+  return rec;
 }
 
 float wave(size_t i) { return std::sin(0.7f * static_cast<float>(i) + 0.3f); }
@@ -316,10 +331,7 @@ TEST(QkvConcatTest, ConcatenationIsExactAndCheckedBitForBit) {
   attach(g, "value.weight", [](size_t i) { return -100.0f - static_cast<float>(i); });
   auto r = runPipeline(g, admitted());
   ASSERT_TRUE(r.isOk()) << r.status().toString();
-  const rules::FusionRecord* rec = nullptr;
-  for (const auto& f : r->fusions) {
-    if (f.rule == "qkv-concat") rec = &f;
-  }
+  const rules::FusionRecord* rec = recordOf(r->fusions, "qkv-concat");
   ASSERT_NE(rec, nullptr);
   EXPECT_TRUE(rec->applied);
   EXPECT_EQ(rec->instance.verdict, "Proved") << rec->instance.detail;
@@ -362,18 +374,13 @@ TEST(QkvConcatTest, ConcatenationIsExactAndCheckedBitForBit) {
 
 /// Gives constant \p name bf16 data: the bits of value(i) rounded to bf16 (truncated; any bits do).
 std::shared_ptr<std::vector<uint16_t>> attachBf16(Graph& g, const std::string& name, float (*value)(size_t)) {
-  ir::ConstantTensor& c = g.mutableConstants().at(static_cast<size_t>(constantNamed(g, name)));
-  auto buffer = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(c.numel()));
-  for (size_t i = 0; i < buffer->size(); ++i) {
+  auto buffer = attachBuffer<uint16_t>(g, name, [value](size_t i) {
     const float v = value(i);
     uint32_t bits;
     std::memcpy(&bits, &v, sizeof bits);
-    (*buffer)[i] = static_cast<uint16_t>(bits >> 16);
-  }
-  c.dtype = ir::DType::BFloat16;
-  c.data = buffer->data();
-  c.owner = buffer;
-  c.ownerKind = ir::ConstantOwner::HostBuffer;
+    return static_cast<uint16_t>(bits >> 16);
+  });
+  g.mutableConstants().at(static_cast<size_t>(constantNamed(g, name))).dtype = ir::DType::BFloat16;
   return buffer;
 }
 
@@ -387,10 +394,7 @@ TEST(QkvConcatTest, Bf16ProjectionsAreCopiedBitForBit) {
   attachBf16(g, "value.bias", [](size_t i) { return -10.0f - static_cast<float>(i); });
   auto r = runPipeline(g, admitted());
   ASSERT_TRUE(r.isOk()) << r.status().toString();
-  const rules::FusionRecord* rec = nullptr;
-  for (const auto& f : r->fusions) {
-    if (f.rule == "qkv-concat") rec = &f;
-  }
+  const rules::FusionRecord* rec = recordOf(r->fusions, "qkv-concat");
   ASSERT_NE(rec, nullptr);
   EXPECT_TRUE(rec->applied);
   EXPECT_EQ(rec->instance.verdict, "Proved") << rec->instance.detail;

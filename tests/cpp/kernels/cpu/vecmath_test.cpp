@@ -258,6 +258,39 @@ TEST(Vecmath, GeluErfAvx512) {
   EXPECT_EQ(out[7], 0.0f);
 }
 
+/// The accuracy bounds of the bf16 GEMM's GELUs on inputs \p xs (results \p got of \p fn, which
+/// produced them): |error| <= absPerX |x| everywhere, and <= 2^relExp relative for x > -3 (not
+/// deep in the negative tail). Returns the largest |error| / |x|.
+double expectBf16GeluBounds(const std::vector<float>& xs, const std::vector<float>& got, double (*ref)(double),
+                            double absPerX, int relExp) {
+  double worst = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double x = xs[i], want = ref(x);
+    if (!std::isfinite(x) || x == 0) continue;
+    const double err = std::fabs(got[i] - want);
+    if (std::fabs(x) > 1e-30) worst = std::max(worst, err / std::fabs(x));  // not x/2 underflowing
+    EXPECT_LE(err, absPerX * std::fabs(x) + 1e-44) << "x=" << x << " got " << got[i] << " want " << want;
+    if (x > -3.0) EXPECT_LE(err, std::ldexp(std::fabs(want), relExp) + 1e-44) << "x=" << x;
+  }
+  return worst;
+}
+
+/// \p fn on {-inf, inf, NaN, -0, 0, 100, max, -100}: the first seven checked (geluErf's
+/// specials), the last returned (the tail's exact value differs between the forms).
+float expectBf16GeluSpecials(VecFn fn) {
+  const float specials[] = {-kInf, kInf, kNaN, -0.0f, 0.0f, 100.0f, kMax, -100.0f};
+  float out[8];
+  evalAvx512(fn, specials, out, 8);
+  EXPECT_TRUE(same(out[0], kNaN));
+  EXPECT_TRUE(same(out[1], kInf));
+  EXPECT_TRUE(same(out[2], kNaN));
+  EXPECT_EQ(out[3], 0.0f);
+  EXPECT_EQ(out[4], 0.0f);
+  EXPECT_TRUE(same(out[5], 100.0f));
+  EXPECT_TRUE(same(out[6], kMax));
+  return out[7];
+}
+
 // The bf16 GEMM's GELU: within 4e-7 |x| of the exact value everywhere (Abramowitz & Stegun's
 // 1.5e-7 on erf, plus float32 rounding of the polynomial), and within a quarter of a bf16 ulp wherever the result
 // is not deep in the negative tail; the same specials as geluErf. It is a different formula from
@@ -267,32 +300,16 @@ TEST(Vecmath, GeluErfForBf16) {
   auto xs = inputs(4096, {{-15.0f, 15.0f}, {-1.5f, 1.5f}, {-4.0f, -3.0f}});
   std::vector<float> got(xs.size());
   evalAvx512(VecFn::kGeluErfForBf16, xs.data(), got.data(), xs.size());
+  const double worst = expectBf16GeluBounds(xs, got, geluErfRef, 4e-7, -10);
+  std::vector<float> precise(xs.size());
+  evalAvx512(VecFn::kGeluErf, xs.data(), precise.data(), xs.size());
   int differsFromPrecise = 0;
-  double worst = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
-    const double x = xs[i], want = geluErfRef(x);
-    if (!std::isfinite(x) || x == 0) continue;
-    const double err = std::fabs(got[i] - want);
-    if (std::fabs(x) > 1e-30) worst = std::max(worst, err / std::fabs(x));  // not x/2 underflowing
-    EXPECT_LE(err, 4e-7 * std::fabs(x) + 1e-44) << "x=" << x << " got " << got[i] << " want " << want;
-    if (x > -3.0) EXPECT_LE(err, std::ldexp(std::fabs(want), -10) + 1e-44) << "x=" << x;
-    float precise;
-    evalAvx512(VecFn::kGeluErf, &xs[i], &precise, 1);
-    differsFromPrecise += precise != got[i];
+    if (std::isfinite(xs[i]) && xs[i] != 0) differsFromPrecise += precise[i] != got[i];
   }
   EXPECT_GT(differsFromPrecise, 100);
   std::printf("  geluErfForBf16: max |error| / |x| = %.3g\n", worst);
-  const float specials[] = {-kInf, kInf, kNaN, -0.0f, 0.0f, 100.0f, kMax, -100.0f};
-  float out[8];
-  evalAvx512(VecFn::kGeluErfForBf16, specials, out, 8);
-  EXPECT_TRUE(same(out[0], kNaN));
-  EXPECT_TRUE(same(out[1], kInf));
-  EXPECT_TRUE(same(out[2], kNaN));
-  EXPECT_EQ(out[3], 0.0f);
-  EXPECT_EQ(out[4], 0.0f);
-  EXPECT_TRUE(same(out[5], 100.0f));
-  EXPECT_TRUE(same(out[6], kMax));
-  EXPECT_EQ(out[7], 0.0f);
+  EXPECT_EQ(expectBf16GeluSpecials(VecFn::kGeluErfForBf16), 0.0f);
 }
 
 // The bf16 GEMM's GELU (tanh): within 1e-6 |x| of the exact tanh-form GELU everywhere and within an
@@ -302,15 +319,7 @@ TEST(Vecmath, GeluTanhForBf16) {
   auto xs = inputs(4096, {{-15.0f, 15.0f}, {-1.5f, 1.5f}, {-4.0f, -3.0f}});
   std::vector<float> got(xs.size());
   evalAvx512(VecFn::kGeluTanhForBf16, xs.data(), got.data(), xs.size());
-  double worst = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const double x = xs[i], want = geluTanhRef(x);
-    if (!std::isfinite(x) || x == 0) continue;
-    const double err = std::fabs(got[i] - want);
-    if (std::fabs(x) > 1e-30) worst = std::max(worst, err / std::fabs(x));
-    EXPECT_LE(err, 1e-6 * std::fabs(x) + 1e-44) << "x=" << x << " got " << got[i] << " want " << want;
-    if (x > -3.0) EXPECT_LE(err, std::ldexp(std::fabs(want), -11) + 1e-44) << "x=" << x;
-  }
+  const double worst = expectBf16GeluBounds(xs, got, geluTanhRef, 1e-6, -11);
   std::printf("  geluTanhForBf16: max |error| / |x| = %.3g\n", worst);
   // Not the erf form (the two differ by about 1e-4 at x = 2).
   float erfForm, tanhForm;
@@ -318,17 +327,7 @@ TEST(Vecmath, GeluTanhForBf16) {
   evalAvx512(VecFn::kGeluErfForBf16, &two, &erfForm, 1);
   evalAvx512(VecFn::kGeluTanhForBf16, &two, &tanhForm, 1);
   EXPECT_GT(std::fabs(erfForm - tanhForm), 5e-5f);
-  const float specials[] = {-kInf, kInf, kNaN, -0.0f, 0.0f, 100.0f, kMax, -100.0f};
-  float out[8];
-  evalAvx512(VecFn::kGeluTanhForBf16, specials, out, 8);
-  EXPECT_TRUE(same(out[0], kNaN));
-  EXPECT_TRUE(same(out[1], kInf));
-  EXPECT_TRUE(same(out[2], kNaN));
-  EXPECT_EQ(out[3], 0.0f);
-  EXPECT_EQ(out[4], 0.0f);
-  EXPECT_TRUE(same(out[5], 100.0f));
-  EXPECT_TRUE(same(out[6], kMax));
-  EXPECT_LE(std::fabs(out[7]), 1e-35f);  // -100 sigmoid(-88...): 0 or a few 1e-37
+  EXPECT_LE(std::fabs(expectBf16GeluSpecials(VecFn::kGeluTanhForBf16)), 1e-35f);  // -100 sigmoid(-88...): 0 or a few 1e-37
 }
 
 TEST(Vecmath, Elu) {
