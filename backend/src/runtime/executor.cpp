@@ -445,6 +445,31 @@ StatusOr<Step> planStep(const ir::Node& n, const std::vector<at::Tensor>& consta
   return step;
 }
 
+/// A row program's step: the weights it reads (layer norm's gamma/beta, RMSNorm's weight) read in
+/// place, its values per call. Returns the op for the caller to configure and hand to the step.
+StatusOr<std::unique_ptr<FusedOp>> rowwiseStep(const ir::Graph& g, const ir::Node& n,
+                                               const std::vector<at::Tensor>& constants,
+                                               const CompileOptions& options, Step& step) {
+  step.name = n.op;
+  step.outputs = n.outputs;
+  for (const Arg& a : n.args) {
+    ArgSlot slot;
+    if (a.isConstant()) {
+      slot.kind = ArgSlot::Kind::Fixed;
+      slot.fixed = c10::IValue(constants[static_cast<size_t>(a.i)]);
+    } else if (a.isValue()) {
+      slot.kind = ArgSlot::Kind::Value;
+      slot.value = static_cast<ValueId>(a.i);
+    } else {
+      continue;
+    }
+    step.args.push_back(std::move(slot));
+  }
+  auto row = createRowwiseOp(g, n, options);
+  if (!row.isOk()) return row.status().withContext(n.op);
+  return std::move(row).value();
+}
+
 /// True if every reader of \p v accepts any memory format (so a convolution may leave it
 /// channels-last): other convolutions, pooling and element-wise ops. Views need eager's strides,
 /// and graph outputs keep eager's layout.
@@ -476,17 +501,67 @@ bool layoutAgnosticReaders(const ir::Graph& g, ValueId v, int depth = 0) {
   return true;
 }
 
-/// A dispatcher step whose arguments are all fixed (frozen constants and literals) and whose
-/// outputs are tensors: deterministic (the lowering rejects random ops), so it is folded.
-bool isFoldable(const Step& step) {
-  if (step.unpackList || step.outputs.empty()) return false;
-  for (const ArgSlot& a : step.args) {
-    if (a.kind != ArgSlot::Kind::Fixed) return false;
+/// Output bytes above which a folded value that grew from another value is not kept (it would
+/// live as long as the plan, where eager frees it after each call): an arange expanded and
+/// copied into a huge mask costs memory the plan should not hold.
+constexpr size_t kMaxFoldedBytes = size_t{64} << 20;
+
+size_t staticBytes(const ir::Value& v) {
+  size_t n = std::max<size_t>(ir::dtypeSize(v.dtype), 1);
+  for (int64_t d : v.shape) n *= static_cast<size_t>(std::max<int64_t>(d, 0));
+  return n;
+}
+
+/// The nodes evaluated once while planning (constant folding): each input a frozen constant, a
+/// literal or the result of another such node, so the result is the same on every call (the
+/// lowering rejects random ops). Dispatcher ops with tensor results, and row programs (run on
+/// ATen, eager's own kernels, so a folded row program is eager's value bit for bit: T5's
+/// bucketed relative positions truncate a log to an integer). Not graph outputs (the caller may
+/// mutate those); fused linears, convolutions and attention keep their engines. A node reading
+/// values, not only constants, must have a static shape and keep under kMaxFoldedBytes unless its
+/// largest input is as large (casts and views of weights).
+std::vector<bool> planTimeNodes(const ir::Graph& g) {
+  std::vector<bool> folded(g.numValues(), false);
+  std::vector<bool> planTime(g.nodes().size(), false);
+  std::vector<ValueId> used;
+  for (size_t k = 0; k < g.nodes().size(); ++k) {
+    const ir::Node& n = g.nodes()[k];
+    if (n.outputs.empty() || builtins().count(n.qualifiedName())) continue;
+    if (n.op != kRowwiseOp) {
+      if (isEngineOp(n)) continue;
+      auto op = c10::Dispatcher::singleton().findSchema(c10::OperatorName(n.op, n.overload));
+      if (!op || op->schema().is_mutable() || op->schema().returns().size() != n.outputs.size()) continue;
+      bool tensors = true;
+      for (const auto& r : op->schema().returns()) tensors = tensors && r.type()->kind() == c10::TypeKind::TensorType;
+      if (!tensors) continue;
+    }
+    used.clear();
+    for (const Arg& a : n.args) a.collectValues(used);
+    bool constantInputs = true;
+    size_t largestInput = 0;
+    for (ValueId v : used) {
+      constantInputs = constantInputs && folded[static_cast<size_t>(v)];
+      if (constantInputs) largestInput = std::max(largestInput, staticBytes(g.value(v)));
+    }
+    for (const Arg& a : n.args) {
+      if (!a.isConstant()) continue;
+      const ir::ConstantTensor& c = g.constants()[static_cast<size_t>(a.i)];
+      largestInput = std::max(largestInput, static_cast<size_t>(c.numel()) * ir::dtypeSize(c.dtype));
+    }
+    if (!constantInputs) continue;
+    bool keep = true;
+    for (ValueId out : n.outputs) {
+      const ir::Value& v = g.value(out);
+      if (g.isGraphOutput(out) || v.type != ir::ValueType::Tensor) keep = false;
+      // Nodes over constants alone (weights' casts and views, aranges) fold whatever their size,
+      // as they always have.
+      else if (!used.empty() && (!v.hasStaticShape() || staticBytes(v) > std::max(kMaxFoldedBytes, largestInput))) keep = false;
+    }
+    if (!keep) continue;
+    planTime[k] = true;
+    for (ValueId out : n.outputs) folded[static_cast<size_t>(out)] = true;
   }
-  for (const auto& r : step.op->schema().returns()) {
-    if (r.type()->kind() != c10::TypeKind::TensorType) return false;
-  }
-  return true;
+  return planTime;
 }
 
 }  // namespace
@@ -631,6 +706,11 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   std::map<ir::NodeId, size_t> indexOf;
   for (size_t k = 0; k < numNodes; ++k) indexOf[graph.nodes()[k].id] = k;
 
+  // Nodes over constants alone run once now (planTimeNodes), outside every partition: a row
+  // program the partitioner grouped with per-call work leaves its partition (it reads nothing the
+  // partition computes, so scheduling it first keeps the order valid).
+  const std::vector<bool> planTime = planTimeNodes(graph);
+
   // --- units: the driver's partitions; a fused node outside all of them is a partition alone ----
   std::vector<Unit> units;
   std::vector<int32_t> unitOfNode(numNodes, -1);
@@ -645,6 +725,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         return unsupported("partition " + std::to_string(spec.id) + " holds " + graph.nodes()[it->second].qualifiedName() +
                            ": no engine runs it yet");
       }
+      if (planTime[it->second]) continue;
       unitOfNode[it->second] = static_cast<int32_t>(units.size());
       u.nodes.push_back(it->second);
     }
@@ -652,13 +733,27 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     std::sort(u.nodes.begin(), u.nodes.end());
     u.partition = static_cast<int32_t>(specs.size());
     specs.push_back(spec);
+    if (u.nodes.size() != spec.nodes.size()) {
+      // Members folded away: the partition that runs is a smaller one, under a key of its own.
+      PartitionSpec& kept = specs.back();
+      kept.nodes.clear();
+      kept.memberSignatures.clear();
+      for (size_t m = 0; m < spec.nodes.size(); ++m) {
+        const size_t k = indexOf.at(spec.nodes[m]);
+        if (planTime[k]) continue;
+        kept.nodes.push_back(spec.nodes[m]);
+        if (m < spec.memberSignatures.size()) kept.memberSignatures.push_back(spec.memberSignatures[m]);
+      }
+      if (kept.memberSignatures.size() != kept.nodes.size()) kept.memberSignatures.clear();
+      kept.signature += " less " + std::to_string(spec.nodes.size() - kept.nodes.size()) + " folded";
+    }
     units.push_back(std::move(u));
   }
   for (size_t k = 0; k < numNodes; ++k) {
     if (unitOfNode[k] >= 0) continue;
     Unit u;
     u.nodes = {k};
-    if (isEngineOp(graph.nodes()[k])) {
+    if (isEngineOp(graph.nodes()[k]) && !planTime[k]) {
       PartitionSpec alone;
       alone.id = static_cast<int32_t>(options.partitions.size() + specs.size());
       alone.nodes = {graph.nodes()[k].id};
@@ -826,6 +921,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   impl->nodeTimings.assign(numNodes, {});
   impl->nodePartition.assign(numNodes, -1);
   std::vector<FusedOp*> fusedOf(numNodes, nullptr);  // planning-time handles (the steps own them)
+  std::vector<c10::IValue> foldSlots(graph.numValues());  // the plan-time nodes' results
   std::vector<size_t> stepOf(numNodes, SIZE_MAX);
   // A channels-last tag per value: the layout the plan will really hand to readers (for counting
   // the conversions at partition edges).
@@ -836,26 +932,30 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     const ir::Node& n = graph.nodes()[k];
     const int32_t part = units[static_cast<size_t>(unitOfNode[k])].partition;
     Step step;
-    if (n.op == kRowwiseOp) {
-      step.name = n.op;
-      step.outputs = n.outputs;
-      for (const Arg& a : n.args) {
-        ArgSlot slot;
-        if (a.isConstant()) {
-          // A weight the chain reads (layer norm's gamma/beta, RMSNorm's weight): read in place.
-          slot.kind = ArgSlot::Kind::Fixed;
-          slot.fixed = c10::IValue(impl->constants[static_cast<size_t>(a.i)]);
-          step.args.push_back(std::move(slot));
-          continue;
-        }
-        if (!a.isValue()) continue;
-        slot.kind = ArgSlot::Kind::Value;
-        slot.value = static_cast<ValueId>(a.i);
-        step.args.push_back(std::move(slot));
+    if (planTime[k]) {
+      // Evaluated once now on the folded values; a row program on ATen (planTimeNodes says why).
+      if (n.op == kRowwiseOp) {
+        VF_ASSIGN_OR_RETURN(std::unique_ptr<FusedOp> op, rowwiseStep(graph, n, impl->constants, options, step));
+        step.fused = std::move(op);
+      } else {
+        VF_ASSIGN_OR_RETURN(step, planStep(n, impl->constants));
       }
-      auto row = createRowwiseOp(graph, n, options);
-      if (!row.isOk()) return row.status().withContext(n.op);
-      std::unique_ptr<FusedOp> op = std::move(row).value();
+      impl->steps.push_back(std::move(step));
+      const size_t last = impl->steps.size() - 1;
+      Status folded = Status::ok();
+      try {
+        folded = runSteps(*impl, last, last + 1, foldSlots, /*exact=*/true, std::nullopt, /*keepValues=*/true);
+      } catch (const std::exception& e) {
+        folded = unsupported(impl->steps[last].name + " failed on constant inputs: " + e.what());
+      }
+      impl->steps.pop_back();
+      VF_RETURN_IF_ERROR(folded);
+      impl->stats.constantFoldedSteps++;
+      impl->nodeEngines[k] = "constant";
+      continue;
+    }
+    if (n.op == kRowwiseOp) {
+      VF_ASSIGN_OR_RETURN(std::unique_ptr<FusedOp> op, rowwiseStep(graph, n, impl->constants, options, step));
       if (part >= 0 && !willTime(part)) {
         Engine e = heuristicEngine[static_cast<size_t>(part)];
         op->setEngine(op->canRun(e) ? e : Engine::kAten);
@@ -967,22 +1067,6 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       }
     } else {
       VF_ASSIGN_OR_RETURN(step, planStep(n, impl->constants));
-      bool feedsOutput = false;
-      for (ValueId out : n.outputs) feedsOutput |= isOutput[static_cast<size_t>(out)];
-      if (step.op && !feedsOutput && isFoldable(step)) {
-        // Constant folding over frozen constants: evaluate once now, never per call.
-        std::vector<c10::IValue> stack;
-        for (const ArgSlot& a : step.args) stack.push_back(a.fixed);
-        try {
-          step.op->callBoxed(stack);
-        } catch (const std::exception& e) {
-          return unsupported(step.name + " failed on constant inputs: " + e.what());
-        }
-        for (size_t o = 0; o < step.outputs.size(); ++o) impl->folded.emplace_back(step.outputs[o], std::move(stack[o]));
-        impl->stats.constantFoldedSteps++;
-        impl->nodeEngines[k] = "constant";
-        continue;
-      }
       impl->nodeEngines[k] = step.op ? "dispatcher" : "builtin";
       // Element-wise ops and pooling keep their first input's memory format; a permute of a
       // 4-D value turns channels-last NCHW into dense NHWC (0, 2, 3, 1) and back (0, 3, 1, 2).
@@ -1016,6 +1100,21 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     stepOf[k] = impl->steps.size();
     impl->steps.push_back(std::move(step));
   }
+  // Folded values kept for the calls: those a step reads (the rest fed only other folded nodes).
+  std::vector<bool> readPerCall(graph.numValues(), false);
+  for (const Step& step : impl->steps) {
+    for (const ArgSlot& a : step.args) {
+      if (a.kind == ArgSlot::Kind::Value) readPerCall[static_cast<size_t>(a.value)] = true;
+      if (a.kind != ArgSlot::Kind::DynamicList) continue;
+      used.clear();
+      a.list.collectValues(used);
+      for (ValueId v : used) readPerCall[static_cast<size_t>(v)] = true;
+    }
+  }
+  for (size_t v = 0; v < foldSlots.size(); ++v) {
+    if (readPerCall[v] && !foldSlots[v].isNone()) impl->folded.emplace_back(static_cast<ValueId>(v), std::move(foldSlots[v]));
+  }
+  foldSlots.clear();
   impl->stats.constants = impl->constants.size();
   impl->inputArgIndex = std::move(inputArgIndex);
   impl->numArgs = numArgs;

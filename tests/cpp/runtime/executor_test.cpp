@@ -277,3 +277,75 @@ TEST(ExecutorRowwise, BadProgramIsAnError) {
 
 }  // namespace
 }  // namespace verifuse::runtime
+
+namespace verifuse::runtime {
+namespace {
+
+ir::ValueId shaped(Graph& g, ir::NodeId n, std::vector<int64_t> shape, ir::DType dtype) {
+  ir::Value& v = g.mutableValue(g.node(n).outputs[0]);
+  v.setShape(std::move(shape));
+  v.dtype = dtype;
+  return v.id;
+}
+
+/// x + exp(|j - i| * 0.5) (T5's relative-position bias has this form: aranges, a subtraction, a
+/// row program over the distances), and sum(expand(arange(6), [n, 6])) with n large.
+Graph relativeBiasGraph(int64_t bigRows) {
+  using ir::DType;
+  Graph g;
+  auto x = g.addInput("x", ValueType::Tensor);
+  g.mutableValue(x).setShape({6, 6});
+  g.mutableValue(x).dtype = DType::Float32;
+  auto arange = g.addNode("aten::arange", "start_step",
+                          {Arg::integer(0), Arg::integer(6), Arg::integer(1), Arg::dtype(DType::Int64), Arg::none(),
+                           Arg::none(), Arg::none()},
+                          {ValueType::Tensor});
+  auto a = shaped(g, arange, {6}, DType::Int64);
+  auto row = shaped(g, g.addNode("aten::unsqueeze", "", {Arg::value(a), Arg::integer(0)}, {ValueType::Tensor}), {1, 6}, DType::Int64);
+  auto col = shaped(g, g.addNode("aten::unsqueeze", "", {Arg::value(a), Arg::integer(1)}, {ValueType::Tensor}), {6, 1}, DType::Int64);
+  auto rel = shaped(g, g.addNode("aten::sub", "Tensor", {Arg::value(row), Arg::value(col), Arg::integer(1)}, {ValueType::Tensor}),
+                    {6, 6}, DType::Int64);
+  auto dist = shaped(g, g.addNode("aten::abs", "", {Arg::value(rel)}, {ValueType::Tensor}), {6, 6}, DType::Int64);
+  auto f = shaped(g, g.addNode("aten::_to_copy", "", {Arg::value(dist), Arg::dtype(DType::Float32), Arg::none(), Arg::none(),
+                                                      Arg::none(), Arg::boolean(false), Arg::none()},
+                               {ValueType::Tensor}),
+                  {6, 6}, DType::Float32);
+  auto bias = shaped(g, g.addNode("verifuse::rowwise", "",
+                                  {Arg::value(f), Arg::string("%0 = load in0\n%1 = const 0.5\n%2 = mul %0, %1\n%3 = exp %2\nstore out0, %3\n")},
+                                  {ValueType::Tensor}),
+                     {6, 6}, DType::Float32);
+  auto sum = shaped(g, g.addNode("aten::add", "Tensor", {Arg::value(x), Arg::value(bias), Arg::integer(1)}, {ValueType::Tensor}),
+                    {6, 6}, DType::Float32);
+  auto big = shaped(g, g.addNode("aten::expand", "", {Arg::value(a), Arg::intList({bigRows, 6}), Arg::boolean(false)},
+                                 {ValueType::Tensor}),
+                    {bigRows, 6}, DType::Int64);
+  auto total = shaped(g, g.addNode("aten::sum", "", {Arg::value(big), Arg::none()}, {ValueType::Tensor}), {}, DType::Int64);
+  g.setOutputs({Arg::value(sum), Arg::value(total)});
+  return g;
+}
+
+TEST(ExecutorConstantFolding, ChainsOverConstantsRunOnceAtPlanTime) {
+  const int64_t bigRows = (int64_t{64} << 20) / 48 + 1;  // the expand's 6 x int64 rows pass 64 MB
+  auto cg = mustCompile(relativeBiasGraph(bigRows), {0}, {}, 1);
+  ASSERT_TRUE(cg);
+  // arange, both unsqueezes, sub, abs, the cast and the row program: folded; the add reads x.
+  const std::vector<std::string> engines = cg->nodeEngines();
+  EXPECT_EQ(engines, (std::vector<std::string>{"constant", "constant", "constant", "constant", "constant", "constant",
+                                               "constant", "dispatcher", "dispatcher", "dispatcher"}));
+  EXPECT_EQ(cg->stats().constantFoldedSteps, 7u);
+  EXPECT_TRUE(cg->partitions().empty());  // the row program left the plan's partitions
+  at::Tensor x = at::randn({6, 6});
+  at::Tensor a = at::arange(6, at::kLong);
+  at::Tensor expected = x + at::exp(at::mul((a.unsqueeze(0) - a.unsqueeze(1)).abs().to(at::kFloat), 0.5));
+  const int64_t rowRuns = engineRunCounts()["rowwise"], atenRuns = engineRunCounts()["aten"];
+  auto out = cg->run({x});
+  ASSERT_TRUE(out.isOk()) << out.status().toString();
+  EXPECT_TRUE(at::equal((*out)[0].toTensor(), expected)) << (*out)[0].toTensor() - expected;
+  EXPECT_EQ((*out)[1].toTensor().item<int64_t>(), 15 * bigRows);
+  // Nothing of the folded row program runs per call, on either engine.
+  EXPECT_EQ(engineRunCounts()["rowwise"], rowRuns);
+  EXPECT_EQ(engineRunCounts()["aten"], atenRuns);
+}
+
+}  // namespace
+}  // namespace verifuse::runtime
