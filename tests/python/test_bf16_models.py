@@ -374,6 +374,8 @@ def test_bf16_row_chains_round_where_eager_rounds():
         compiled(x, b)
         got, events = _engine_events(compiled, (x, b))
     assert got.dtype == torch.bfloat16
-    assert events["verifuse::rowwise@rowwise"] >= 1, events
+    # One pass: the float32 island's x.float() ** 2 is not a chain of its own ahead of the mean
+    # (that split stored two float32 rows between two passes).
+    assert events["verifuse::rowwise@rowwise"] == 1, events
     ulp = torch.finfo(torch.bfloat16).eps * expected.float().abs().clamp_min(torch.finfo(torch.bfloat16).tiny)
     assert ((got.float() - expected.float()).abs() <= ulp).all()

@@ -557,18 +557,41 @@ std::optional<Chain> gatherChain(const Graph& g, NodeId sink, const OpSpec& sink
   return c;
 }
 
+/// Whether a chain of rows of shape \p s continues from node \p n's result to a member of shape
+/// \p s (which could then be the sink that gathers \p n): through members for \p s, a few steps.
+bool reachesRowsOf(const Graph& g, const Node& n, const std::vector<int64_t>& s, int depth = 6) {
+  if (depth == 0 || n.outputs.empty()) return false;
+  for (NodeId r : g.users(n.outputs[0])) {
+    const Node& reader = g.node(r);
+    if (reader.outputs.empty() || !memberSpec(g, reader, s, nullptr)) continue;
+    if (g.value(reader.outputs[0]).shape == s || reachesRowsOf(g, reader, s, depth - 1)) return true;
+  }
+  return false;
+}
+
 /// Whether reader \p r would take \p v (a member for its own shape) into its chain: then \p v is
-/// not a sink, the reader's chain gathers it.
+/// not a sink, the reader's chain gathers it. The reader's chain has the reader's shape, or, for a
+/// row reduction whose per-row result flows on into rows of \p v's shape, that shape: a bf16
+/// RMSNorm's mean(x.float() ** 2) sits inside the chain of x's rows, so x.float() ** 2 must not
+/// become a chain (and two row passes, with two float32 rows stored between them) of its own.
 bool readerTakes(const Graph& g, const Node& r, ValueId v) {
   if (r.outputs.empty()) return false;
   const ir::Value& out = g.value(r.outputs[0]);
   if (!out.hasStaticShape()) return false;
-  auto spec = memberSpec(g, r, out.shape, nullptr);
-  if (!spec) return false;
   const Node& producer = g.node(g.value(v).producer);
-  if (!memberSpec(g, producer, out.shape, nullptr)) return false;
-  for (const Arg& a : spec->operands) {
-    if (a.isValue() && u::valueOf(a) == v) return true;
+  std::vector<std::vector<int64_t>> shapes = {out.shape};
+  auto own = specOf(g, r, nullptr);
+  const ir::Value& in = g.value(v);
+  if (own && readsRow(own->kind) && !isComposite(own->kind) && in.hasStaticShape() && in.shape != out.shape &&
+      reachesRowsOf(g, r, in.shape)) {
+    shapes.push_back(in.shape);
+  }
+  for (const auto& s : shapes) {
+    auto spec = memberSpec(g, r, s, nullptr);
+    if (!spec || !memberSpec(g, producer, s, nullptr)) continue;
+    for (const Arg& a : spec->operands) {
+      if (a.isValue() && u::valueOf(a) == v) return true;
+    }
   }
   return false;
 }
