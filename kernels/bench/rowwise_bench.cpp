@@ -1,6 +1,6 @@
 // Micro-benchmark (not a test): the fused row engine (verifuse/kernels/rowwise.h) on transformer
-// shapes against a plain fused loop written by hand (scalar C++, -O3, libm), and the engine's own
-// scalar interpreter.
+// shapes against a plain fused loop written by hand (scalar C++, -O3, libm): its default kernels,
+// the AVX2 ones where the default is AVX-512, and its scalar interpreter.
 //
 //   verifuse_rowwise_bench [--threads 1] [--samples 30] [--only NAME_SUBSTRING] [--cpu-time]
 //
@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,18 +82,23 @@ struct Case {
   std::vector<Variant> variants;
 };
 
-/// An engine variant (AVX2 where available, and the forced scalar interpreter).
+/// The engine's variants: its default kernels (AVX-512, else AVX2, else scalar), the AVX2 ones where
+/// those differ, and the forced scalar interpreter.
 void addEngine(Case& c, const RowProgram& p, const std::vector<TensorDesc>& ins, const std::vector<TensorDesc>& outs,
                std::vector<const void*> inPtrs, std::vector<void*> outPtrs) {
-  for (bool scalar : {false, true}) {
+  std::set<std::string> seen;
+  for (int variant : {0, 1, 2}) {
     RowKernelOptions o;
-    o.forceScalar = scalar;
+    o.forceAvx2 = variant == 1;
+    o.forceScalar = variant == 2;
+    const bool scalar = variant == 2;
     auto k = createRowKernel(p, ins, outs, o);
     if (!k.isOk()) {
       std::fprintf(stderr, "%s: %s\n", c.name.c_str(), k.status().toString().c_str());
       std::exit(1);
     }
     std::shared_ptr<RowKernel> kernel(std::move(k).value());
+    if (!seen.insert(kernel->isa()).second) continue;
     if (!scalar) std::printf("  %s: %s\n", c.name.c_str(), kernel->describe().c_str());
     c.variants.push_back({std::string("engine-") + kernel->isa(), [kernel, inPtrs, outPtrs] {
                             if (!kernel->execute(inPtrs, outPtrs).isOk()) std::abort();

@@ -804,7 +804,9 @@ Status RowKernelImpl::init(const RowProgram& program, const std::vector<TensorDe
   if (static_cast<int>(outputs.size()) != program.numOutputs())
     return invalidArgument("row kernel: the program writes " + std::to_string(program.numOutputs()) + " outputs, " +
                            std::to_string(outputs.size()) + " descriptors given");
-  isa_ = (!options.forceScalar && cpu::hasAvx2Fma()) ? &detail::avx2Kernels() : &detail::scalarKernels();
+  isa_ = options.forceScalar || !cpu::hasAvx2Fma()            ? &detail::scalarKernels()
+         : !options.forceAvx2 && cpu::hasAvx512()            ? &detail::avx512Kernels()
+                                                             : &detail::avx2Kernels();
   VF_RETURN_IF_ERROR(bind(inputs, outputs));
   VF_RETURN_IF_ERROR(buildNodes(program));
   plan();

@@ -1,6 +1,7 @@
 // Internal interface of the row engine: the per-ISA kernel table the interpreter (rowwise.cpp)
-// calls once per instruction per tile. Two implementations: rowwise_scalar.cpp (baseline ISA,
-// also the tests' oracle) and rowwise_avx2.cpp (AVX2+FMA, vecmath_avx2.h).
+// calls once per instruction per tile. Three implementations: rowwise_scalar.cpp (baseline ISA,
+// also the tests' oracle), rowwise_avx2.cpp (AVX2+FMA, vecmath_avx2.h) and rowwise_avx512.cpp
+// (the AVX2 table 16 lanes wide, same bits).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +53,8 @@ struct IsaKernels {
 const IsaKernels& scalarKernels();
 /// Only valid when cpu::hasAvx2Fma().
 const IsaKernels& avx2Kernels();
+/// Only valid when cpu::hasAvx512() (and hasAvx2Fma(): it calls into the AVX2 table).
+const IsaKernels& avx512Kernels();
 
 /// The scalar semantics of one unary op (used for constant folding and by the scalar table).
 float scalarUnary(RowOp op, float f0, float f1, float x);

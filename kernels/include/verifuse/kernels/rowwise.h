@@ -131,6 +131,8 @@ struct TensorDesc {
 struct RowKernelOptions {
   /// Run the scalar interpreter even where AVX2 is available (the tests' oracle).
   bool forceScalar = false;
+  /// Run the AVX2 kernels even where AVX-512 is available (tests, benchmarks).
+  bool forceAvx2 = false;
 };
 
 /// A program bound to concrete input/output layouts. Immutable: execute() is const and may be

@@ -1,12 +1,13 @@
 // The row engine (verifuse/kernels/rowwise.h) against an independent naive interpreter written
 // here (every value a full row, inputs read element by element through their own strides):
 //  - in float, with the documented summation order and transcendental functions rounded once from
-//    double: the scalar kernel must match it bit for bit (so must the AVX2 kernel for programs
-//    without transcendental functions); the AVX2 kernel within a few ulp otherwise;
+//    double: the scalar kernel must match it bit for bit (so must the AVX2 and AVX-512 kernels for
+//    programs without transcendental functions); the vector kernels within a few ulp otherwise;
 //  - in double: the builders' results within tolerances derived from the row length C.
 // Also: every instruction, broadcasting, strided rows, in-place outputs, bf16 in/out, thread-count
 // invariance, refused layouts, NaN/inf like eager, a fully masked softmax row.
 #include "verifuse/kernels/rowwise.h"
+#include "verifuse/kernels/cpu_features.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -305,16 +306,37 @@ struct KernelRun {
   std::string isa;
 };
 
+/// The kernels every check runs: the default (AVX-512 on a CPU with it, else AVX2), the AVX2 ones
+/// (also where AVX-512 would be taken) and the scalar interpreter.
+std::vector<RowKernelOptions> kernelVariants() {
+  RowKernelOptions avx2, scalar;
+  avx2.forceAvx2 = true;
+  scalar.forceScalar = true;
+  return {RowKernelOptions{}, avx2, scalar};
+}
+
+std::string variantName(const RowKernelOptions& o) {
+  return o.forceScalar ? "scalar kernel" : o.forceAvx2 ? "AVX2 kernel" : "default kernel";
+}
+
+KernelRun runWith(const RowProgram& p, std::vector<Tensor*> ins, const std::vector<int64_t>& outSizes,
+                  std::vector<ElemType> outTypes, const RowKernelOptions& opt, std::vector<Tensor> outs = {});
+
 KernelRun run(const RowProgram& p, std::vector<Tensor*> ins, const std::vector<int64_t>& outSizes,
         std::vector<ElemType> outTypes, bool scalar, std::vector<Tensor> outs = {}) {
+  RowKernelOptions opt;
+  opt.forceScalar = scalar;
+  return runWith(p, std::move(ins), outSizes, std::move(outTypes), opt, std::move(outs));
+}
+
+KernelRun runWith(const RowProgram& p, std::vector<Tensor*> ins, const std::vector<int64_t>& outSizes,
+                  std::vector<ElemType> outTypes, const RowKernelOptions& opt, std::vector<Tensor> outs) {
   KernelRun res;
   std::vector<TensorDesc> inDescs, outDescs;
   for (Tensor* t : ins) inDescs.push_back(t->desc);
   if (outs.empty())
     for (ElemType t : outTypes) outs.push_back(makeTensor(t, outSizes));
   for (Tensor& t : outs) outDescs.push_back(t.desc);
-  RowKernelOptions opt;
-  opt.forceScalar = scalar;
   auto k = createRowKernel(p, inDescs, outDescs, opt);
   if (!k.isOk()) {
     res.status = k.status();
@@ -389,21 +411,22 @@ std::vector<float> toFloat(const std::vector<float>& v, ElemType t) {
   return r;
 }
 
-/// The central check: scalar kernel bit-equal to the float reference; the AVX2 kernel bit-equal
-/// too if \p exactAvx2, else within \p ulps; both within \p tol of the double reference if tol > 0.
+/// The central check: scalar kernel bit-equal to the float reference; the vector kernels (AVX2,
+/// and AVX-512 where the CPU has it) bit-equal too if \p exactVector, else within \p ulps; all
+/// within \p tol of the double reference if tol > 0.
 void checkProgram(const RowProgram& p, std::vector<Tensor*> ins, const std::vector<int64_t>& outSizes,
-                  std::vector<ElemType> outTypes, bool exactAvx2, double ulps = 8, double tol = 0) {
+                  std::vector<ElemType> outTypes, bool exactVector, double ulps = 8, double tol = 0) {
   auto refF = reference<float>(p, {ins.begin(), ins.end()}, outSizes);
   auto refD = reference<double>(p, {ins.begin(), ins.end()}, outSizes);
-  for (bool scalar : {true, false}) {
-    SCOPED_TRACE(scalar ? "scalar kernel" : "default kernel");
-    KernelRun r = run(p, ins, outSizes, outTypes, scalar);
+  for (const RowKernelOptions& opt : kernelVariants()) {
+    SCOPED_TRACE(variantName(opt));
+    KernelRun r = runWith(p, ins, outSizes, outTypes, opt);
     ASSERT_TRUE(r.status.isOk()) << r.status.toString();
     for (size_t k = 0; k < r.outs.size(); ++k) {
       SCOPED_TRACE("output " + std::to_string(k));
       std::vector<float> got = values(r.outs[k]);
       std::vector<float> want = toFloat(refF[k], outTypes[k]);
-      if (scalar || exactAvx2 || r.isa == "scalar") EXPECT_TRUE(bitEqual(got, want));
+      if (opt.forceScalar || exactVector || r.isa == "scalar") EXPECT_TRUE(bitEqual(got, want));
       else EXPECT_TRUE(ulpClose(got, want, ulps));
       if (tol > 0) EXPECT_TRUE(closeTo(got, refD[k], tol));
     }
@@ -776,9 +799,7 @@ TEST(RowEngine, RowsReadInPlaceStopAtTheRowEnd) {
       std::vector<TensorDesc> outs(static_cast<size_t>(p.numOutputs()), o);
       std::vector<void*> op = {out.data(), out2.data()};
       op.resize(outs.size());
-      for (bool scalar : {false, true}) {
-        RowKernelOptions opt;
-        opt.forceScalar = scalar;
+      for (const RowKernelOptions& opt : kernelVariants()) {
         auto k = createRowKernel(p, ins, outs, opt);
         ASSERT_TRUE(k.isOk()) << k.status().toString();
         EXPECT_TRUE(k.value()->execute(ip, op).isOk());  // a read past the end would fault here
@@ -797,9 +818,7 @@ TEST(RowEngine, RowsReadInPlaceStopAtTheRowEnd) {
     q2.store(2, q2.div(a2, b2));
     q2.store(3, q2.unary(RowOp::kSilu, b2));
     std::vector<float> out3(out.size()), out4(out.size());
-    for (bool scalar : {false, true}) {
-      RowKernelOptions opt;
-      opt.forceScalar = scalar;
+    for (const RowKernelOptions& opt : kernelVariants()) {
       auto k = createRowKernel(q, {x.desc, y.desc}, {o}, opt);
       ASSERT_TRUE(k.isOk());
       const void* ip[] = {x.data, y.data};
@@ -929,6 +948,19 @@ TEST(RowEngine, FullyMaskedSoftmaxRowIsNaNLikeTorch) {
     for (int64_t c = 0; c < 20; ++c) sum += r.outs[0].f[static_cast<size_t>(c)];
     EXPECT_NEAR(sum, 1.0f, 1e-6f);
     for (int64_t c = 20; c < 60; ++c) EXPECT_TRUE(std::isnan(r.outs[0].f[static_cast<size_t>(c)]));
+  }
+}
+
+TEST(RowEngine, KernelsAreTheWidestTheCpuHasUnlessForced) {
+  std::mt19937 rng(5);
+  Tensor x = randomTensor(ElemType::kF32, {2, 40}, rng);
+  const std::vector<std::string> want = {cpu::hasAvx512() ? "avx512" : cpu::hasAvx2Fma() ? "avx2" : "scalar",
+                                         cpu::hasAvx2Fma() ? "avx2" : "scalar", "scalar"};
+  const auto variants = kernelVariants();
+  for (size_t v = 0; v < variants.size(); ++v) {
+    KernelRun r = runWith(siluMulProgram(), {&x, &x}, {2, 40}, {ElemType::kF32}, variants[v]);
+    ASSERT_TRUE(r.status.isOk());
+    EXPECT_EQ(r.isa, want[v]) << variantName(variants[v]);
   }
 }
 
