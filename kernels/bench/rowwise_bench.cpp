@@ -181,6 +181,31 @@ int main(int argc, char** argv) {
     cases.push_back(std::move(c));
   }
 
+  // Layer norm of a bf16 model (BERT-base bf16: bf16 rows, weight and bias; float32 inside).
+  {
+    const int64_t R = 128, C = 768;
+    auto bf16Buf = [&](size_t n, float lo, float hi) {
+      std::vector<float> v = randomVec(n, rng, lo, hi);
+      keep.push_back(std::make_unique<std::vector<float>>((n + 1) / 2));
+      uint16_t* h = reinterpret_cast<uint16_t*>(keep.back()->data());
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t u;
+        std::memcpy(&u, &v[i], 4);
+        h[i] = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+      }
+      return static_cast<void*>(h);
+    };
+    void *x = bf16Buf(R * C, -3, 3), *g = bf16Buf(C, 0.5f, 1.5f), *b = bf16Buf(C, -3, 3), *y = bf16Buf(R * C, -3, 3);
+    Case c{"layernorm bf16 128x768", 2.0 * (2 * R * C + 2 * C), {}};
+    auto bf = [](std::vector<int64_t> sizes) {
+      TensorDesc d = desc(std::move(sizes));
+      d.type = ElemType::kBF16;
+      return d;
+    };
+    addEngine(c, layerNormProgram(LayerNormSpec{}), {bf({R, C}), bf({C}), bf({C})}, {bf({R, C})}, {x, g, b}, {y});
+    cases.push_back(std::move(c));
+  }
+
   // Softmax(x * scale + mask): BERT 12 heads x 128 x 128 with an additive [1,1,128,128] mask, and
   // GPT-2 12 x 64 x 64 with a boolean causal mask.
   {

@@ -416,6 +416,8 @@ class RowKernelImpl final : public RowKernel {
   Status buildNodes(const RowProgram& program);
   void plan();
   void runTile(int64_t tile, char* scratch, const void* const* in, void* const* out) const;
+  bool matchNorm(const RowProgram& program);
+  void runNormRows(const void* const* in, void* const* out, int threads) const;
 
   // Pointers into a tile's scratch.
   float* vecBase(char* s, const Node& n) const {
@@ -427,6 +429,10 @@ class RowKernelImpl final : public RowKernel {
   }
 
   const IsaKernels* isa_ = nullptr;
+  // A layer norm / RMSNorm program the ISA runs as one kernel per row (matchNorm).
+  bool norm_ = false;
+  detail::NormRow normRow_;
+  int normX_ = -1, normW_ = -1, normB_ = -1;  // input numbers (-1: no weight / bias)
   std::vector<Node> nodes_;
   std::vector<Step> steps_;
   std::vector<Binding> in_, out_;
@@ -810,6 +816,7 @@ Status RowKernelImpl::init(const RowProgram& program, const std::vector<TensorDe
   VF_RETURN_IF_ERROR(bind(inputs, outputs));
   VF_RETURN_IF_ERROR(buildNodes(program));
   plan();
+  norm_ = matchNorm(program);
 
   // In-place outputs: allowed for an input of the same type and layout whose every read comes
   // before the output's store in the executed order (a copied load reads at its position, an
@@ -839,8 +846,152 @@ Status RowKernelImpl::init(const RowProgram& program, const std::vector<TensorDe
   return Status::ok();
 }
 
+/// Whether \p program is exactly a layer norm or RMSNorm of one input (NormRow, in either operand
+/// order of the commutative ops), with per-column weight and bias, that the ISA can run as one
+/// kernel per row: dense rows in and out (f32 or bf16), every instruction part of the pattern.
+bool RowKernelImpl::matchNorm(const RowProgram& program) {
+  if (isa_->normRow == nullptr || out_.size() != 1 || cols_ < 2) return false;
+  const std::vector<RowInstr>& ins = program.instructions();
+  int storeAt = -1;
+  for (size_t k = 0; k < ins.size(); ++k) {
+    if (ins[k].op != RowOp::kStore) continue;
+    if (storeAt >= 0) return false;
+    storeAt = static_cast<int>(k);
+  }
+  if (storeAt < 0) return false;
+  std::vector<bool> seen(ins.size(), false);
+  auto at = [&](int id) -> const RowInstr* {
+    if (id < 0 || id >= static_cast<int>(ins.size())) return nullptr;
+    seen[static_cast<size_t>(id)] = true;
+    return &ins[static_cast<size_t>(id)];
+  };
+  auto floatType = [](ElemType t) { return t == ElemType::kF32 || t == ElemType::kBF16; };
+  // A load of a [C] input the same for every row (a weight or bias): its input number, or -1.
+  auto columnLoad = [&](int id) {
+    const RowInstr* r = at(id);
+    if (r == nullptr || r->op != RowOp::kLoad) return -1;
+    const Binding& b = in_[static_cast<size_t>(r->index)];
+    const bool perColumn = !b.rowScalar && floatType(b.type) &&
+                           std::all_of(b.outer.begin(), b.outer.end(), [](int64_t o) { return o == 0; });
+    return perColumn ? r->index : -1;
+  };
+  // The other operand of commutative \p r when one of them is a column load (*which = its input).
+  auto splitColumn = [&](const RowInstr& r, int* which) {
+    if ((*which = columnLoad(r.b)) >= 0) return r.a;
+    if ((*which = columnLoad(r.a)) >= 0) return r.b;
+    return -1;
+  };
+  detail::NormRow nr;
+  int w = -1, b = -1;
+  int y = ins[static_cast<size_t>(storeAt)].a;
+  const RowInstr* r = at(y);
+  if (r && r->op == RowOp::kCastBf16) {
+    nr.castEnd = true;
+    r = at(y = r->a);
+  }
+  if (r && r->op == RowOp::kAdd) {
+    y = splitColumn(*r, &b);
+    if (y < 0) return false;
+    r = at(y);
+  }
+  if (r && r->op == RowOp::kMul) {
+    int which = -1;
+    const int other = splitColumn(*r, &which);
+    if (other >= 0) {
+      w = which;
+      r = at(y = other);
+    }
+  }
+  if (r && r->op == RowOp::kCastBf16) {
+    nr.castMid = true;
+    r = at(y = r->a);
+  }
+  // y = A * rsqrt(mean(P) + eps).
+  if (!r || r->op != RowOp::kMul) return false;
+  int a = r->a;
+  const RowInstr* rs = at(r->b);
+  if (!rs || rs->op != RowOp::kRsqrt) {
+    a = r->b;
+    rs = at(r->a);
+  }
+  if (!rs || rs->op != RowOp::kRsqrt) return false;
+  const RowInstr* sum = at(rs->a);
+  if (!sum || sum->op != RowOp::kAdd) return false;
+  const RowInstr* eps = at(sum->b);
+  int meanId = sum->a;
+  if (!eps || eps->op != RowOp::kConst) {
+    eps = at(sum->a);
+    meanId = sum->b;
+  }
+  if (!eps || eps->op != RowOp::kConst) return false;
+  nr.eps = eps->f0;
+  const RowInstr* mean = at(meanId);
+  if (!mean || mean->op != RowOp::kMean) return false;
+  const RowInstr* sq = at(mean->a);
+  if (!sq) return false;
+  const bool square = (sq->op == RowOp::kMul && sq->a == sq->b) || sq->op == RowOp::kSquare ||
+                      (sq->op == RowOp::kPow && sq->f0 == 2.0f);
+  if (!square || sq->a != a) return false;
+  // A: x (RMSNorm) or x - mean(x) (layer norm).
+  const RowInstr* ai = at(a);
+  int xId = a;
+  nr.layerNorm = ai && ai->op == RowOp::kSub;
+  if (nr.layerNorm) {
+    xId = ai->a;
+    const RowInstr* m = at(ai->b);
+    if (!m || m->op != RowOp::kMean || m->a != xId) return false;
+  }
+  const RowInstr* x = at(xId);
+  if (!x || x->op != RowOp::kLoad) return false;
+  const Binding& xb = in_[static_cast<size_t>(x->index)];
+  const Binding& ob = out_[0];
+  if (xb.rowScalar || !floatType(xb.type) || !xb.linearRows || !ob.linearRows) return false;
+  if (x->index == w || x->index == b) return false;
+  for (size_t k = 0; k < ins.size(); ++k) {
+    if (static_cast<int>(k) != storeAt && !seen[k]) return false;  // an instruction outside the pattern
+  }
+  nr.xBf16 = xb.type == ElemType::kBF16;
+  nr.outBf16 = ob.type == ElemType::kBF16;
+  normRow_ = nr;
+  normX_ = x->index;
+  normW_ = w;
+  normB_ = b;
+  return true;
+}
+
+void RowKernelImpl::runNormRows(const void* const* in, void* const* out, int threads) const {
+  // Weight and bias as float32 once per call (bf16 widened exactly), read in place if f32.
+  std::vector<float> wide[2];
+  const float* column[2] = {nullptr, nullptr};
+  const int which[2] = {normW_, normB_};
+  for (int k = 0; k < 2; ++k) {
+    if (which[k] < 0) continue;
+    const Binding& b = in_[static_cast<size_t>(which[k])];
+    if (b.type == ElemType::kF32) {
+      column[k] = static_cast<const float*>(in[which[k]]);
+      continue;
+    }
+    wide[k].resize(static_cast<size_t>(cols_));
+    const uint16_t* h = static_cast<const uint16_t*>(in[which[k]]);
+    for (int64_t c = 0; c < cols_; ++c) wide[k][static_cast<size_t>(c)] = detail::bf16ToFloat(h[c]);
+    column[k] = wide[k].data();
+  }
+  const char* x = static_cast<const char*>(in[normX_]);
+  char* y = static_cast<char*>(out[0]);
+  const int64_t xStride = in_[static_cast<size_t>(normX_)].rowStride, yStride = out_[0].rowStride;
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+  for (int64_t r = 0; r < rows_; ++r) {
+    isa_->normRow(normRow_, x + r * xStride, y + r * yStride, column[0], column[1], cols_);
+  }
+}
+
 std::string RowKernelImpl::describe() const {
   char buf[256];
+  if (norm_) {
+    std::snprintf(buf, sizeof buf, "rowwise[%s] %lld x %lld, fused %s row kernel", isa_->name,
+                  static_cast<long long>(rows_), static_cast<long long>(cols_), normRow_.layerNorm ? "layer norm" : "RMSNorm");
+    return buf;
+  }
   std::snprintf(buf, sizeof buf, "rowwise[%s] %lld x %lld, tile %lld row(s) x %lld cols, %zu steps, slots %d+%d+%d, scratch %zu B",
                 isa_->name, static_cast<long long>(rows_), static_cast<long long>(cols_),
                 static_cast<long long>(tileRows_), static_cast<long long>(chunk_), steps_.size(), numRowRes_,
@@ -1072,6 +1223,10 @@ Status RowKernelImpl::execute(std::span<const void* const> inputs, std::span<voi
   const int threads = static_cast<int>(std::min<int64_t>({maxThreads, byWork, tiles_}));
   const void* const* in = inputs.data();
   void* const* out = outputs.data();
+  if (norm_) {
+    runNormRows(in, out, threads);
+    return Status::ok();
+  }
   bool failed = false;
 #pragma omp parallel num_threads(threads) if (threads > 1) reduction(|| : failed)
   {

@@ -332,7 +332,7 @@ void storeA(ElemType t, void* dst, const float* s, bool bcast, int64_t n) {
 }  // namespace
 
 const IsaKernels& avx2Kernels() {
-  static const IsaKernels k{"avx2", unaryA, binaryA, binary2A, whereA, copyA, reduceA, reduceProductA, rotateHalfA, loadA, storeA};
+  static const IsaKernels k{"avx2", unaryA, binaryA, binary2A, whereA, copyA, reduceA, reduceProductA, rotateHalfA, loadA, storeA, nullptr};
   return k;
 }
 

@@ -392,10 +392,78 @@ void storeB(ElemType t, void* dst, const float* s, bool bcast, int64_t n) {
 
 void rotateHalfB(float* d, const float* x, int64_t n) { avx2Kernels().rotateHalf(d, x, n); }
 
+/// x[c, c + 16) widened to float, lanes outside \p m zero (never read).
+template <bool kBf16>
+inline __m512 loadRow(const void* x, int64_t c, __mmask16 m) {
+  if constexpr (kBf16) {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(x) + c);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(x) + c);
+  }
+}
+
+/// One NormRow row (rowwise_internal.h): the interpreter's instructions in its order. The sums
+/// are reduceB's and reduceProductB's (same partial sums, same tail, same combine); the scalars
+/// as the per-row scalar instructions compute them (IEEE add, sqrt and divide, correctly rounded
+/// in any width).
+template <bool kXBf16>
+void normRowT(const NormRow& n, const void* x, void* y, const float* w, const float* b, int64_t C) {
+  const __mmask16 all = 0xFFFF;
+  float mean = 0.0f;
+  if (n.layerNorm) {
+    __m512 p01 = _mm512_setzero_ps(), p23 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= C; i += 32) {
+      p01 = _mm512_add_ps(p01, loadRow<kXBf16>(x, i, all));
+      p23 = _mm512_add_ps(p23, loadRow<kXBf16>(x, i + 16, all));
+    }
+    sumTail(p01, p23, i, C, [&](int64_t at, __mmask16 m) { return loadRow<kXBf16>(x, at, m); });
+    mean = combine(p01, p23) / static_cast<float>(C);
+  }
+  const __m512 vmean = splat(mean);
+  // d = x - mean (layer norm) or x (RMSNorm), zero outside the mask (the tail's padding).
+  auto centered = [&](int64_t c, __mmask16 m) {
+    const __m512 v = loadRow<kXBf16>(x, c, m);
+    return n.layerNorm ? _mm512_maskz_sub_ps(m, v, vmean) : v;
+  };
+  __m512 q01 = _mm512_setzero_ps(), q23 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= C; i += 32) {
+    const __m512 d0 = centered(i, all), d1 = centered(i + 16, all);
+    q01 = _mm512_add_ps(q01, _mm512_mul_ps(d0, d0));
+    q23 = _mm512_add_ps(q23, _mm512_mul_ps(d1, d1));
+  }
+  sumTail(q01, q23, i, C, [&](int64_t at, __mmask16 m) {
+    const __m512 d = centered(at, m);
+    return _mm512_mul_ps(d, d);
+  });
+  const float var = combine(q01, q23) / static_cast<float>(C);
+  const __m512 rstd = splat(1.0f / std::sqrt(var + n.eps));
+  for (int64_t c = 0; c < C; c += 16) {
+    const __mmask16 m = lanes(C - c);
+    __m512 v = _mm512_mul_ps(centered(c, m), rstd);
+    if (n.castMid) v = roundToBf16(v);
+    if (w) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + c));
+    if (b) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, b + c));
+    if (n.outBf16) {
+      _mm256_mask_storeu_epi16(static_cast<uint16_t*>(y) + c, m, _mm512_cvtepi32_epi16(toBf16Bits(v)));
+    } else {
+      if (n.castEnd) v = roundToBf16(v);
+      _mm512_mask_storeu_ps(static_cast<float*>(y) + c, m, v);
+    }
+  }
+}
+
+void normRowB(const NormRow& n, const void* x, void* y, const float* w, const float* b, int64_t C) {
+  if (n.xBf16) normRowT<true>(n, x, y, w, b, C);
+  else normRowT<false>(n, x, y, w, b, C);
+}
+
 }  // namespace
 
 const IsaKernels& avx512Kernels() {
-  static const IsaKernels k{"avx512", unaryB, binaryB, binary2B, whereB, copyB, reduceB, reduceProductB, rotateHalfB, loadB, storeB};
+  static const IsaKernels k{"avx512", unaryB, binaryB, binary2B, whereB, copyB, reduceB, reduceProductB, rotateHalfB, loadB, storeB, normRowB};
   return k;
 }
 

@@ -21,6 +21,20 @@ struct Src {
   int64_t valid = INT64_MAX;
 };
 
+/// A layer norm or RMSNorm program recognised as a whole (rowwise.cpp, matchNorm): per row,
+/// mean = sum(x) / C and var = sum(d * d) / C with d = x - mean (layer norm), or var = sum(x * x) / C
+/// (RMSNorm), each sum in the kSum order; rstd = 1 / sqrt(var + eps); y = d * rstd (x * rstd),
+/// rounded to bf16 if castMid, times w, plus b, rounded to bf16 if castEnd: the instructions the
+/// interpreter would run, in its order, so the same bits, in one kernel with no scratch traffic.
+struct NormRow {
+  bool layerNorm = true;
+  bool xBf16 = false;    ///< x is bf16 (widened exactly), else f32
+  bool outBf16 = false;  ///< y stored as bf16 (rounded to nearest even), else f32
+  bool castMid = false;
+  bool castEnd = false;
+  float eps = 0.f;
+};
+
 /// Kernels over blocks of `rows` rows x `w` columns. For the vectorised table, w is a multiple of
 /// 8 for unary/binary/where/copy (the interpreter pads rows and scalar slots to 8).
 struct IsaKernels {
@@ -48,6 +62,9 @@ struct IsaKernels {
   void (*load)(ElemType t, float* d, const void* src, int64_t n, int64_t padTo);
   /// dst[0, n) = narrow(s[0, n)), or narrow(*s) everywhere if bcast.
   void (*store)(ElemType t, void* dst, const float* s, bool bcast, int64_t n);
+  /// Optional (null: the interpreter runs norms too): one row of a NormRow program; x and y are
+  /// the row's C elements (y may be x itself), w and b float32 [C] or null.
+  void (*normRow)(const NormRow& n, const void* x, void* y, const float* w, const float* b, int64_t C) = nullptr;
 };
 
 const IsaKernels& scalarKernels();

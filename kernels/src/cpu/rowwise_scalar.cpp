@@ -189,7 +189,7 @@ void storeS(ElemType t, void* dst, const float* s, bool bcast, int64_t n) {
 }  // namespace
 
 const IsaKernels& scalarKernels() {
-  static const IsaKernels k{"scalar", unaryS, binaryS, binary2S, whereS, copyS, reduceS, reduceProductS, rotateHalfS, loadS, storeS};
+  static const IsaKernels k{"scalar", unaryS, binaryS, binary2S, whereS, copyS, reduceS, reduceProductS, rotateHalfS, loadS, storeS, nullptr};
   return k;
 }
 

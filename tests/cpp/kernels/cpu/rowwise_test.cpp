@@ -304,6 +304,7 @@ struct KernelRun {
   Status status;
   std::vector<Tensor> outs;
   std::string isa;
+  std::string describe;
 };
 
 /// The kernels every check runs: the default (AVX-512 on a CPU with it, else AVX2), the AVX2 ones
@@ -343,6 +344,7 @@ KernelRun runWith(const RowProgram& p, std::vector<Tensor*> ins, const std::vect
     return res;
   }
   res.isa = k.value()->isa();
+  res.describe = k.value()->describe();
   std::vector<const void*> ip;
   for (Tensor* t : ins) ip.push_back(t->data());
   std::vector<void*> op;
@@ -861,6 +863,91 @@ TEST(RowEngine, LayerNormAllVariants) {
       if (spec.storeSum) outs.push_back(ElemType::kF32);
       checkProgram(layerNormProgram(spec), ins, {2, 5, C}, outs, true, 0, normTol(C));
     }
+  }
+}
+
+/// Layer norm as the row-fusion rule writes native_layer_norm of a bf16 model: the loads first,
+/// the float32 computation, one bf16 rounding at the end.
+RowProgram fusedStyleLayerNorm(float eps, bool weight, bool bias, bool castEnd) {
+  RowProgram p;
+  RowValue x = p.load(0);
+  RowValue w = weight ? p.load(1) : RowValue{};
+  RowValue b = bias ? p.load(weight ? 2 : 1) : RowValue{};
+  RowValue d = p.sub(x, p.reduce(RowOp::kMean, x));
+  RowValue y = p.mul(d, p.unary(RowOp::kRsqrt, p.add(p.reduce(RowOp::kMean, p.mul(d, d)), p.constant(eps))));
+  if (weight) y = p.mul(y, w);
+  if (bias) y = p.add(b, y);  // the bias first: the match takes either operand order
+  p.store(0, castEnd ? p.castBf16(y) : y);
+  return p;
+}
+
+TEST(RowEngine, NormsRunAsOneFusedKernelWithTheInterpretersBits) {
+  // On an AVX-512 CPU the default kernels run these programs as one fused kernel per row
+  // (describe() says so); checkProgram holds every variant to the float reference bit for bit,
+  // the AVX2 interpreter and the scalar one included.
+  const bool fusedExpected = cpu::hasAvx512();
+  std::mt19937 rng(21);
+  auto expectFused = [&](const RowProgram& p, std::vector<Tensor*> ins, std::vector<int64_t> outSizes, ElemType out,
+                         bool fused) {
+    KernelRun r = run(p, ins, outSizes, {out}, false);
+    ASSERT_TRUE(r.status.isOk()) << r.status.toString();
+    EXPECT_EQ(r.describe.find("fused") != std::string::npos, fused && fusedExpected) << r.describe;
+    checkProgram(p, ins, outSizes, {out}, true);
+  };
+  for (int64_t C : {2, 37, 96, 768, 3000}) {
+    SCOPED_TRACE("C " + std::to_string(C));
+    Tensor x = randomTensor(ElemType::kF32, {2, 5, C}, rng, -4, 6);
+    Tensor g = randomTensor(ElemType::kF32, {C}, rng, 0.5f, 1.5f);
+    Tensor b = randomTensor(ElemType::kF32, {C}, rng);
+    for (int variant = 0; variant < 4; ++variant) {
+      LayerNormSpec spec;
+      spec.gamma = variant != 1 && variant != 3;
+      spec.beta = variant != 2 && variant != 3;
+      std::vector<Tensor*> ins = {&x};
+      if (spec.gamma) ins.push_back(&g);
+      if (spec.beta) ins.push_back(&b);
+      expectFused(layerNormProgram(spec), ins, {2, 5, C}, ElemType::kF32, true);
+    }
+    // Rows 3 elements apart wider than C (a slice of a wider tensor): read in place, strided.
+    Tensor wide = randomTensor(ElemType::kF32, {4, C}, rng, -4, 6, {C + 3, 1});
+    expectFused(layerNormProgram({}), {&wide, &g, &b}, {4, C}, ElemType::kF32, true);
+    // A bf16 model: bf16 rows, weight and bias, bf16 result (f32 result too).
+    Tensor xb = randomTensor(ElemType::kBF16, {3, C}, rng, -4, 6);
+    Tensor gb = randomTensor(ElemType::kBF16, {C}, rng, 0.5f, 1.5f);
+    Tensor bb = randomTensor(ElemType::kBF16, {C}, rng);
+    expectFused(fusedStyleLayerNorm(1e-12f, true, true, true), {&xb, &gb, &bb}, {3, C}, ElemType::kBF16, true);
+    expectFused(fusedStyleLayerNorm(1e-5f, true, true, true), {&xb, &gb, &bb}, {3, C}, ElemType::kF32, true);
+    expectFused(fusedStyleLayerNorm(1e-5f, false, true, false), {&xb, &bb}, {3, C}, ElemType::kF32, true);
+    // RMSNorm: float32 (T5) and HF Llama's bf16 form (cast before and after the weight).
+    expectFused(rmsNormProgram({1e-6f, true, false, false, false}), {&x, &g}, {2, 5, C}, ElemType::kF32, true);
+    expectFused(rmsNormProgram({1e-6f, false, false, false, false}), {&x}, {2, 5, C}, ElemType::kF32, true);
+    expectFused(rmsNormProgram({1e-6f, true, true, false, false}), {&xb, &gb}, {3, C}, ElemType::kBF16, true);
+    // Not the pattern: the norm of a residual sum (x + r is no input row); the mean of another
+    // input than the one centred.
+    expectFused(rmsNormProgram({1e-6f, true, true, true, false}), {&xb, &xb, &gb}, {3, C}, ElemType::kBF16, false);
+    RowProgram other;
+    RowValue a = other.load(0), o = other.load(1);
+    RowValue d = other.sub(a, other.reduce(RowOp::kMean, o));
+    other.store(0, other.mul(d, other.unary(RowOp::kRsqrt, other.add(other.reduce(RowOp::kMean, other.mul(d, d)),
+                                                                       other.constant(1e-5f)))));
+    expectFused(other, {&x, &x}, {2, 5, C}, ElemType::kF32, false);
+  }
+}
+
+TEST(RowEngine, FusedNormInPlace) {
+  // Output = input (same layout): every row is read in full before any of it is written.
+  std::mt19937 rng(22);
+  for (ElemType t : {ElemType::kF32, ElemType::kBF16}) {
+    Tensor x = randomTensor(t, {6, 100}, rng, -4, 6);
+    Tensor g = randomTensor(t, {100}, rng, 0.5f, 1.5f);
+    KernelRun want = run(fusedStyleLayerNorm(1e-5f, true, false, t == ElemType::kBF16), {&x, &g}, {6, 100}, {t}, true);
+    ASSERT_TRUE(want.status.isOk());
+    auto k = createRowKernel(fusedStyleLayerNorm(1e-5f, true, false, t == ElemType::kBF16), {x.desc, g.desc}, {x.desc});
+    ASSERT_TRUE(k.isOk()) << k.status().toString();
+    const void* ip[] = {x.data(), g.data()};
+    void* op[] = {x.data()};
+    ASSERT_TRUE(k.value()->execute(ip, op).isOk());
+    EXPECT_TRUE(bitEqual(values(x), values(want.outs[0])));
   }
 }
 
