@@ -187,7 +187,7 @@ at::Tensor emptyStridedActivation(c10::IntArrayRef sizes, c10::IntArrayRef strid
 bool donatedResidual(const at::Tensor& r, c10::IntArrayRef strides) {
   return r.use_count() == 1 && r.storage().use_count() == 1 && r.storage_offset() == 0 &&
          r.strides() == strides && r.device().is_cpu() &&
-         r.storage().nbytes() == static_cast<size_t>(r.numel()) * sizeof(float);
+         r.storage().nbytes() == static_cast<size_t>(r.numel()) * r.element_size();
 }
 
 /// A kernel and the output layout it writes, read once at creation (not per call).
