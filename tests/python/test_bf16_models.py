@@ -111,6 +111,27 @@ def test_bf16_block_runs_bf16_kernels_with_eager_sized_error(monkeypatch):
     _check_bf16_accuracy(model, (x, mask), {}, got)
 
 
+@native_bf16
+def test_bf16_attention_with_a_padding_mask_expanded_over_the_query_rows(monkeypatch):
+    """transformers' padding mask [b, 1, 1, kv] expanded to [b, 1, q, kv] (query-row stride 0): the
+    oneDNN attention widens its bf16 row once per block and uses it for every query row."""
+    monkeypatch.setenv("VERIFUSE_ATTENTION", "onednn")
+    torch.manual_seed(0)
+    model = Block().eval().bfloat16()
+    x, _ = _block_inputs()
+    pad = torch.zeros(2, 1, 1, 24)
+    pad[1, ..., -5:] = torch.finfo(torch.bfloat16).min
+    pad[0, ..., :3] = -2.5  # a finite additive bias too, different per key
+    mask = pad.bfloat16().expand(2, 1, 24, 24)
+    assert mask.stride(2) == 0
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+        compiled(x, mask)
+        got, events = _engine_events(compiled, (x, mask))
+    assert events["aten::_scaled_dot_product_flash_attention_for_cpu@onednn"] == 1, events
+    _check_bf16_accuracy(model, (x, mask), {}, got)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=native_bf16)])
 def test_residual_sum_accumulates_into_the_dead_intermediate(dtype):
     """down(...) + x, with x the first layer norm's result at its last use: the linear writes its

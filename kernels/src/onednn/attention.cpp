@@ -178,9 +178,14 @@ class OnednnAttention final : public AttentionKernel {
             if (maskBase) {
               const char* m0 = maskBase + i * p.maskStrides[2] * E;
               if (bf16) {  // widened to f32 (exact), one value or the row
-                const uint16_t* mb = reinterpret_cast<const uint16_t*>(m0);
-                const int64_t count = p.maskStrides[3] == 0 ? 1 : seen;
-                for (int64_t j = 0; j < count; ++j) maskRow[j] = rowwise::detail::bf16ToFloat(mb[j]);
+                // A mask the same for every query row (transformers' padding mask, [b, 1, 1, kv]
+                // expanded) is widened once per block, not once per row.
+                const bool sameForRows = p.maskStrides[2] == 0;
+                if (!sameForRows || i == 0) {
+                  const uint16_t* mb = reinterpret_cast<const uint16_t*>(m0);
+                  const int64_t count = p.maskStrides[3] == 0 ? 1 : sameForRows ? p.kvSeq : seen;
+                  for (int64_t j = 0; j < count; ++j) maskRow[j] = rowwise::detail::bf16ToFloat(mb[j]);
+                }
                 maskOfRow = maskRow;
               } else {
                 maskOfRow = reinterpret_cast<const float*>(m0);
