@@ -1,18 +1,37 @@
 #include "cpu/attention_rows.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "verifuse/kernels/cpu_features.h"
 
 namespace verifuse::kernels::cpu {
 
-float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64_t n, float scale, float* sum) {
+namespace {
+
+/// The f32 probabilities to bf16 (round to nearest even, NaN to the quiet NaN), as oneDNN's reorder.
+float toBf16Row(float mx, const float* s, int64_t n, uint16_t* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t u;
+    std::memcpy(&u, &s[j], 4);
+    out[j] = std::isnan(s[j]) ? uint16_t{0x7FC0} : static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  }
+  return mx;
+}
+
+}  // namespace
+
+float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64_t n, float scale, float* sum,
+                          uint16_t* bf16Out) {
   static const bool avx512 = hasAvx512() && hasAvx2Fma();
   static const bool avx2 = hasAvx2Fma();
   if (mask == nullptr || maskStride == 1) {
-    if (avx512) return detail::attentionSoftmaxRowAvx512(s, mask, n, scale, sum);
-    if (avx2) return detail::attentionSoftmaxRowAvx2(s, mask, n, scale, sum);
+    if (avx512) return detail::attentionSoftmaxRowAvx512(s, mask, n, scale, sum, bf16Out);
+    if (avx2) {
+      const float mx = detail::attentionSoftmaxRowAvx2(s, mask, n, scale, sum);
+      return bf16Out ? toBf16Row(mx, s, n, bf16Out) : mx;
+    }
   }
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) {
@@ -32,7 +51,7 @@ float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64
     }
   }
   *sum = total;
-  return mx;
+  return bf16Out ? toBf16Row(mx, s, n, bf16Out) : mx;
 }
 
 }  // namespace verifuse::kernels::cpu

@@ -10,11 +10,14 @@ namespace verifuse::kernels::cpu {
 /// *sum = sum_j s_j. A row whose every x_j is -inf gets s = 0, sum 0 and max -inf (the kernel then
 /// writes a zero output row, as ATen's CPU flash attention does). exp is the row engine's
 /// (vecmath, < 1 ulp) on AVX-512 or AVX2, std::exp otherwise.
-float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64_t n, float scale, float* sum);
+/// \p bf16Out (bf16 attention): the probabilities are written there instead, each rounded to bf16
+/// (nearest even), for the P·V matmul; s then holds scratch. The sum is of the float values.
+float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64_t n, float scale, float* sum,
+                          uint16_t* bf16Out = nullptr);
 
 namespace detail {
 float attentionSoftmaxRowAvx2(float* s, const float* mask, int64_t n, float scale, float* sum);
-float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float scale, float* sum);
+float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float scale, float* sum, uint16_t* bf16Out);
 }  // namespace detail
 
 }  // namespace verifuse::kernels::cpu

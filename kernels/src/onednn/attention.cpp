@@ -53,9 +53,8 @@ class OnednnAttention final : public AttentionKernel {
   // per-thread buffers: oneDNN's brgemm matmul takes only dense operands and is measurably faster
   // than the gemm:jit it picks for strided ones (createAttention).
   bool packQ = false, packKV = false, packO = false;
-  // bf16: the probabilities' f32 -> bf16 rounding and the output's (normalized f32 -> the caller's
-  // bf16 rows), per block height.
-  std::optional<dnnl::reorder> toBf16P[2], toBf16O[2];
+  // bf16: the output's rounding (normalized f32 -> the caller's bf16 rows), per block height.
+  std::optional<dnnl::reorder> toBf16O[2];
   dnnl::memory::desc outMd[2];  // bf16: the caller's output rows of a block
   size_t esize = sizeof(float);  // bytes per element of q, k, v, mask and out
 
@@ -191,11 +190,14 @@ class OnednnAttention final : public AttentionKernel {
                 maskOfRow = reinterpret_cast<const float*>(m0);
               }
             }
-            rowMax[i] = cpu::attentionSoftmaxRow(row, maskOfRow, p.maskStrides[3], seen, p.scale, &rowSum[i]);
-            std::fill(row + seen, row + p.kvSeq, 0.f);
+            // bf16: the row step writes P rounded to bf16 for the matmul itself (exp values in
+            // [0, 1]; one pass less than a reorder of the f32 tile afterwards).
+            uint16_t* pRow = bf16 ? reinterpret_cast<uint16_t*>(pTile) + i * p.kvSeq : nullptr;
+            rowMax[i] = cpu::attentionSoftmaxRow(row, maskOfRow, p.maskStrides[3], seen, p.scale, &rowSum[i], pRow);
+            if (bf16) std::fill(pRow + seen, pRow + p.kvSeq, uint16_t{0});
+            else std::fill(row + seen, row + p.kvSeq, 0.f);
           }
-          if (bf16) {  // P rounded to bf16 for the matmul (exp values in [0, 1])
-            toBf16P[t]->execute(s, {{DNNL_ARG_FROM, m.sm}, {DNNL_ARG_TO, m.pm}});
+          if (bf16) {
             args[DNNL_ARG_SRC] = m.pm;
           } else {
             args[DNNL_ARG_SRC] = m.sm;
@@ -290,7 +292,6 @@ StatusOr<std::unique_ptr<AttentionKernel>> createAttention(const AttentionParams
       kern->pv[t] = makeMatmul(pMd, vMd, oMd);
       if (p.bf16) {
         kern->outMd[t] = dnnl::memory::desc({n, p.valueDim}, dt::bf16, {p.outStrides[2], 1});
-        kern->toBf16P[t] = makePrimitive<dnnl::reorder>(dnnl::reorder::primitive_desc(engine(), sMd, engine(), pMd));
         kern->toBf16O[t] =
             makePrimitive<dnnl::reorder>(dnnl::reorder::primitive_desc(engine(), oMd, engine(), kern->outMd[t]));
       }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -20,11 +21,15 @@ float viaDispatch(float* s, const float* mask, int64_t n, float scale, float* su
   return attentionSoftmaxRow(s, mask, 1, n, scale, sum);
 }
 
+float avx512F32(float* s, const float* mask, int64_t n, float scale, float* sum) {
+  return detail::attentionSoftmaxRowAvx512(s, mask, n, scale, sum, nullptr);
+}
+
 /// Every path this CPU can run: the dispatcher's choice, and each ISA variant directly.
 std::vector<std::pair<const char*, RowFn>> paths() {
   std::vector<std::pair<const char*, RowFn>> out = {{"dispatch", viaDispatch}};
   if (hasAvx2Fma()) out.emplace_back("avx2", detail::attentionSoftmaxRowAvx2);
-  if (hasAvx512() && hasAvx2Fma()) out.emplace_back("avx512", detail::attentionSoftmaxRowAvx512);
+  if (hasAvx512() && hasAvx2Fma()) out.emplace_back("avx512", avx512F32);
   return out;
 }
 
@@ -70,6 +75,41 @@ TEST(AttentionRows, MatchesDoubleReference) {
     SCOPED_TRACE(name);
     checkAgainstDouble(fn);
   }
+}
+
+TEST(AttentionRows, Bf16ProbabilitiesAreTheFloatOnesRoundedToNearestEven) {
+  // bf16 attention: the row step writes P in bf16 itself; each value must be the float path's
+  // value rounded to nearest even (what the reorder of the f32 tile gave), the same max and sum.
+  std::mt19937 gen(4);
+  std::uniform_real_distribution<float> dist(-8.f, 8.f);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t n : {1, 7, 16, 17, 31, 33, 128, 1500}) {
+    for (bool withMask : {false, true}) {
+      std::vector<float> s(static_cast<size_t>(n)), mask(static_cast<size_t>(n));
+      for (float& x : s) x = dist(gen);
+      for (float& x : mask) x = dist(gen);
+      if (withMask && n > 2) mask[1] = ninf;
+      std::vector<float> f32 = s, scratch = s;
+      std::vector<uint16_t> bf(static_cast<size_t>(n), 0xFFFF);
+      float sumF = -1, sumB = -1;
+      const float* m = withMask ? mask.data() : nullptr;
+      const float mxF = attentionSoftmaxRow(f32.data(), m, 1, n, 0.37f, &sumF);
+      const float mxB = attentionSoftmaxRow(scratch.data(), m, 1, n, 0.37f, &sumB, bf.data());
+      EXPECT_EQ(mxF, mxB);
+      EXPECT_EQ(sumF, sumB);
+      for (int64_t j = 0; j < n; ++j) {
+        uint32_t u;
+        std::memcpy(&u, &f32[static_cast<size_t>(j)], 4);
+        const uint16_t want = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+        ASSERT_EQ(bf[static_cast<size_t>(j)], want) << "n " << n << " j " << j;
+      }
+    }
+  }
+  std::vector<float> s(20, 1.f), mask(20, ninf);
+  std::vector<uint16_t> bf(20, 0xFFFF);
+  float sum = -1;
+  EXPECT_EQ(attentionSoftmaxRow(s.data(), mask.data(), 1, 20, 1.f, &sum, bf.data()), ninf);
+  for (uint16_t v : bf) EXPECT_EQ(v, 0);  // a fully masked row: zeros, as the f32 path
 }
 
 TEST(AttentionRows, FullyMaskedRowIsZero) {
