@@ -19,11 +19,6 @@ namespace c = avx2::detail;
 
 inline __m512 splat(float v) { return _mm512_set1_ps(v); }
 
-inline __m512 pow2i(__m512 n) {
-  __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
-}
-
 /// vecmath's exp on 16 floats (operand order of the clamps as there: NaN passes through).
 inline __m512 exp512(__m512 x) {
   x = _mm512_min_ps(splat(89.0f), _mm512_max_ps(splat(-104.0f), x));
@@ -34,9 +29,11 @@ inline __m512 exp512(__m512 x) {
   __m512 p = splat(c::kExpP[kN - 1]);
   for (int i = kN - 2; i >= 0; --i) p = _mm512_fmadd_ps(p, r, splat(c::kExpP[i]));
   p = _mm512_add_ps(splat(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(r, r), p, r));
-  __m512 n1 = _mm512_roundscale_ps(_mm512_mul_ps(n, splat(0.5f)), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 n2 = _mm512_sub_ps(n, n1);
-  return _mm512_mul_ps(_mm512_mul_ps(p, pow2i(n1)), pow2i(n2));
+  // p * 2^n with one rounding by vscalefps: vecmath's two-step scaling (two normal powers of two,
+  // n = n1 + n2) rounds only in its last multiply too, so both give round(p * 2^n), denormals and
+  // overflow included: the same bits in 1 instruction instead of 11 (this loop is a fifth of
+  // Whisper's bf16 encoder time: 13.5M exps per layer).
+  return _mm512_scalef_ps(p, n);
 }
 
 // Horizontal max / sum through two 256-bit halves (GCC 12 warns about its own
