@@ -44,11 +44,6 @@ inline __m512 halves(__m512 x, F f) {
 inline __m512 splat(float v) { return _mm512_set1_ps(v); }
 inline __m512 absBits(__m512 x) { return _mm512_andnot_ps(splat(-0.0f), x); }
 
-inline __m512 pow2i(__m512 n) {
-  __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
-}
-
 template <int N>
 inline __m512 horner(__m512 x, const float (&k)[N]) {
   __m512 r = splat(k[N - 1]);
@@ -56,7 +51,9 @@ inline __m512 horner(__m512 x, const float (&k)[N]) {
   return r;
 }
 
-/// vecmath_avx2.h's expClamped, operation for operation.
+/// vecmath_avx2.h's expClamped: the same operations but the final scaling, p * 2^n by vscalefps
+/// where vecmath multiplies by two normal powers of two; both round once, so the bits are the same
+/// (checked over all 2^32 inputs when this was written).
 inline __m512 expClamped(__m512 x) {
   namespace c = v::detail;
   __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, splat(c::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -64,9 +61,7 @@ inline __m512 expClamped(__m512 x) {
   r = _mm512_fnmadd_ps(n, splat(c::kLn2Lo), r);
   __m512 p = horner(r, c::kExpP);
   p = _mm512_add_ps(splat(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(r, r), p, r));
-  __m512 n1 = _mm512_roundscale_ps(_mm512_mul_ps(n, splat(0.5f)), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 n2 = _mm512_sub_ps(n, n1);
-  return _mm512_mul_ps(_mm512_mul_ps(p, pow2i(n1)), pow2i(n2));
+  return _mm512_scalef_ps(p, n);
 }
 
 /// vecmath_avx2.h's exp (max/min with x second: NaN passes both clamps).
