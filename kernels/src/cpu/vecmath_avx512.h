@@ -32,21 +32,16 @@ VF_VEC512_INLINE __m512 horner(__m512 x, const float (&k)[N]) {
   for (int i = N - 2; i >= 0; --i) r = _mm512_fmadd_ps(r, x, _mm512_set1_ps(k[i]));
   return r;
 }
-VF_VEC512_INLINE __m512 pow2i(__m512 n) {
-  __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
-}
 
-/// vecmath_avx2.h's expClamped.
+/// vecmath_avx2.h's expClamped, the final p * 2^n by vscalefps (one rounding, as vecmath's two
+/// normal powers of two: the same bits, checked over all 2^32 inputs; 11 instructions fewer).
 VF_VEC512_INLINE __m512 expClamped(__m512 x) {
   __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, splat(c::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, splat(c::kLn2Hi), x);
   r = _mm512_fnmadd_ps(n, splat(c::kLn2Lo), r);
   __m512 p = horner(r, c::kExpP);
   p = _mm512_add_ps(splat(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(r, r), p, r));
-  __m512 n1 = _mm512_roundscale_ps(_mm512_mul_ps(n, splat(0.5f)), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 n2 = _mm512_sub_ps(n, n1);
-  return _mm512_mul_ps(_mm512_mul_ps(p, pow2i(n1)), pow2i(n2));
+  return _mm512_scalef_ps(p, n);
 }
 
 /// vecmath_avx2.h's erfcLarge (vrcp14ps for rcpps).
