@@ -1,5 +1,5 @@
 // AVX-512 row step of the attention kernel (16 floats a vector, masked tails): vecmath's exp
-// (vecmath_avx2.h: the same range reduction, polynomial and two-step scaling, < 1 ulp) on __m512.
+// (vecmath_avx512.h: vecmath_avx2.h's range reduction and polynomial, the same bits, < 1 ulp).
 // Why a second ISA: on this Zen 5 the row step is the part of attention outside oneDNN, and
 // 512-bit vectors run at full width.
 #include <immintrin.h>
@@ -9,31 +9,18 @@
 #include <limits>
 
 #include "cpu/attention_rows.h"
-#include "cpu/vecmath_avx2.h"  // the exp coefficients
+#include "cpu/vecmath_avx512.h"
 
 namespace verifuse::kernels::cpu::detail {
 
 namespace {
 
-namespace c = avx2::detail;
-
 inline __m512 splat(float v) { return _mm512_set1_ps(v); }
 
-/// vecmath's exp on 16 floats (operand order of the clamps as there: NaN passes through).
+/// vecmath's exp on 16 floats (vecmath_avx512.h; operand order of the clamps as vecmath_avx2.h's
+/// exp: NaN passes through).
 inline __m512 exp512(__m512 x) {
-  x = _mm512_min_ps(splat(89.0f), _mm512_max_ps(splat(-104.0f), x));
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, splat(c::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, splat(c::kLn2Hi), x);
-  r = _mm512_fnmadd_ps(n, splat(c::kLn2Lo), r);
-  constexpr int kN = sizeof(c::kExpP) / sizeof(c::kExpP[0]);
-  __m512 p = splat(c::kExpP[kN - 1]);
-  for (int i = kN - 2; i >= 0; --i) p = _mm512_fmadd_ps(p, r, splat(c::kExpP[i]));
-  p = _mm512_add_ps(splat(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(r, r), p, r));
-  // p * 2^n with one rounding by vscalefps: vecmath's two-step scaling (two normal powers of two,
-  // n = n1 + n2) rounds only in its last multiply too, so both give round(p * 2^n), denormals and
-  // overflow included: the same bits in 1 instruction instead of 11 (this loop is a fifth of
-  // Whisper's bf16 encoder time: 13.5M exps per layer).
-  return _mm512_scalef_ps(p, n);
+  return avx512::detail::expClamped(_mm512_min_ps(splat(89.0f), _mm512_max_ps(splat(-104.0f), x)));
 }
 
 // Horizontal max / sum through two 256-bit halves (GCC 12 warns about its own

@@ -15,6 +15,7 @@
 
 #include "cpu/rowwise_internal.h"
 #include "cpu/vecmath_avx2.h"
+#include "cpu/vecmath_avx512.h"
 
 namespace verifuse::kernels::rowwise::detail {
 
@@ -44,25 +45,8 @@ inline __m512 halves(__m512 x, F f) {
 inline __m512 splat(float v) { return _mm512_set1_ps(v); }
 inline __m512 absBits(__m512 x) { return _mm512_andnot_ps(splat(-0.0f), x); }
 
-template <int N>
-inline __m512 horner(__m512 x, const float (&k)[N]) {
-  __m512 r = splat(k[N - 1]);
-  for (int i = N - 2; i >= 0; --i) r = _mm512_fmadd_ps(r, x, splat(k[i]));
-  return r;
-}
-
-/// vecmath_avx2.h's expClamped: the same operations but the final scaling, p * 2^n by vscalefps
-/// where vecmath multiplies by two normal powers of two; both round once, so the bits are the same
-/// (checked over all 2^32 inputs when this was written).
-inline __m512 expClamped(__m512 x) {
-  namespace c = v::detail;
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, splat(c::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, splat(c::kLn2Hi), x);
-  r = _mm512_fnmadd_ps(n, splat(c::kLn2Lo), r);
-  __m512 p = horner(r, c::kExpP);
-  p = _mm512_add_ps(splat(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(r, r), p, r));
-  return _mm512_scalef_ps(p, n);
-}
+/// vecmath_avx2.h's expClamped on 16 lanes (vecmath_avx512.h: the same bits).
+inline __m512 expClamped(__m512 x) { return cpu::avx512::detail::expClamped(x); }
 
 /// vecmath_avx2.h's exp (max/min with x second: NaN passes both clamps).
 inline __m512 exp(__m512 x) { return expClamped(_mm512_min_ps(splat(89.0f), _mm512_max_ps(splat(-104.0f), x))); }

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
@@ -224,6 +225,32 @@ TEST(Vecmath, Gelu) {
 
 // The 16-lane GELU of the AVX-512 GEMM epilogue: the same bounds and edge cases, and within two
 // ulp of the 8-lane one everywhere (they differ only by the reciprocal estimate's precision).
+TEST(Vecmath, Avx512ExpScalesLikeTheTwoStepPowerOfTwo) {
+  // vecmath_avx512.h's expClamped (the GEMM epilogues', the row engine's and the attention row
+  // step's exp) scales p by 2^n with one vscalefps; vecmath_avx2.h multiplies
+  // by two normal powers of two. Both round once, so every result must be the same bits: every
+  // 61st float bit pattern (all signs, exponents, NaN and inf), denormal results and overflow included.
+  if (!cpu::hasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const size_t chunk = 1 << 20;
+  std::vector<float> x(chunk), a(chunk), b(chunk);
+  uint64_t pattern = 0, checked = 0;
+  while (pattern < (uint64_t{1} << 32)) {
+    size_t n = 0;
+    for (; n < chunk && pattern < (uint64_t{1} << 32); ++n, pattern += 61) {
+      const uint32_t u = static_cast<uint32_t>(pattern);
+      std::memcpy(&x[n], &u, 4);
+    }
+    evalAvx2(VecFn::kExp, x.data(), a.data(), n);
+    evalAvx512(VecFn::kExp, x.data(), b.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+      ASSERT_EQ(std::bit_cast<uint32_t>(a[i]), std::bit_cast<uint32_t>(b[i])) << "exp(" << x[i] << ")";
+    }
+    checked += n;
+  }
+  EXPECT_GT(checked, uint64_t{70000000});
+}
+
 TEST(Vecmath, GeluErfAvx512) {
   if (!cpu::hasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
   auto xs = inputs(4096, {{-15.0f, 15.0f}, {-1.5f, 1.5f}});
