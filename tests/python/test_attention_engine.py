@@ -213,6 +213,36 @@ def test_repeated_kv_heads_are_read_grouped(engine, monkeypatch):
     assert not any(op.startswith("aten::clone") or op.startswith("aten::expand") for op in graph.ops), graph.ops
 
 
+class ContiguousHeads(nn.Module):
+    """Whisper's attention: q, k and v made contiguous per head before SDPA, the output too."""
+
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.h = heads
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        heads = lambda t: t.view(b, s, self.h, d // self.h).transpose(1, 2).contiguous()  # noqa: E731
+        o = F.scaled_dot_product_attention(heads(self.q(x)), heads(self.k(x)), heads(self.v(x)))
+        return o.transpose(1, 2).contiguous().reshape(b, s, d)
+
+
+@pytest.mark.parametrize("engine", ["onednn", "aten"])
+def test_contiguous_keys_and_values_are_read_in_place(engine, monkeypatch):
+    # remove-clone: attention reads k and v by index whatever their strides, so their
+    # .contiguous() copies go; q's stays (the output is laid out like q, and the reshape after the
+    # output's transpose relies on that), and so does the output's.
+    torch.manual_seed(0)
+    model = ContiguousHeads().eval()
+    x = torch.randn(2, 7, 32)
+    _check(model, (x,), engine=engine, monkeypatch=monkeypatch)
+    report = verifuse.explain(model, x, strict=True)
+    graph = report.graphs[0]
+    assert graph.rewrites.get("remove-clone") == 2, graph.rewrites
+    assert graph.ops.get("aten::clone") == 2, graph.ops
+
+
 transformers = pytest.importorskip("transformers")
 
 
