@@ -243,6 +243,36 @@ def test_contiguous_keys_and_values_are_read_in_place(engine, monkeypatch):
     assert graph.ops.get("aten::clone") == 2, graph.ops
 
 
+class PermutedBiasMask(nn.Module):
+    """T5's attention mask: a relative-position bias embedded as [q, kv, heads], permuted to heads
+    first, masked by where() (whose result keeps the permuted layout) and made contiguous."""
+
+    def __init__(self, s=6, heads=4):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(s, s, heads))
+        self.proj = Projected(heads=heads)
+
+    def forward(self, x, keep):
+        bias = self.bias.permute(2, 0, 1).unsqueeze(0)
+        mask = torch.where(keep, bias, torch.finfo(x.dtype).min).contiguous()
+        return self.proj(x, x, mask)
+
+
+def test_a_mask_made_contiguous_keeps_its_clone(monkeypatch):
+    # remove-clone takes attention's keys and values only: the engine reads masks with a key stride
+    # of 0 or 1, and without the clone this one's is the number of heads (T5's attention fell back
+    # to ATen).
+    torch.manual_seed(0)
+    model = PermutedBiasMask().eval()
+    x = torch.randn(1, 6, 32)
+    keep = torch.ones(1, 1, 6, 6, dtype=torch.bool)
+    keep[..., -2:] = False
+    _check(model, (x, keep), engine="onednn", monkeypatch=monkeypatch)
+    graph = verifuse.explain(model, x, keep, strict=True).graphs[0]
+    assert graph.ops.get("aten::clone") == 1, graph.ops
+    assert "remove-clone" not in graph.rewrites, graph.rewrites
+
+
 transformers = pytest.importorskip("transformers")
 
 
