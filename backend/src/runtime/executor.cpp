@@ -445,6 +445,22 @@ StatusOr<Step> planStep(const ir::Node& n, const std::vector<at::Tensor>& consta
   return step;
 }
 
+/// A fused op's tensor operand: a frozen constant read in place (fixed), or a value per call;
+/// nullopt for any other argument (the op's own state).
+std::optional<ArgSlot> tensorSlot(const Arg& a, const std::vector<at::Tensor>& constants) {
+  ArgSlot slot;
+  if (a.isConstant()) {
+    slot.kind = ArgSlot::Kind::Fixed;
+    slot.fixed = c10::IValue(constants[static_cast<size_t>(a.i)]);
+  } else if (a.isValue()) {
+    slot.kind = ArgSlot::Kind::Value;
+    slot.value = static_cast<ValueId>(a.i);
+  } else {
+    return std::nullopt;
+  }
+  return slot;
+}
+
 /// A row program's step: the weights it reads (layer norm's gamma/beta, RMSNorm's weight) read in
 /// place, its values per call. Returns the op for the caller to configure and hand to the step.
 StatusOr<std::unique_ptr<FusedOp>> rowwiseStep(const ir::Graph& g, const ir::Node& n,
@@ -453,17 +469,7 @@ StatusOr<std::unique_ptr<FusedOp>> rowwiseStep(const ir::Graph& g, const ir::Nod
   step.name = n.op;
   step.outputs = n.outputs;
   for (const Arg& a : n.args) {
-    ArgSlot slot;
-    if (a.isConstant()) {
-      slot.kind = ArgSlot::Kind::Fixed;
-      slot.fixed = c10::IValue(constants[static_cast<size_t>(a.i)]);
-    } else if (a.isValue()) {
-      slot.kind = ArgSlot::Kind::Value;
-      slot.value = static_cast<ValueId>(a.i);
-    } else {
-      continue;
-    }
-    step.args.push_back(std::move(slot));
+    if (auto slot = tensorSlot(a, constants)) step.args.push_back(std::move(*slot));
   }
   auto row = createRowwiseOp(g, n, options);
   if (!row.isOk()) return row.status().withContext(n.op);
@@ -968,18 +974,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       step.outputs = n.outputs;
       // The tensor arguments only (q, k, v, the mask if any): the rest is the op's own state.
       for (size_t a : {size_t{0}, size_t{1}, size_t{2}, size_t{5}}) {
-        const Arg& arg = n.args[a];
-        ArgSlot slot;
-        if (arg.isConstant()) {
-          slot.kind = ArgSlot::Kind::Fixed;
-          slot.fixed = c10::IValue(impl->constants[static_cast<size_t>(arg.i)]);
-        } else if (arg.isValue()) {
-          slot.kind = ArgSlot::Kind::Value;
-          slot.value = static_cast<ValueId>(arg.i);
-        } else {
-          continue;
-        }
-        step.args.push_back(std::move(slot));
+        if (auto slot = tensorSlot(n.args[a], impl->constants)) step.args.push_back(std::move(*slot));
       }
       auto attn = createAttentionOp(graph, n, options);
       if (!attn.isOk()) return attn.status().withContext(n.op);

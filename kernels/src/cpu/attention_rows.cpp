@@ -1,9 +1,9 @@
 #include "cpu/attention_rows.h"
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 
+#include "cpu/rowwise_internal.h"
 #include "verifuse/kernels/cpu_features.h"
 
 namespace verifuse::kernels::cpu {
@@ -11,13 +11,8 @@ namespace verifuse::kernels::cpu {
 namespace {
 
 /// The f32 probabilities to bf16 (round to nearest even, NaN to the quiet NaN), as oneDNN's reorder.
-float toBf16Row(float mx, const float* s, int64_t n, uint16_t* out) {
-  for (int64_t j = 0; j < n; ++j) {
-    uint32_t u;
-    std::memcpy(&u, &s[j], 4);
-    out[j] = std::isnan(s[j]) ? uint16_t{0x7FC0} : static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-  }
-  return mx;
+void toBf16Row(const float* s, int64_t n, uint16_t* out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = rowwise::detail::floatToBf16(s[j]);
 }
 
 }  // namespace
@@ -30,7 +25,8 @@ float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64
     if (avx512) return detail::attentionSoftmaxRowAvx512(s, mask, n, scale, sum, bf16Out);
     if (avx2) {
       const float mx = detail::attentionSoftmaxRowAvx2(s, mask, n, scale, sum);
-      return bf16Out ? toBf16Row(mx, s, n, bf16Out) : mx;
+      if (bf16Out) toBf16Row(s, n, bf16Out);
+      return mx;
     }
   }
   float mx = -std::numeric_limits<float>::infinity();
@@ -51,7 +47,8 @@ float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64
     }
   }
   *sum = total;
-  return bf16Out ? toBf16Row(mx, s, n, bf16Out) : mx;
+  if (bf16Out) toBf16Row(s, n, bf16Out);
+  return mx;
 }
 
 }  // namespace verifuse::kernels::cpu

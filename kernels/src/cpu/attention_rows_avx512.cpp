@@ -34,14 +34,6 @@ inline __m128 halves(__m512 v, __m128 (*op)(__m128, __m128), __m256 (*op8)(__m25
 inline float hmax(__m512 v) { return _mm_cvtss_f32(halves(v, _mm_max_ps, _mm256_max_ps)); }
 inline float hsum(__m512 v) { return _mm_cvtss_f32(halves(v, _mm_add_ps, _mm256_add_ps)); }
 
-/// vecmath_avx2.h's toBf16Bits on 16 lanes: round to nearest even, NaN -> 0x7FC0.
-inline __m256i toBf16(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
-  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, _mm512_set1_epi32(0x7FC0)));
-}
-
 }  // namespace
 
 float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float scale, float* sum, uint16_t* bf16Out) {
@@ -69,7 +61,7 @@ float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float sc
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 k = n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1);
     __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm));
-    if (bf16Out) _mm256_mask_storeu_epi16(bf16Out + j, k, toBf16(e));
+    if (bf16Out) _mm256_mask_storeu_epi16(bf16Out + j, k, _mm512_cvtepi32_epi16(avx512::detail::toBf16Bits(e)));
     else _mm512_mask_storeu_ps(s + j, k, e);
     acc = _mm512_mask_add_ps(acc, k, acc, e);
   }

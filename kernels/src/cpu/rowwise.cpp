@@ -960,8 +960,9 @@ bool RowKernelImpl::matchNorm(const RowProgram& program) {
 }
 
 void RowKernelImpl::runNormRows(const void* const* in, void* const* out, int threads) const {
-  // Weight and bias as float32 once per call (bf16 widened exactly), read in place if f32.
-  std::vector<float> wide[2];
+  // Weight and bias as float32 once per call (bf16 widened exactly, into the calling thread's
+  // buffers, kept between calls: no allocation per call), read in place if f32.
+  static thread_local std::vector<float> wide[2];
   const float* column[2] = {nullptr, nullptr};
   const int which[2] = {normW_, normB_};
   for (int k = 0; k < 2; ++k) {

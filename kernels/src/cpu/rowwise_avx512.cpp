@@ -76,13 +76,7 @@ inline __m512 minimum(__m512 a, __m512 b) {
                               _mm512_castsi512_ps(_mm512_set1_epi32(-1)));
 }
 
-/// vecmath_avx2.h's toBf16Bits: round to nearest even, NaN -> 0x7FC0.
-inline __m512i toBf16Bits(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
-  return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, _mm512_set1_epi32(0x7FC0));
-}
+using cpu::avx512::detail::toBf16Bits;
 inline __m512 roundToBf16(__m512 x) { return _mm512_castsi512_ps(_mm512_slli_epi32(toBf16Bits(x), 16)); }
 
 /// Stores lanes [0, w) of \p x at \p d (w is 16, or 8 for a row's last half vector).

@@ -33,6 +33,15 @@ VF_VEC512_INLINE __m512 horner(__m512 x, const float (&k)[N]) {
   return r;
 }
 
+/// vecmath_avx2.h's toBf16Bits on 16 lanes: float -> bf16 bit patterns in the low 16 bits of each
+/// lane, rounded to nearest even as torch does; NaN -> 0x7FC0.
+VF_VEC512_INLINE __m512i toBf16Bits(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, _mm512_set1_epi32(0x7FC0));
+}
+
 /// vecmath_avx2.h's expClamped, the final p * 2^n by vscalefps (one rounding, as vecmath's two
 /// normal powers of two: the same bits, checked over all 2^32 inputs; 11 instructions fewer).
 VF_VEC512_INLINE __m512 expClamped(__m512 x) {
