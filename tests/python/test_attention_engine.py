@@ -23,10 +23,15 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 
 
 def _engine_runs(compiled, args, kwargs=None):
-    """(outputs, Counter of the engines SDPA nodes ran on) for one call."""
+    """(outputs, Counter of the engines SDPA nodes ran on) for one call. The oneDNN engine hands
+    inputs its kernel does not take to ATen's op, which the profiler then records by its own name:
+    counted as "aten inside onednn"."""
     with profile() as prof:
         out = compiled(*args, **(kwargs or {}))
     runs = Counter(e.name.split("@")[1] for e in prof.events() if e.name.startswith(SDPA + "@"))
+    inner = sum(1 for e in prof.events() if e.name == SDPA)
+    if inner and runs.get("onednn"):
+        runs["aten inside onednn"] = inner
     return out, runs
 
 
@@ -258,10 +263,10 @@ class PermutedBiasMask(nn.Module):
         return self.proj(x, x, mask)
 
 
-def test_a_mask_made_contiguous_keeps_its_clone(monkeypatch):
-    # remove-clone takes attention's keys and values only: the engine reads masks with a key stride
-    # of 0 or 1, and without the clone this one's is the number of heads (T5's attention fell back
-    # to ATen).
+def test_a_permuted_mask_is_read_in_place(monkeypatch):
+    # remove-clone takes the mask's .contiguous() too: the engine gathers mask rows whose keys are
+    # not adjacent (here the key stride is the number of heads, as in T5). Before, the engine took
+    # key strides 0 and 1 only, the clone had to stay, and without it attention fell back to ATen.
     torch.manual_seed(0)
     model = PermutedBiasMask().eval()
     x = torch.randn(1, 6, 32)
@@ -269,8 +274,8 @@ def test_a_mask_made_contiguous_keeps_its_clone(monkeypatch):
     keep[..., -2:] = False
     _check(model, (x, keep), engine="onednn", monkeypatch=monkeypatch)
     graph = verifuse.explain(model, x, keep, strict=True).graphs[0]
-    assert graph.ops.get("aten::clone") == 1, graph.ops
-    assert "remove-clone" not in graph.rewrites, graph.rewrites
+    assert "aten::clone" not in graph.ops, graph.ops
+    assert graph.rewrites.get("remove-clone") == 1, graph.rewrites
 
 
 transformers = pytest.importorskip("transformers")

@@ -33,9 +33,13 @@ native_bf16 = pytest.mark.skipif(not _C.cpu_has_bf16(), reason="this CPU has no 
 
 
 def _engine_events(compiled, args, kwargs=None):
+    """(outputs, Counter of engine runs by profiler name) for one call; "aten inside an engine":
+    ATen attention ops the profiler saw besides, i.e. an engine that handed its inputs to ATen."""
     with profile() as prof:
         out = compiled(*args, **(kwargs or {}))
-    return out, Counter(e.name for e in prof.events() if "@" in e.name)
+    events = Counter(e.name for e in prof.events() if "@" in e.name)
+    events["aten inside an engine"] = sum(1 for e in prof.events() if e.name == "aten::_scaled_dot_product_flash_attention_for_cpu")
+    return out, events
 
 
 def _first_tensor(out):
@@ -130,6 +134,43 @@ def test_bf16_attention_with_a_padding_mask_expanded_over_the_query_rows(monkeyp
         got, events = _engine_events(compiled, (x, mask))
     assert events["aten::_scaled_dot_product_flash_attention_for_cpu@onednn"] == 1, events
     _check_bf16_accuracy(model, (x, mask), {}, got)
+
+
+class PermutedBiasBlock(nn.Module):
+    """T5's attention mask in bf16: a relative-position bias embedded as [q, kv, heads], permuted
+    to heads first and masked by where(); its key stride is the number of heads."""
+
+    def __init__(self, s=24, d=64, heads=4):
+        super().__init__()
+        self.h = heads
+        self.bias = nn.Parameter(torch.randn(s, s, heads))
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x, keep):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3 * self.h, d // self.h).transpose(1, 2).chunk(3, dim=1)
+        bias = self.bias.permute(2, 0, 1).unsqueeze(0)
+        mask = torch.where(keep, bias, torch.finfo(x.dtype).min)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@native_bf16
+def test_bf16_attention_gathers_a_permuted_mask(monkeypatch):
+    """The oneDNN attention reads a bf16 mask whose keys are not adjacent (widened per query row)
+    instead of handing the call to ATen."""
+    monkeypatch.setenv("VERIFUSE_ATTENTION", "onednn")
+    torch.manual_seed(0)
+    model = PermutedBiasBlock().eval().bfloat16()
+    x = torch.randn(2, 24, 64).bfloat16()
+    keep = torch.ones(2, 1, 24, 24, dtype=torch.bool)
+    keep[1, ..., -5:] = False
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+        compiled(x, keep)
+        got, events = _engine_events(compiled, (x, keep))
+    assert events["aten::_scaled_dot_product_flash_attention_for_cpu@onednn"] == 1, events
+    assert events["aten inside an engine"] == 0, events
+    _check_bf16_accuracy(model, (x, keep), {}, got)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=native_bf16)])

@@ -71,6 +71,10 @@ class OnednnAttention final : public AttentionKernel {
       return invalidArgument("attention: null buffer");
     }
     const int64_t blocks = (p.seq + rows - 1) / rows;
+    // The softmax row step reads mask values adjacent (or one value for every key); any other
+    // key stride (a mask left in a permuted layout, e.g. T5's position bias) is gathered.
+    const int64_t maskKeyStride = p.maskStrides[3];
+    const bool gatherMask = p.hasMask && (p.bf16 || (maskKeyStride != 0 && maskKeyStride != 1));
     const int64_t group = p.heads / (p.kvHeads > 0 ? p.kvHeads : p.heads);
     const int64_t units = p.batch * p.heads * blocks;
     const int maxThreads = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -91,12 +95,13 @@ class OnednnAttention final : public AttentionKernel {
         // copies of operands whose rows are not dense (see createAttention).
         const int64_t D = p.headDim, Dv = p.valueDim, KV = p.kvSeq;
         auto pad = [](int64_t n) { return (n + 15) / 16 * 16; };
-        // Sizes in floats; bf16 also needs the probabilities in bf16, an f32 output block (P·V
-        // accumulates in f32) and an f32 mask row.
+        // Sizes in floats; bf16 also needs the probabilities in bf16 and an f32 output block (P·V
+        // accumulates in f32); a bf16 mask or one whose keys are not adjacent is gathered into an
+        // f32 row.
         const bool bf16 = p.bf16;
         const int64_t sizes[] = {rows * KV, rows, rows, packQ ? rows * D : 0, packKV ? KV * D : 0,
                                  packKV ? KV * Dv : 0, packO || bf16 ? rows * Dv : 0, bf16 ? (rows * KV + 1) / 2 : 0,
-                                 bf16 && p.hasMask ? KV : 0};
+                                 gatherMask ? KV : 0};
         constexpr int kParts = 9;
         int64_t total = 0;
         for (int64_t n : sizes) total += pad(n);
@@ -176,14 +181,21 @@ class OnednnAttention final : public AttentionKernel {
             const float* maskOfRow = nullptr;
             if (maskBase) {
               const char* m0 = maskBase + i * p.maskStrides[2] * E;
-              if (bf16) {  // widened to f32 (exact), one value or the row
+              if (gatherMask) {  // one value or the row, f32 (bf16 widens exactly), keys adjacent
                 // A mask the same for every query row (transformers' padding mask, [b, 1, 1, kv]
-                // expanded) is widened once per block, not once per row.
+                // expanded) is gathered once per block, not once per row.
                 const bool sameForRows = p.maskStrides[2] == 0;
                 if (!sameForRows || i == 0) {
-                  const uint16_t* mb = reinterpret_cast<const uint16_t*>(m0);
-                  const int64_t count = p.maskStrides[3] == 0 ? 1 : sameForRows ? p.kvSeq : seen;
-                  for (int64_t j = 0; j < count; ++j) maskRow[j] = rowwise::detail::bf16ToFloat(mb[j]);
+                  const int64_t count = maskKeyStride == 0 ? 1 : sameForRows ? p.kvSeq : seen;
+                  if (bf16) {
+                    const uint16_t* mb = reinterpret_cast<const uint16_t*>(m0);
+                    for (int64_t j = 0; j < count; ++j) {
+                      maskRow[j] = rowwise::detail::bf16ToFloat(mb[j * maskKeyStride]);
+                    }
+                  } else {
+                    const float* mf = reinterpret_cast<const float*>(m0);
+                    for (int64_t j = 0; j < count; ++j) maskRow[j] = mf[j * maskKeyStride];
+                  }
                 }
                 maskOfRow = maskRow;
               } else {
@@ -193,7 +205,7 @@ class OnednnAttention final : public AttentionKernel {
             // bf16: the row step writes P rounded to bf16 for the matmul itself (exp values in
             // [0, 1]; one pass less than a reorder of the f32 tile afterwards).
             uint16_t* pRow = bf16 ? reinterpret_cast<uint16_t*>(pTile) + i * p.kvSeq : nullptr;
-            rowMax[i] = cpu::attentionSoftmaxRow(row, maskOfRow, p.maskStrides[3], seen, p.scale, &rowSum[i], pRow);
+            rowMax[i] = cpu::attentionSoftmaxRow(row, maskOfRow, maskKeyStride == 0 ? 0 : 1, seen, p.scale, &rowSum[i], pRow);
             if (bf16) std::fill(pRow + seen, pRow + p.kvSeq, uint16_t{0});
             else std::fill(row + seen, row + p.kvSeq, 0.f);
           }
@@ -257,9 +269,6 @@ StatusOr<std::unique_ptr<AttentionKernel>> createAttention(const AttentionParams
   }
   if (p.qStrides[3] != 1 || p.kStrides[3] != 1 || p.vStrides[3] != 1 || p.outStrides[3] != 1) {
     return unimplemented("attention: the last dim of q, k, v and out must be dense");
-  }
-  if (p.hasMask && p.maskStrides[3] != 0 && p.maskStrides[3] != 1) {
-    return unimplemented("attention: the mask's key stride must be 0 or 1");
   }
   return guarded("attention", [&]() -> StatusOr<std::unique_ptr<AttentionKernel>> {
     auto kern = std::make_unique<OnednnAttention>();

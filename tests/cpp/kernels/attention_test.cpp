@@ -46,7 +46,8 @@ struct Case {
   int64_t B, H, S, KV, D;
   Order order;
   /// Mask shape (before broadcasting to [B,H,S,KV]): 0 none, 1 [B,1,S,KV], 2 [B,1,1,KV], 3 [1,1,S,KV],
-  /// 4 [B,H,S,KV].
+  /// 4 [B,H,S,KV]; keys not adjacent: 5 [1,H,S,KV] stored [S,KV,H] (T5's position bias permuted to
+  /// heads first), 6 [B,1,S,KV] stored [B,KV,S] (transposed).
   int mask;
   bool lse;
   int64_t blockRows;
@@ -70,7 +71,8 @@ TEST_P(AttentionTest, MatchesReference) {
   std::vector<float> mask;
   Strides ms{};
   if (c.mask) {
-    const int64_t mb = c.mask == 3 ? 1 : c.B, mh = c.mask == 4 ? c.H : 1, msq = c.mask == 2 ? 1 : c.S;
+    const int64_t mb = c.mask == 3 || c.mask == 5 ? 1 : c.B, mh = c.mask == 4 || c.mask == 5 ? c.H : 1,
+                  msq = c.mask == 2 ? 1 : c.S;
     mask.resize(static_cast<size_t>(mb * mh * msq * c.KV));
     std::mt19937 gen(9);
     std::uniform_real_distribution<float> dist(-2.f, 2.f);
@@ -78,6 +80,8 @@ TEST_P(AttentionTest, MatchesReference) {
     // A padding-style entry: every row's last key gets the most negative float (transformers).
     for (int64_t r = 0; r < mh * msq; ++r) mask[static_cast<size_t>(r * c.KV + c.KV - 1)] = std::numeric_limits<float>::lowest();
     ms = {mb > 1 ? mh * msq * c.KV : 0, mh > 1 ? msq * c.KV : 0, msq > 1 ? c.KV : 0, 1};
+    if (c.mask == 5) ms = {0, 1, c.KV * c.H, c.H};
+    if (c.mask == 6) ms = {c.KV * c.S, 0, 1, c.S};
   }
   std::vector<float> lse(static_cast<size_t>(c.B * c.H * c.S), std::nanf(""));
   const std::array<int64_t, 3> ls{c.S * c.H, 1, c.H};  // ATen's: [B,S,H] transposed
@@ -111,7 +115,7 @@ TEST_P(AttentionTest, MatchesReference) {
           double a = 0;
           for (int64_t d = 0; d < c.D; ++d) a += double(at(q, b, h, i, d)) * at(k, b, h / group, j, d);
           a *= p.scale;
-          if (c.mask) a += mask[static_cast<size_t>(b * ms[0] + h * ms[1] + i * ms[2] + j)];
+          if (c.mask) a += mask[static_cast<size_t>(b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3])];
           if (c.causal && j > i) a = -INFINITY;
           sc[static_cast<size_t>(j)] = a;
           mx = std::max(mx, a);
@@ -149,7 +153,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"CausalMaskKvLonger", 1, 3, 20, 29, 8, Order::kPaddedBRHC, 1, true, 16, true},
         Case{"CausalKvShorter", 1, 2, 30, 12, 8, Order::kBHRC, 2, false, 8, true},
         Case{"GroupedQuery", 2, 4, 12, 12, 16, Order::kBRHC, 0, true, 0, true, 2},
-        Case{"GroupedQueryOneKvHead", 1, 3, 10, 14, 8, Order::kBHRC, 1, false, 4, false, 1}),
+        Case{"GroupedQueryOneKvHead", 1, 3, 10, 14, 8, Order::kBHRC, 1, false, 4, false, 1},
+        Case{"PermutedBiasMask", 1, 4, 19, 19, 8, Order::kBRHC, 5, true, 8},
+        Case{"TransposedMaskCausal", 2, 2, 21, 17, 8, Order::kBHRC, 6, false, 8, true}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 TEST(AttentionKernel, RefusesWhatItCannotRun) {

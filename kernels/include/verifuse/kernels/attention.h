@@ -19,7 +19,8 @@ namespace verifuse::kernels {
 /// Every tensor is given by its sizes (implied by the fields below) and element strides, so
 /// permuted views of [B,S,H,D] projections are read in place. Requirements (else kUnimplemented,
 /// and the caller runs ATen): the last dim of q, k, v and out has stride 1 (oneDNN's matmul
-/// kernels read rows), the mask's key stride is 1 or 0.
+/// kernels read rows). The mask may have any strides (rows whose keys are not adjacent are gathered
+/// per query row).
 struct AttentionParams {
   int64_t batch = 0, heads = 0, seq = 0, kvSeq = 0, headDim = 0, valueDim = 0;
   /// Heads of k and v (grouped-query attention, as ATen's enable_gqa and HF's repeat_kv): query head
