@@ -18,11 +18,12 @@ void toBf16Row(const float* s, int64_t n, uint16_t* out) {
 }  // namespace
 
 float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64_t n, float scale, float* sum,
-                          uint16_t* bf16Out) {
+                          uint16_t* bf16Out, bool exactBf16) {
   static const bool avx512 = hasAvx512() && hasAvx2Fma();
+  static const bool avx512Bf16 = avx512 && hasAvx512Bf16();
   static const bool avx2 = hasAvx2Fma();
   if (mask == nullptr || maskStride == 1) {
-    if (avx512) return detail::attentionSoftmaxRowAvx512(s, mask, n, scale, sum, bf16Out);
+    if (avx512) return detail::attentionSoftmaxRowAvx512(s, mask, n, scale, sum, bf16Out, avx512Bf16 && !exactBf16);
     if (avx2) {
       const float mx = detail::attentionSoftmaxRowAvx2(s, mask, n, scale, sum);
       if (bf16Out) toBf16Row(s, n, bf16Out);

@@ -12,12 +12,16 @@ namespace verifuse::kernels::cpu {
 /// (vecmath, < 1 ulp) on AVX-512 or AVX2, std::exp otherwise.
 /// \p bf16Out (bf16 attention): the probabilities are written there instead, each rounded to bf16
 /// (nearest even), for the P·V matmul; s then holds scratch. The sum is of the float values.
+/// Denormal bf16 probabilities (below 2^-126) are flushed to zero on AVX512-BF16 CPUs (one
+/// conversion instruction; vdpbf16ps, which oneDNN's bf16 matmul runs there, reads denormal inputs
+/// as zero anyway) unless \p exactBf16.
 float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64_t n, float scale, float* sum,
-                          uint16_t* bf16Out = nullptr);
+                          uint16_t* bf16Out = nullptr, bool exactBf16 = false);
 
 namespace detail {
 float attentionSoftmaxRowAvx2(float* s, const float* mask, int64_t n, float scale, float* sum);
-float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float scale, float* sum, uint16_t* bf16Out);
+float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float scale, float* sum, uint16_t* bf16Out,
+                                bool cvtneBf16);
 }  // namespace detail
 
 }  // namespace verifuse::kernels::cpu

@@ -36,7 +36,22 @@ inline float hsum(__m512 v) { return _mm_cvtss_f32(halves(v, _mm_add_ps, _mm256_
 
 }  // namespace
 
-float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float scale, float* sum, uint16_t* bf16Out) {
+namespace {
+
+/// The probabilities in bf16 by the manual rounding (exact: denormals kept) or, on AVX512-BF16 CPUs,
+/// by vcvtneps2bf16: one instruction instead of seven, the same round to nearest even, but it
+/// flushes denormal results (weights below 2^-126, of a row whose largest weight is 1) to zero.
+template <bool kCvtne>
+inline void storeBf16(uint16_t* out, __mmask16 k, __m512 e) {
+  if constexpr (kCvtne) {
+    _mm256_mask_storeu_epi16(out, k, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+  } else {
+    _mm256_mask_storeu_epi16(out, k, _mm512_cvtepi32_epi16(avx512::detail::toBf16Bits(e)));
+  }
+}
+
+template <bool kCvtne>
+float softmaxRow(float* s, const float* mask, int64_t n, float scale, float* sum, uint16_t* bf16Out) {
   const float ninf = -std::numeric_limits<float>::infinity();
   const __m512 vs = splat(scale);
   __m512 vmax = splat(ninf);
@@ -61,12 +76,20 @@ float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float sc
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 k = n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1);
     __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm));
-    if (bf16Out) _mm256_mask_storeu_epi16(bf16Out + j, k, _mm512_cvtepi32_epi16(avx512::detail::toBf16Bits(e)));
+    if (bf16Out) storeBf16<kCvtne>(bf16Out + j, k, e);
     else _mm512_mask_storeu_ps(s + j, k, e);
     acc = _mm512_mask_add_ps(acc, k, acc, e);
   }
   *sum = hsum(acc);
   return mx;
+}
+
+}  // namespace
+
+float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float scale, float* sum, uint16_t* bf16Out,
+                                bool cvtneBf16) {
+  return cvtneBf16 && bf16Out ? softmaxRow<true>(s, mask, n, scale, sum, bf16Out)
+                              : softmaxRow<false>(s, mask, n, scale, sum, bf16Out);
 }
 
 }  // namespace verifuse::kernels::cpu::detail

@@ -22,7 +22,7 @@ float viaDispatch(float* s, const float* mask, int64_t n, float scale, float* su
 }
 
 float avx512F32(float* s, const float* mask, int64_t n, float scale, float* sum) {
-  return detail::attentionSoftmaxRowAvx512(s, mask, n, scale, sum, nullptr);
+  return detail::attentionSoftmaxRowAvx512(s, mask, n, scale, sum, nullptr, false);
 }
 
 /// Every path this CPU can run: the dispatcher's choice, and each ISA variant directly.
@@ -94,14 +94,17 @@ TEST(AttentionRows, Bf16ProbabilitiesAreTheFloatOnesRoundedToNearestEven) {
       float sumF = -1, sumB = -1;
       const float* m = withMask ? mask.data() : nullptr;
       const float mxF = attentionSoftmaxRow(f32.data(), m, 1, n, 0.37f, &sumF);
-      const float mxB = attentionSoftmaxRow(scratch.data(), m, 1, n, 0.37f, &sumB, bf.data());
-      EXPECT_EQ(mxF, mxB);
-      EXPECT_EQ(sumF, sumB);
-      for (int64_t j = 0; j < n; ++j) {
-        uint32_t u;
-        std::memcpy(&u, &f32[static_cast<size_t>(j)], 4);
-        const uint16_t want = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-        ASSERT_EQ(bf[static_cast<size_t>(j)], want) << "n " << n << " j " << j;
+      for (bool exact : {false, true}) {
+        scratch = s;
+        const float mxB = attentionSoftmaxRow(scratch.data(), m, 1, n, 0.37f, &sumB, bf.data(), exact);
+        EXPECT_EQ(mxF, mxB);
+        EXPECT_EQ(sumF, sumB);
+        for (int64_t j = 0; j < n; ++j) {
+          uint32_t u;
+          std::memcpy(&u, &f32[static_cast<size_t>(j)], 4);
+          const uint16_t want = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+          ASSERT_EQ(bf[static_cast<size_t>(j)], want) << "n " << n << " j " << j << " exact " << exact;
+        }
       }
     }
   }
@@ -110,6 +113,29 @@ TEST(AttentionRows, Bf16ProbabilitiesAreTheFloatOnesRoundedToNearestEven) {
   float sum = -1;
   EXPECT_EQ(attentionSoftmaxRow(s.data(), mask.data(), 1, 20, 1.f, &sum, bf.data()), ninf);
   for (uint16_t v : bf) EXPECT_EQ(v, 0);  // a fully masked row: zeros, as the f32 path
+}
+
+TEST(AttentionRows, Bf16DenormalProbabilitiesAreKeptOnlyWhenExact) {
+  // Weights exp(-90) ~ 8e-40 are bf16 denormals: the exact rounding keeps them; the AVX512-BF16
+  // conversion (the default on such CPUs) flushes them to zero, and every normal weight is the same.
+  std::vector<float> s(40);
+  for (size_t j = 0; j < s.size(); ++j) s[j] = j % 2 ? -90.f : -0.25f * static_cast<float>(j);
+  std::vector<uint16_t> exact(s.size()), fast(s.size());
+  float sum;
+  std::vector<float> scratch = s;
+  attentionSoftmaxRow(scratch.data(), nullptr, 1, static_cast<int64_t>(s.size()), 1.f, &sum, exact.data(), true);
+  scratch = s;
+  attentionSoftmaxRow(scratch.data(), nullptr, 1, static_cast<int64_t>(s.size()), 1.f, &sum, fast.data());
+  const bool flushes = hasAvx512() && hasAvx512Bf16();
+  for (size_t j = 0; j < s.size(); ++j) {
+    if (j % 2 == 0) {
+      EXPECT_EQ(fast[j], exact[j]) << j;
+    } else {
+      EXPECT_GT(exact[j], 0) << j;            // a denormal, not zero
+      EXPECT_LT(exact[j], 0x0080) << j;
+      EXPECT_EQ(fast[j], flushes ? 0 : exact[j]) << j;
+    }
+  }
 }
 
 TEST(AttentionRows, FullyMaskedRowIsZero) {
