@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "cpu/rowwise_internal.h"
 #include "verifuse/kernels/cpu_features.h"
@@ -50,6 +51,31 @@ float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64
   *sum = total;
   if (bf16Out) toBf16Row(s, n, bf16Out);
   return mx;
+}
+
+float attentionSoftmaxRowBf16Mask(float* s, const uint16_t* mask, int64_t n, float scale, float* sum,
+                                  uint16_t* bf16Out, bool exactBf16) {
+  static const bool avx512 = hasAvx512() && hasAvx2Fma();
+  static const bool avx512Bf16 = avx512 && hasAvx512Bf16();
+  if (avx512) {
+    return detail::attentionSoftmaxRowBf16MaskAvx512(s, mask, n, scale, sum, bf16Out, avx512Bf16 && !exactBf16);
+  }
+  thread_local std::vector<float> wide;
+  wide.resize(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) wide[static_cast<size_t>(j)] = rowwise::detail::bf16ToFloat(mask[j]);
+  return attentionSoftmaxRow(s, wide.data(), 1, n, scale, sum, bf16Out, exactBf16);
+}
+
+void attentionScaleRow(const float* from, float r, int64_t n, float* to) {
+  static const bool avx512 = hasAvx512() && hasAvx2Fma();
+  if (avx512) return detail::attentionScaleRowAvx512(from, r, n, to);
+  for (int64_t j = 0; j < n; ++j) to[j] = from[j] * r;
+}
+
+void attentionScaleRowToBf16(const float* from, float r, int64_t n, uint16_t* to) {
+  static const bool avx512 = hasAvx512() && hasAvx2Fma();
+  if (avx512) return detail::attentionScaleRowToBf16Avx512(from, r, n, to);
+  for (int64_t j = 0; j < n; ++j) to[j] = rowwise::detail::floatToBf16(from[j] * r);
 }
 
 }  // namespace verifuse::kernels::cpu

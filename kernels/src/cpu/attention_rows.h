@@ -18,10 +18,23 @@ namespace verifuse::kernels::cpu {
 float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64_t n, float scale, float* sum,
                           uint16_t* bf16Out = nullptr, bool exactBf16 = false);
 
+/// The same row step with a bf16 mask row (key stride 1), widened (exactly) as it is read.
+float attentionSoftmaxRowBf16Mask(float* s, const uint16_t* mask, int64_t n, float scale, float* sum,
+                                  uint16_t* bf16Out = nullptr, bool exactBf16 = false);
+
+/// The attention's output rows: to[d] = from[d] * r for d < n, to float or (bf16To) to bf16 rounded
+/// to nearest even (NaN to the quiet NaN; denormals kept), as oneDNN's f32 -> bf16 reorder.
+void attentionScaleRow(const float* from, float r, int64_t n, float* to);
+void attentionScaleRowToBf16(const float* from, float r, int64_t n, uint16_t* to);
+
 namespace detail {
 float attentionSoftmaxRowAvx2(float* s, const float* mask, int64_t n, float scale, float* sum);
 float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float scale, float* sum, uint16_t* bf16Out,
                                 bool cvtneBf16);
+float attentionSoftmaxRowBf16MaskAvx512(float* s, const uint16_t* mask, int64_t n, float scale, float* sum,
+                                        uint16_t* bf16Out, bool cvtneBf16);
+void attentionScaleRowAvx512(const float* from, float r, int64_t n, float* to);
+void attentionScaleRowToBf16Avx512(const float* from, float r, int64_t n, uint16_t* to);
 }  // namespace detail
 
 }  // namespace verifuse::kernels::cpu

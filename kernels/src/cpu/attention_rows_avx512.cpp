@@ -50,8 +50,14 @@ inline void storeBf16(uint16_t* out, __mmask16 k, __m512 e) {
   }
 }
 
-template <bool kCvtne>
-float softmaxRow(float* s, const float* mask, int64_t n, float scale, float* sum, uint16_t* bf16Out) {
+/// 16 mask values as floats: f32 as stored, bf16 widened exactly (its bits are the float's top half).
+inline __m512 loadMask(const float* m, __mmask16 k) { return _mm512_maskz_loadu_ps(k, m); }
+inline __m512 loadMask(const uint16_t* m, __mmask16 k) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, m)), 16));
+}
+
+template <bool kCvtne, typename MaskT>
+float softmaxRow(float* s, const MaskT* mask, int64_t n, float scale, float* sum, uint16_t* bf16Out) {
   const float ninf = -std::numeric_limits<float>::infinity();
   const __m512 vs = splat(scale);
   __m512 vmax = splat(ninf);
@@ -59,7 +65,7 @@ float softmaxRow(float* s, const float* mask, int64_t n, float scale, float* sum
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 k = n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1);
     __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), vs);
-    if (mask) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(k, mask + j));
+    if (mask) x = _mm512_add_ps(x, loadMask(mask + j, k));
     _mm512_mask_storeu_ps(s + j, k, x);
     vmax = _mm512_mask_max_ps(vmax, k, vmax, x);
   }
@@ -90,6 +96,28 @@ float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float sc
                                 bool cvtneBf16) {
   return cvtneBf16 && bf16Out ? softmaxRow<true>(s, mask, n, scale, sum, bf16Out)
                               : softmaxRow<false>(s, mask, n, scale, sum, bf16Out);
+}
+
+float attentionSoftmaxRowBf16MaskAvx512(float* s, const uint16_t* mask, int64_t n, float scale, float* sum,
+                                        uint16_t* bf16Out, bool cvtneBf16) {
+  return cvtneBf16 && bf16Out ? softmaxRow<true>(s, mask, n, scale, sum, bf16Out)
+                              : softmaxRow<false>(s, mask, n, scale, sum, bf16Out);
+}
+
+void attentionScaleRowAvx512(const float* from, float r, int64_t n, float* to) {
+  const __m512 vr = splat(r);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1);
+    _mm512_mask_storeu_ps(to + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, from + j), vr));
+  }
+}
+
+void attentionScaleRowToBf16Avx512(const float* from, float r, int64_t n, uint16_t* to) {
+  const __m512 vr = splat(r);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1);
+    storeBf16<false>(to + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, from + j), vr));
+  }
 }
 
 }  // namespace verifuse::kernels::cpu::detail

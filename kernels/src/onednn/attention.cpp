@@ -54,8 +54,6 @@ class OnednnAttention final : public AttentionKernel {
   // than the gemm:jit it picks for strided ones (createAttention).
   bool packQ = false, packKV = false, packO = false;
   // bf16: the output's rounding (normalized f32 -> the caller's bf16 rows), per block height.
-  std::optional<dnnl::reorder> toBf16O[2];
-  dnnl::memory::desc outMd[2];  // bf16: the caller's output rows of a block
   size_t esize = sizeof(float);  // bytes per element of q, k, v, mask and out
 
   Status execute(const void* qIn, const void* kIn, const void* vIn, const void* maskIn, void* outIn,
@@ -74,7 +72,8 @@ class OnednnAttention final : public AttentionKernel {
     // The softmax row step reads mask values adjacent (or one value for every key); any other
     // key stride (a mask left in a permuted layout, e.g. T5's position bias) is gathered.
     const int64_t maskKeyStride = p.maskStrides[3];
-    const bool gatherMask = p.hasMask && (p.bf16 || (maskKeyStride != 0 && maskKeyStride != 1));
+    // A bf16 mask with adjacent keys is widened by the row step as it reads it.
+    const bool gatherMask = p.hasMask && maskKeyStride != 1 && (p.bf16 || maskKeyStride != 0);
     const int64_t group = p.heads / (p.kvHeads > 0 ? p.kvHeads : p.heads);
     const int64_t units = p.batch * p.heads * blocks;
     const int maxThreads = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -96,8 +95,8 @@ class OnednnAttention final : public AttentionKernel {
         const int64_t D = p.headDim, Dv = p.valueDim, KV = p.kvSeq;
         auto pad = [](int64_t n) { return (n + 15) / 16 * 16; };
         // Sizes in floats; bf16 also needs the probabilities in bf16 and an f32 output block (P·V
-        // accumulates in f32); a bf16 mask or one whose keys are not adjacent is gathered into an
-        // f32 row.
+        // accumulates in f32); a mask whose keys are not adjacent (or, in bf16, one value for
+        // every key) is gathered into an f32 row.
         const bool bf16 = p.bf16;
         const int64_t sizes[] = {rows * KV, rows, rows, packQ ? rows * D : 0, packKV ? KV * D : 0,
                                  packKV ? KV * Dv : 0, packO || bf16 ? rows * Dv : 0, bf16 ? (rows * KV + 1) / 2 : 0,
@@ -117,7 +116,7 @@ class OnednnAttention final : public AttentionKernel {
         int64_t packedB = -1, packedG = -1;  // whose k/v the packs hold (static schedule: runs of blocks)
         // Memory objects made once per thread and call; each block only swaps pointers.
         struct Mems {
-          dnnl::memory qm, km, sm, vm, om, sp, pm, outm;  // pm, outm: bf16 only
+          dnnl::memory qm, km, sm, vm, om, sp, pm;  // pm: bf16 only
         };
         std::optional<Mems> mems[2];
         for (int t = 0; t < 2; ++t) {
@@ -125,8 +124,7 @@ class OnednnAttention final : public AttentionKernel {
           mems[t] = Mems{dnnl::memory(qk[t]->src, eng, nullptr), dnnl::memory(qk[t]->wei, eng, nullptr),
                          dnnl::memory(qk[t]->dst, eng, tile), dnnl::memory(pv[t]->wei, eng, nullptr),
                          dnnl::memory(pv[t]->dst, eng, bf16 ? oPack : nullptr), dnnl::memory(),
-                         bf16 ? dnnl::memory(pv[t]->src, eng, pTile) : dnnl::memory(),
-                         bf16 ? dnnl::memory(outMd[t], eng, nullptr) : dnnl::memory()};
+                         bf16 ? dnnl::memory(pv[t]->src, eng, pTile) : dnnl::memory()};
           if (scratch > 0) {
             dnnl::memory::desc spMd({static_cast<int64_t>(scratch)}, dt::u8, tag::a);
             mems[t]->sp = dnnl::memory(spMd, eng, threadScratch(0, scratch));
@@ -179,6 +177,7 @@ class OnednnAttention final : public AttentionKernel {
             const int64_t seen = p.causal ? std::min(p.kvSeq, r0 + i + 1) : p.kvSeq;
             float* row = tile + i * p.kvSeq;
             const float* maskOfRow = nullptr;
+            const uint16_t* bf16MaskOfRow = nullptr;
             if (maskBase) {
               const char* m0 = maskBase + i * p.maskStrides[2] * E;
               if (gatherMask) {  // one value or the row, f32 (bf16 widens exactly), keys adjacent
@@ -198,6 +197,8 @@ class OnednnAttention final : public AttentionKernel {
                   }
                 }
                 maskOfRow = maskRow;
+              } else if (bf16) {
+                bf16MaskOfRow = reinterpret_cast<const uint16_t*>(m0);
               } else {
                 maskOfRow = reinterpret_cast<const float*>(m0);
               }
@@ -205,7 +206,10 @@ class OnednnAttention final : public AttentionKernel {
             // bf16: the row step writes P rounded to bf16 for the matmul itself (exp values in
             // [0, 1]; one pass less than a reorder of the f32 tile afterwards).
             uint16_t* pRow = bf16 ? reinterpret_cast<uint16_t*>(pTile) + i * p.kvSeq : nullptr;
-            rowMax[i] = cpu::attentionSoftmaxRow(row, maskOfRow, maskKeyStride == 0 ? 0 : 1, seen, p.scale, &rowSum[i], pRow);
+            rowMax[i] = bf16MaskOfRow
+                            ? cpu::attentionSoftmaxRowBf16Mask(row, bf16MaskOfRow, seen, p.scale, &rowSum[i], pRow)
+                            : cpu::attentionSoftmaxRow(row, maskOfRow, maskKeyStride == 0 ? 0 : 1, seen, p.scale,
+                                                       &rowSum[i], pRow);
             if (bf16) std::fill(pRow + seen, pRow + p.kvSeq, uint16_t{0});
             else std::fill(row + seen, row + p.kvSeq, 0.f);
           }
@@ -219,20 +223,17 @@ class OnednnAttention final : public AttentionKernel {
           pv[t]->prim.execute(s, args);
           s.wait();
           // Normalize the (short) output rows instead of the (long) probability rows; times the
-          // reciprocal, as ATen's kernel does.
-          // A packed output is scaled on its way to the caller's strided rows.
+          // reciprocal, as ATen's kernel does. A packed output is scaled on its way to the caller's
+          // strided rows; bf16 is rounded once (nearest even) on its way there.
           for (int64_t i = 0; i < n; ++i) {
             // A fully masked row (sum 0) stays 0, as ATen's kernel leaves it (not 0 * 1/0 = NaN).
             const float r = rowSum[i] > 0.f ? 1.f / rowSum[i] : 0.f;
-            float* row = bf16 ? oPack + i * Dv : o + i * p.outStrides[2];
-            const float* from = packO || bf16 ? oPack + i * Dv : row;
-            if (!bf16 && packO) row = reinterpret_cast<float*>(oCaller) + i * p.outStrides[2];
-            for (int64_t d = 0; d < Dv; ++d) row[d] = from[d] * r;
-          }
-          if (bf16) {  // the normalized f32 block to the caller's bf16 rows, rounded once
-            m.outm.set_data_handle(oCaller);
-            toBf16O[t]->execute(s, {{DNNL_ARG_FROM, m.om}, {DNNL_ARG_TO, m.outm}});
-            s.wait();
+            const float* from = packO || bf16 ? oPack + i * Dv : o + i * p.outStrides[2];
+            if (bf16) {
+              cpu::attentionScaleRowToBf16(from, r, Dv, reinterpret_cast<uint16_t*>(oCaller) + i * p.outStrides[2]);
+            } else {
+              cpu::attentionScaleRow(from, r, Dv, reinterpret_cast<float*>(oCaller) + i * p.outStrides[2]);
+            }
           }
           if (p.logsumexp) {
             float* l = lse + b * p.lseStrides[0] + h * p.lseStrides[1] + r0 * p.lseStrides[2];
@@ -299,11 +300,6 @@ StatusOr<std::unique_ptr<AttentionKernel>> createAttention(const AttentionParams
       dnnl::memory::desc oMd({n, p.valueDim}, dt::f32, {p.valueDim, 1});
       kern->qk[t] = makeMatmul(qMd, kMd, sMd);
       kern->pv[t] = makeMatmul(pMd, vMd, oMd);
-      if (p.bf16) {
-        kern->outMd[t] = dnnl::memory::desc({n, p.valueDim}, dt::bf16, {p.outStrides[2], 1});
-        kern->toBf16O[t] =
-            makePrimitive<dnnl::reorder>(dnnl::reorder::primitive_desc(engine(), oMd, engine(), kern->outMd[t]));
-      }
       if (kern->qk[t]->impl.rfind("ref", 0) == 0 || kern->pv[t]->impl.rfind("ref", 0) == 0) {
         return unimplemented("attention: oneDNN has only a reference matmul for these strides");
       }

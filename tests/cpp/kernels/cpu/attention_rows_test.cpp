@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cpu/attention_rows.h"
+#include "cpu/rowwise_internal.h"
 #include "verifuse/kernels/cpu_features.h"
 
 namespace verifuse::kernels::cpu {
@@ -135,6 +136,59 @@ TEST(AttentionRows, Bf16DenormalProbabilitiesAreKeptOnlyWhenExact) {
       EXPECT_LT(exact[j], 0x0080) << j;
       EXPECT_EQ(fast[j], flushes ? 0 : exact[j]) << j;
     }
+  }
+}
+
+TEST(AttentionRows, Bf16MaskIsReadAsItsWidenedFloats) {
+  // The row step reading a bf16 mask row gives the bits of the float row step on the widened mask.
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> dist(-8.f, 8.f);
+  for (int64_t n : {1, 15, 16, 17, 128, 301}) {
+    std::vector<float> s(static_cast<size_t>(n)), wide(static_cast<size_t>(n));
+    std::vector<uint16_t> mask(static_cast<size_t>(n));
+    for (float& x : s) x = dist(gen);
+    for (int64_t j = 0; j < n; ++j) {
+      mask[static_cast<size_t>(j)] = j == n / 2 ? uint16_t{0xFF7F} : rowwise::detail::floatToBf16(dist(gen));  // bf16 lowest
+      wide[static_cast<size_t>(j)] = rowwise::detail::bf16ToFloat(mask[static_cast<size_t>(j)]);
+    }
+    for (bool bf16Out : {false, true}) {
+      std::vector<float> a = s, b = s;
+      std::vector<uint16_t> pa(static_cast<size_t>(n)), pb(static_cast<size_t>(n));
+      float sa, sb;
+      const float ma = attentionSoftmaxRow(a.data(), wide.data(), 1, n, 0.3f, &sa, bf16Out ? pa.data() : nullptr);
+      const float mb = attentionSoftmaxRowBf16Mask(b.data(), mask.data(), n, 0.3f, &sb, bf16Out ? pb.data() : nullptr);
+      EXPECT_EQ(ma, mb);
+      EXPECT_EQ(sa, sb);
+      if (bf16Out) EXPECT_EQ(pa, pb) << n;
+      else EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << n;
+    }
+  }
+}
+
+TEST(AttentionRows, ScaledOutputRowsRoundToNearestEvenLikeTorch) {
+  std::mt19937 gen(6);
+  std::uniform_real_distribution<float> dist(-3.f, 3.f);
+  for (int64_t n : {1, 16, 33, 64, 80}) {
+    std::vector<float> from(static_cast<size_t>(n));
+    for (float& x : from) x = dist(gen);
+    from[0] = std::nanf("");
+    if (n > 2) from[1] = 1e-39f;  // a denormal product stays a (bf16) denormal
+    const float r = 0.73f;
+    std::vector<float> f(static_cast<size_t>(n) + 1, -7.f);
+    std::vector<uint16_t> h(static_cast<size_t>(n) + 1, 0xABCD);
+    attentionScaleRow(from.data(), r, n, f.data());
+    attentionScaleRowToBf16(from.data(), r, n, h.data());
+    for (int64_t j = 0; j < n; ++j) {
+      const float want = from[static_cast<size_t>(j)] * r;
+      if (j == 0) {
+        EXPECT_TRUE(std::isnan(f[0]));
+      } else {
+        EXPECT_EQ(f[static_cast<size_t>(j)], want) << j;
+      }
+      EXPECT_EQ(h[static_cast<size_t>(j)], rowwise::detail::floatToBf16(want)) << j;
+    }
+    EXPECT_EQ(f[static_cast<size_t>(n)], -7.f);  // nothing written past the row
+    EXPECT_EQ(h[static_cast<size_t>(n)], 0xABCD);
   }
 }
 
