@@ -84,6 +84,7 @@ py::dict statsDict(const runtime::CompiledGraph& cg) {
   d["fused_steps"] = s.fusedSteps;
   d["onednn_steps"] = s.onednnSteps;
   d["constant_folded_steps"] = s.constantFoldedSteps;
+  d["folded_made_contiguous"] = s.foldedMadeContiguous;
   std::map<std::string, int> ops;
   for (const auto& n : cg.graph().nodes()) ops[n.qualifiedName()]++;
   d["ops"] = ops;

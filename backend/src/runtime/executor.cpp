@@ -570,6 +570,33 @@ std::vector<bool> planTimeNodes(const ir::Graph& g) {
   return planTime;
 }
 
+/// True when the layout of folded value \p v cannot be observed: every per-call reader is an
+/// elementwise TensorIterator op (whose output follows its inputs' strides but holds the same
+/// values whatever they are) and everything reading such an output is a contiguous clone (which
+/// fixes the strides from there on) and no graph output. Then v may be stored contiguous: T5's
+/// relative-position bias is an embedding [q, kv, heads] permuted to heads first; masked by a
+/// where() and made contiguous per call, the where wrote the permuted layout and the clone read
+/// it back (1.25 ms at batch 8, 1 thread; 0.46 ms from the dense bias).
+bool layoutUnobservable(const ir::Graph& g, ValueId v, const std::vector<bool>& planTime) {
+  static const std::set<std::string_view> elementwise = {"aten::where", "aten::add", "aten::sub", "aten::mul",
+                                                         "aten::div", "aten::masked_fill"};
+  bool read = false;
+  for (ir::NodeId r : g.users(v)) {
+    if (planTime[static_cast<size_t>(r)]) continue;
+    const ir::Node& reader = g.node(r);
+    if (!elementwise.count(reader.op) || reader.outputs.size() != 1 || g.isGraphOutput(reader.outputs[0])) return false;
+    for (ir::NodeId c : g.users(reader.outputs[0])) {
+      const ir::Node& clone = g.node(c);
+      const bool contiguousClone = clone.op == "aten::clone" && clone.args.size() == 2 &&
+                                   clone.args[1].kind == Arg::Kind::MemoryFormat &&
+                                   clone.args[1].i == static_cast<int64_t>(c10::MemoryFormat::Contiguous);
+      if (!contiguousClone) return false;
+    }
+    read = true;
+  }
+  return read;
+}
+
 }  // namespace
 
 namespace {
@@ -1107,7 +1134,14 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     }
   }
   for (size_t v = 0; v < foldSlots.size(); ++v) {
-    if (readPerCall[v] && !foldSlots[v].isNone()) impl->folded.emplace_back(static_cast<ValueId>(v), std::move(foldSlots[v]));
+    if (!readPerCall[v] || foldSlots[v].isNone()) continue;
+    c10::IValue value = std::move(foldSlots[v]);
+    if (value.isTensor() && !value.toTensor().is_contiguous() &&
+        layoutUnobservable(graph, static_cast<ValueId>(v), planTime)) {
+      value = value.toTensor().contiguous();
+      impl->stats.foldedMadeContiguous++;
+    }
+    impl->folded.emplace_back(static_cast<ValueId>(v), std::move(value));
   }
   foldSlots.clear();
   impl->stats.constants = impl->constants.size();

@@ -347,5 +347,57 @@ TEST(ExecutorConstantFolding, ChainsOverConstantsRunOnceAtPlanTime) {
   EXPECT_EQ(engineRunCounts()["aten"], atenRuns);
 }
 
+/// T5's masked position bias: where(keep, permute(bias, [2, 0, 1]).unsqueeze(0), lowest), then (with
+/// \p cloned) clone(memory_format=contiguous), as the graph output.
+Graph maskedPermutedBiasGraph(bool cloned) {
+  using ir::DType;
+  Graph g;
+  auto keep = g.addInput("keep", ValueType::Tensor);
+  g.mutableValue(keep).setShape({2, 1, 4, 4});
+  g.mutableValue(keep).dtype = DType::Bool;
+  auto table = g.addConstant(constantOf("bias", at::arange(48, at::kFloat).reshape({4, 4, 3})));
+  auto perm = shaped(g, g.addNode("aten::permute", "", {Arg::constant(table), Arg::intList({2, 0, 1})}, {ValueType::Tensor}),
+                     {3, 4, 4}, DType::Float32);
+  auto bias = shaped(g, g.addNode("aten::unsqueeze", "", {Arg::value(perm), Arg::integer(0)}, {ValueType::Tensor}),
+                     {1, 3, 4, 4}, DType::Float32);
+  auto lowest = shaped(g, g.addNode("aten::scalar_tensor", "", {Arg::real(-3.0e38), Arg::dtype(DType::Float32), Arg::none(),
+                                                                 Arg::none(), Arg::none()},
+                                    {ValueType::Tensor}),
+                       {}, DType::Float32);
+  auto masked = shaped(g, g.addNode("aten::where", "self", {Arg::value(keep), Arg::value(bias), Arg::value(lowest)},
+                                    {ValueType::Tensor}),
+                       {2, 3, 4, 4}, DType::Float32);
+  if (!cloned) {
+    g.setOutputs({Arg::value(masked)});
+    return g;
+  }
+  auto copy = shaped(g, g.addNode("aten::clone", "", {Arg::value(masked), Arg::memoryFormat(0)}, {ValueType::Tensor}),
+                     {2, 3, 4, 4}, DType::Float32);
+  g.setOutputs({Arg::value(copy)});
+  return g;
+}
+
+TEST(ExecutorConstantFolding, AFoldedViewWhoseLayoutNoOneSeesIsStoredContiguous) {
+  at::Tensor keep = at::rand({2, 1, 4, 4}) > 0.3;
+  at::Tensor bias = at::arange(48, at::kFloat).reshape({4, 4, 3}).permute({2, 0, 1}).unsqueeze(0);
+  at::Tensor expected = at::where(keep, bias, at::scalar_tensor(-3.0e38, at::kFloat));
+  // where() then a contiguous clone: the bias is kept contiguous (the where writes dense rows).
+  auto cg = mustCompile(maskedPermutedBiasGraph(true), {0}, {}, 1);
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(cg->stats().foldedMadeContiguous, 1u);
+  auto out = cg->run({keep});
+  ASSERT_TRUE(out.isOk()) << out.status().toString();
+  EXPECT_TRUE(at::equal((*out)[0].toTensor(), expected));
+  EXPECT_TRUE((*out)[0].toTensor().is_contiguous());
+  // The where's own result is the output: its strides follow the bias's, as eager's do.
+  auto seen = mustCompile(maskedPermutedBiasGraph(false), {0}, {}, 1);
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->stats().foldedMadeContiguous, 0u);
+  auto out2 = seen->run({keep});
+  ASSERT_TRUE(out2.isOk()) << out2.status().toString();
+  EXPECT_TRUE(at::equal((*out2)[0].toTensor(), expected));
+  EXPECT_EQ((*out2)[0].toTensor().strides(), expected.strides());
+}
+
 }  // namespace
 }  // namespace verifuse::runtime

@@ -91,6 +91,7 @@ struct ExecutorStats {
   size_t partitions = 0;          ///< units of execution formed from the driver's partitions
   size_t conversions = 0;         ///< layout conversions per run at partition edges
   size_t constantFoldedSteps = 0; ///< steps with only constant inputs, evaluated once at compile time
+  size_t foldedMadeContiguous = 0; ///< folded values stored contiguous (their layout cannot be observed)
   int64_t weightCopyBytes = 0;    ///< every partition's PartitionDecision::weightCopyBytes
 };
 
