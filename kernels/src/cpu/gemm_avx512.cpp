@@ -167,7 +167,10 @@ VF_GEMM_INLINE void finishInRegisters(const Ctx& x, __m512 (&acc)[MR][NP], int64
   // through finishTileVectors' slow path; a loop of its own storing them left them in memory
   // through the K loop (half the speed).
   const bool sumOnly = x.nOps == 1 && x.ops[0].kind == EpiOp::Kind::kSum;
-  const bool inlined = x.nOps == 0 || sumOnly;
+  // ReLU (conv/linear + ReLU) inline too: through the buffer it cost 3.5% of a bf16
+  // 1024 x 768 x 3072 linear, which oneDNN's post-op does not. max(0, y) as applyOp's relu.
+  const bool reluOnly = x.nOps == 1 && x.ops[0].kind == EpiOp::Kind::kRelu;
+  const bool inlined = x.nOps == 0 || sumOnly || reluOnly;
   alignas(64) float buf[MR][NP * 16];
   finishTileVectors<MR, NP>(
       acc, row0, col0, cols, x.bias, inlined,
@@ -177,6 +180,7 @@ VF_GEMM_INLINE void finishInRegisters(const Ctx& x, __m512 (&acc)[MR][NP], int64
           const float* r = e.src + (row - e.rowOff) * e.ld + (j - e.colOff);
           y = _mm512_fmadd_ps(_mm512_set1_ps(e.alpha), _mm512_loadu_ps(r), y);
         }
+        if (reluOnly) y = _mm512_max_ps(_mm512_setzero_ps(), y);
         _mm512_storeu_ps(x.c + row * x.ldc + j, y);
       },
       [&](__m512 y, int64_t row, int64_t j, int64_t count) __attribute__((always_inline)) {

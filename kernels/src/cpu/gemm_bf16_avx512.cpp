@@ -174,7 +174,10 @@ template <int MR, int NP>
 VF_GEMM_INLINE void finishInRegistersBf16(const CtxBf16& x, __m512 (&acc)[MR][NP], int64_t row0,
                                           int64_t col0, int64_t cols) {
   const bool sumOnly = x.nOps == 1 && x.ops[0].kind == EpiOp::Kind::kSum;
-  const bool inlined = x.nOps == 0 || sumOnly;
+  // ReLU (conv/linear + ReLU) inline too: through the buffer it cost 3.5% of a bf16
+  // 1024 x 768 x 3072 linear, which oneDNN's post-op does not. max(0, y) as applyOp's relu.
+  const bool reluOnly = x.nOps == 1 && x.ops[0].kind == EpiOp::Kind::kRelu;
+  const bool inlined = x.nOps == 0 || sumOnly || reluOnly;
   alignas(64) float buf[MR][NP * 16];
   finishTileVectors<MR, NP>(
       acc, row0, col0, cols, x.bias, inlined,
@@ -184,6 +187,7 @@ VF_GEMM_INLINE void finishInRegistersBf16(const CtxBf16& x, __m512 (&acc)[MR][NP
           const __m512 rv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
           y = _mm512_fmadd_ps(_mm512_set1_ps(x.ops[0].alpha), rv, y);
         }
+        if (reluOnly) y = _mm512_max_ps(_mm512_setzero_ps(), y);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(x.c + row * x.ldc + j), (__m256i)_mm512_cvtneps_pbh(y));
       },
       [&](__m512 y, int64_t row, int64_t j, int64_t count) __attribute__((always_inline)) {
