@@ -106,11 +106,12 @@ def test_tuner_keeps_aten_on_inception_branches_where_aten_is_faster(tuned):
     assert [p["how"] for p in multi] == ["tuned", "tuned", "tuning-db", "tuning-db"], multi
     # ... and the plan really runs all 12 fused convs on ATen (engine run counters of one call).
     assert first["ran"]["aten"] == 12 and sum(first["ran"].values()) == 12, first["ran"]
-    # 12 fused convs but 3 distinct partition keys (1x1+relu alone; 1x1 -> 3x3; 1x1 -> 5x5), each
-    # timed once per engine, plus the two-conv partitions' members alone (the split decision): the
-    # 1x1 member is the first key again, the 3x3 and 5x5 members are 2 new keys. The second
-    # module's partitions reuse every decision.
-    assert sum(g["timings_run"] for g in first["graphs"]) == (3 + 2) * 2, first["graphs"]
+    # 12 fused convs but 4 distinct partition keys (1x1+relu alone on the NCHW input; the same
+    # after the max pool, whose result stays channels-last for the conv that alone reads it: a
+    # key of its own; 1x1 -> 3x3; 1x1 -> 5x5), each timed once per engine, plus the two-conv
+    # partitions' members alone (the split decision): the 1x1 member is the first key again, the
+    # 3x3 and 5x5 members are 2 new keys. The second module's partitions reuse every decision.
+    assert sum(g["timings_run"] for g in first["graphs"]) == (4 + 2) * 2, first["graphs"]
 
 
 def test_second_compile_reads_the_decision_and_times_nothing(tuned):

@@ -399,5 +399,53 @@ TEST(ExecutorConstantFolding, AFoldedViewWhoseLayoutNoOneSeesIsStoredContiguous)
   EXPECT_EQ((*out2)[0].toTensor().strides(), expected.strides());
 }
 
+/// max_pool2d_with_indices(x, 3, 2, 1) of a [1, 8, 10, 10] input, then relu(values): outputs the
+/// relu, the values themselves and (with \p indices) the indices.
+Graph maxPoolGraph(bool indices) {
+  using ir::DType;
+  Graph g;
+  auto x = g.addInput("x", ValueType::Tensor);
+  g.mutableValue(x).setShape({1, 8, 10, 10});
+  g.mutableValue(x).dtype = DType::Float32;
+  auto pool = g.addNode("aten::max_pool2d_with_indices", "",
+                        {Arg::value(x), Arg::intList({3, 3}), Arg::intList({2, 2}), Arg::intList({1, 1}),
+                         Arg::intList({1, 1}), Arg::boolean(false)},
+                        {ValueType::Tensor, ValueType::Tensor});
+  ir::Value& values = g.mutableValue(g.node(pool).outputs[0]);
+  values.setShape({1, 8, 5, 5});
+  values.dtype = DType::Float32;
+  ir::Value& idx = g.mutableValue(g.node(pool).outputs[1]);
+  idx.setShape({1, 8, 5, 5});
+  idx.dtype = DType::Int64;
+  auto relu = shaped(g, g.addNode("aten::relu", "", {Arg::value(g.node(pool).outputs[0])}, {ValueType::Tensor}),
+                     {1, 8, 5, 5}, DType::Float32);
+  std::vector<Arg> outs = {Arg::value(relu), Arg::value(g.node(pool).outputs[0])};
+  if (indices) outs.push_back(Arg::value(g.node(pool).outputs[1]));
+  g.setOutputs(outs);
+  return g;
+}
+
+TEST(ExecutorPooling, MaxPoolOfAnNchwInputRunsChannelsLastWithEagersValuesIndicesAndStrides) {
+  for (bool indices : {false, true}) {
+    auto cg = mustCompile(maxPoolGraph(indices), {0}, {}, 1);
+    ASSERT_TRUE(cg);
+    EXPECT_EQ(cg->stats().channelsLastPools, 1u);
+    for (at::Tensor x : {at::randn({1, 8, 10, 10}), at::randn({1, 8, 10, 10}).contiguous(at::MemoryFormat::ChannelsLast)}) {
+      auto [values, where] = at::max_pool2d_with_indices(x, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false);
+      auto out = cg->run({x});
+      ASSERT_TRUE(out.isOk()) << out.status().toString();
+      const at::Tensor relu = (*out)[0].toTensor(), got = (*out)[1].toTensor();
+      EXPECT_TRUE(at::equal(relu, at::relu(values)));
+      EXPECT_TRUE(at::equal(got, values));
+      EXPECT_EQ(got.strides(), values.strides());
+      EXPECT_EQ(relu.strides(), at::relu(values).strides());
+      if (indices) {
+        EXPECT_TRUE(at::equal((*out)[2].toTensor(), where));
+        EXPECT_EQ((*out)[2].toTensor().strides(), where.strides());
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace verifuse::runtime

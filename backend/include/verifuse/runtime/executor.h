@@ -92,6 +92,7 @@ struct ExecutorStats {
   size_t conversions = 0;         ///< layout conversions per run at partition edges
   size_t constantFoldedSteps = 0; ///< steps with only constant inputs, evaluated once at compile time
   size_t foldedMadeContiguous = 0; ///< folded values stored contiguous (their layout cannot be observed)
+  size_t channelsLastPools = 0;   ///< max pools that run on a channels-last copy of a dense NCHW input
   int64_t weightCopyBytes = 0;    ///< every partition's PartitionDecision::weightCopyBytes
 };
 
