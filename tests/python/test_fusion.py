@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from torch.profiler import profile
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -348,3 +349,50 @@ def test_permuted_channels_last_stream_needs_no_conversions():
     assert convs, report.to_dict()["partitions"]
     assert sum(p["input_conversions"] for p in convs) == 1, convs  # the stem's input image
     assert all(p["output_conversions"] == 0 for p in convs), convs
+
+
+class _DenseBlocks(nn.Module):
+    # DenseNet's dense layers after a max-pooled stem: the features concatenated so far, batch norm
+    # and ReLU, a 1x1 and a 3x3 convolution whose result joins the concatenation.
+    def __init__(self, c=16, growth=8, layers=3):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, stride=2, padding=1)
+        self.pool = nn.MaxPool2d(3, 2, 1)
+        self.norms = nn.ModuleList(nn.BatchNorm2d(c + i * growth) for i in range(layers))
+        self.narrow = nn.ModuleList(nn.Conv2d(c + i * growth, 2 * growth, 1) for i in range(layers))
+        self.grow = nn.ModuleList(nn.Conv2d(2 * growth, growth, 3, padding=1) for _ in range(layers))
+        self.transition = nn.Conv2d(c + layers * growth, c, 1)
+        for bn in self.norms:
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        features = [self.pool(self.stem(x))]
+        for bn, narrow, grow in zip(self.norms, self.narrow, self.grow):
+            y = torch.cat(features, 1)
+            features.append(grow(F.relu(narrow(F.relu(bn(y))))))
+        return self.transition(torch.cat(features, 1)).mean((-2, -1))
+
+
+def test_concatenated_features_stay_channels_last():
+    # The max pool runs on a channels-last copy of its NCHW input and keeps that layout (its
+    # readers, a cat and the element-wise ops after it, take any layout); the cats of
+    # channels-last features are channels-last, so no convolution result goes back to NCHW for a
+    # cat (before: one copy per dense layer, and the next convolution converted it forward again).
+    # NOTE: the report's conversion counts still take a cat's result for NCHW (its layout tags are
+    # decided before tuning, when a convolution's engine, and so its output layout, is not known).
+    torch.manual_seed(0)
+    model = _DenseBlocks().eval()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        expected = model(x)
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+        compiled(x)
+        with profile(record_shapes=True) as prof:
+            got = compiled(x)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert got.stride() == expected.stride()
+    # Two layout copies per call: the input image to channels-last (the stem) and the transition's
+    # result back to NCHW (its mean is the graph output). Before: one more per dense layer.
+    copies = [e.input_shapes[0] for e in prof.events() if e.name == "aten::contiguous"]
+    assert copies == [[1, 3, 32, 32], [1, 16, 8, 8]], copies

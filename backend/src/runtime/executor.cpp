@@ -84,10 +84,10 @@ struct Step {
   /// Max pooling of a dense NCHW input runs on its channels-last copy (ATen 2.13's NCHW CPU
   /// kernel: 4.5 ms at ResNet-50's [1,64,112,112] stem, 1 thread; channels-last 0.26 ms, the copy
   /// ~0.1). The maximum and its index do not depend on the layout, so the values are eager's; the
-  /// result goes back to NCHW unless only convolutions (which take channels-last) read it.
+  /// result goes back to NCHW unless every reader takes any layout (layoutAgnosticReaders).
   struct PoolLayout {
     bool channelsLast = false;
-    bool keepValuesChannelsLast = false;  // output 0 read only by convolutions
+    bool keepValuesChannelsLast = false;  // output 0 read only by layout-agnostic readers
     bool indicesRead = false;             // output 1 (indices) read or a graph output
   } pool;
 };
@@ -495,7 +495,11 @@ bool layoutAgnosticReaders(const ir::Graph& g, ValueId v, int depth = 0) {
       "aten::sub.Tensor", "aten::mul.Tensor", "aten::div.Tensor", "aten::relu", "aten::addcmul",
       "aten::sigmoid", "aten::hardswish", "aten::hardsigmoid", "aten::hardtanh", "aten::clamp", "aten::silu",
       "aten::gelu", "aten::tanh", "aten::leaky_relu", "aten::elu", "aten::max_pool3d_with_indices",
-      "aten::avg_pool3d", "aten::_adaptive_avg_pool3d", "aten::clamp_min", "aten::clamp_max"};
+      "aten::avg_pool3d", "aten::_adaptive_avg_pool3d", "aten::clamp_min", "aten::clamp_max",
+      // cat's result is channels-last when all its inputs are (DenseNet's feature concatenations:
+      // without it each conv result went back to NCHW for the cat and the next conv copied it
+      // forward again), dense NCHW otherwise; its values do not depend on the layouts.
+      "aten::cat"};
   // Element-wise ops, pooling and the row engine keep their input's memory format, so their
   // outputs must in turn reach only layout-agnostic readers; so must a permute's (a permuted
   // channels-last tensor is a dense tensor in another dim order: ConvNeXt's
@@ -1104,9 +1108,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         step.pool.channelsLast = true;
         impl->stats.channelsLastPools++;
         const ValueId values = n.outputs[0], indices = n.outputs[1];
-        bool convReaders = !isOutput[static_cast<size_t>(values)];
-        for (ir::NodeId user : graph.users(values)) convReaders = convReaders && graph.node(user).op == rules::kConvOp;
-        step.pool.keepValuesChannelsLast = convReaders && !graph.users(values).empty();
+        step.pool.keepValuesChannelsLast = !graph.users(values).empty() && layoutAgnosticReaders(graph, values);
         step.pool.indicesRead = isOutput[static_cast<size_t>(indices)] || !graph.users(indices).empty();
       }
       // Element-wise ops and pooling keep their first input's memory format; a permute of a
@@ -1118,9 +1120,20 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         // (A channels-last value permuted to NHWC is dense: not channels-last.)
         channelsLast[static_cast<size_t>(n.outputs[0])] =
             toNchw && !inCl && graph.value(static_cast<ValueId>(n.args[0].i)).shape.size() == 4;
-      } else if (!n.args.empty() && n.args[0].isValue() && !n.outputs.empty()) {
-        channelsLast[static_cast<size_t>(n.outputs[0])] = channelsLast[static_cast<size_t>(n.args[0].i)] &&
-                                                         !isOutput[static_cast<size_t>(n.outputs[0])];
+      } else if (!n.outputs.empty()) {
+        // The first tensor argument of the result's shape (addcmul(shift, x, scale) follows x),
+        // else the first argument (pooling).
+        const Arg* from = !n.args.empty() && n.args[0].isValue() ? &n.args[0] : nullptr;
+        for (const Arg& a : n.args) {
+          if (a.isValue() && graph.value(static_cast<ValueId>(a.i)).shape == graph.value(n.outputs[0]).shape) {
+            from = &a;
+            break;
+          }
+        }
+        if (from) {
+          channelsLast[static_cast<size_t>(n.outputs[0])] = channelsLast[static_cast<size_t>(from->i)] &&
+                                                           !isOutput[static_cast<size_t>(n.outputs[0])];
+        }
       }
       if (step.pool.keepValuesChannelsLast) channelsLast[static_cast<size_t>(n.outputs[0])] = true;
     }
