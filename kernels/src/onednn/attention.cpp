@@ -53,7 +53,6 @@ class OnednnAttention final : public AttentionKernel {
   // per-thread buffers: oneDNN's brgemm matmul takes only dense operands and is measurably faster
   // than the gemm:jit it picks for strided ones (createAttention).
   bool packQ = false, packKV = false, packO = false;
-  // bf16: the output's rounding (normalized f32 -> the caller's bf16 rows), per block height.
   size_t esize = sizeof(float);  // bytes per element of q, k, v, mask and out
 
   Status execute(const void* qIn, const void* kIn, const void* vIn, const void* maskIn, void* outIn,
