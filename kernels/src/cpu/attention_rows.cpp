@@ -16,16 +16,26 @@ void toBf16Row(const float* s, int64_t n, uint16_t* out) {
   for (int64_t j = 0; j < n; ++j) out[j] = rowwise::detail::floatToBf16(s[j]);
 }
 
+/// The ISA the row steps dispatch on, asked once.
+struct Isa {
+  bool avx512 = hasAvx512() && hasAvx2Fma();
+  bool avx512Bf16 = avx512 && hasAvx512Bf16();
+  bool avx2 = hasAvx2Fma();
+};
+const Isa& isa() {
+  static const Isa known;
+  return known;
+}
+
 }  // namespace
 
 float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64_t n, float scale, float* sum,
                           uint16_t* bf16Out, bool exactBf16) {
-  static const bool avx512 = hasAvx512() && hasAvx2Fma();
-  static const bool avx512Bf16 = avx512 && hasAvx512Bf16();
-  static const bool avx2 = hasAvx2Fma();
   if (mask == nullptr || maskStride == 1) {
-    if (avx512) return detail::attentionSoftmaxRowAvx512(s, mask, n, scale, sum, bf16Out, avx512Bf16 && !exactBf16);
-    if (avx2) {
+    if (isa().avx512) {
+      return detail::attentionSoftmaxRowAvx512(s, mask, n, scale, sum, bf16Out, isa().avx512Bf16 && !exactBf16);
+    }
+    if (isa().avx2) {
       const float mx = detail::attentionSoftmaxRowAvx2(s, mask, n, scale, sum);
       if (bf16Out) toBf16Row(s, n, bf16Out);
       return mx;
@@ -55,10 +65,8 @@ float attentionSoftmaxRow(float* s, const float* mask, int64_t maskStride, int64
 
 float attentionSoftmaxRowBf16Mask(float* s, const uint16_t* mask, int64_t n, float scale, float* sum,
                                   uint16_t* bf16Out, bool exactBf16) {
-  static const bool avx512 = hasAvx512() && hasAvx2Fma();
-  static const bool avx512Bf16 = avx512 && hasAvx512Bf16();
-  if (avx512) {
-    return detail::attentionSoftmaxRowBf16MaskAvx512(s, mask, n, scale, sum, bf16Out, avx512Bf16 && !exactBf16);
+  if (isa().avx512) {
+    return detail::attentionSoftmaxRowBf16MaskAvx512(s, mask, n, scale, sum, bf16Out, isa().avx512Bf16 && !exactBf16);
   }
   thread_local std::vector<float> wide;
   wide.resize(static_cast<size_t>(n));
@@ -67,14 +75,12 @@ float attentionSoftmaxRowBf16Mask(float* s, const uint16_t* mask, int64_t n, flo
 }
 
 void attentionScaleRow(const float* from, float r, int64_t n, float* to) {
-  static const bool avx512 = hasAvx512() && hasAvx2Fma();
-  if (avx512) return detail::attentionScaleRowAvx512(from, r, n, to);
+  if (isa().avx512) return detail::attentionScaleRowAvx512(from, r, n, to);
   for (int64_t j = 0; j < n; ++j) to[j] = from[j] * r;
 }
 
 void attentionScaleRowToBf16(const float* from, float r, int64_t n, uint16_t* to) {
-  static const bool avx512 = hasAvx512() && hasAvx2Fma();
-  if (avx512) return detail::attentionScaleRowToBf16Avx512(from, r, n, to);
+  if (isa().avx512) return detail::attentionScaleRowToBf16Avx512(from, r, n, to);
   for (int64_t j = 0; j < n; ++j) to[j] = rowwise::detail::floatToBf16(from[j] * r);
 }
 

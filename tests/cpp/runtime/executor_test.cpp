@@ -281,6 +281,14 @@ TEST(ExecutorRowwise, BadProgramIsAnError) {
 namespace verifuse::runtime {
 namespace {
 
+/// A tensor graph input of a static shape and dtype.
+ir::ValueId typedInput(Graph& g, const std::string& name, std::vector<int64_t> shape, ir::DType dtype) {
+  auto v = g.addInput(name, ValueType::Tensor);
+  g.mutableValue(v).setShape(std::move(shape));
+  g.mutableValue(v).dtype = dtype;
+  return v;
+}
+
 ir::ValueId shaped(Graph& g, ir::NodeId n, std::vector<int64_t> shape, ir::DType dtype) {
   ir::Value& v = g.mutableValue(g.node(n).outputs[0]);
   v.setShape(std::move(shape));
@@ -293,9 +301,7 @@ ir::ValueId shaped(Graph& g, ir::NodeId n, std::vector<int64_t> shape, ir::DType
 Graph relativeBiasGraph(int64_t bigRows) {
   using ir::DType;
   Graph g;
-  auto x = g.addInput("x", ValueType::Tensor);
-  g.mutableValue(x).setShape({6, 6});
-  g.mutableValue(x).dtype = DType::Float32;
+  auto x = typedInput(g, "x", {6, 6}, DType::Float32);
   auto arange = g.addNode("aten::arange", "start_step",
                           {Arg::integer(0), Arg::integer(6), Arg::integer(1), Arg::dtype(DType::Int64), Arg::none(),
                            Arg::none(), Arg::none()},
@@ -352,9 +358,7 @@ TEST(ExecutorConstantFolding, ChainsOverConstantsRunOnceAtPlanTime) {
 Graph maskedPermutedBiasGraph(bool cloned) {
   using ir::DType;
   Graph g;
-  auto keep = g.addInput("keep", ValueType::Tensor);
-  g.mutableValue(keep).setShape({2, 1, 4, 4});
-  g.mutableValue(keep).dtype = DType::Bool;
+  auto keep = typedInput(g, "keep", {2, 1, 4, 4}, DType::Bool);
   auto table = g.addConstant(constantOf("bias", at::arange(48, at::kFloat).reshape({4, 4, 3})));
   auto perm = shaped(g, g.addNode("aten::permute", "", {Arg::constant(table), Arg::intList({2, 0, 1})}, {ValueType::Tensor}),
                      {3, 4, 4}, DType::Float32);
@@ -404,9 +408,7 @@ TEST(ExecutorConstantFolding, AFoldedViewWhoseLayoutNoOneSeesIsStoredContiguous)
 Graph maxPoolGraph(bool indices) {
   using ir::DType;
   Graph g;
-  auto x = g.addInput("x", ValueType::Tensor);
-  g.mutableValue(x).setShape({1, 8, 10, 10});
-  g.mutableValue(x).dtype = DType::Float32;
+  auto x = typedInput(g, "x", {1, 8, 10, 10}, DType::Float32);
   auto pool = g.addNode("aten::max_pool2d_with_indices", "",
                         {Arg::value(x), Arg::intList({3, 3}), Arg::intList({2, 2}), Arg::intList({1, 1}),
                          Arg::intList({1, 1}), Arg::boolean(false)},
