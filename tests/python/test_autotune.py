@@ -112,6 +112,7 @@ def test_tuner_keeps_aten_on_inception_branches_where_aten_is_faster(tuned):
     # partitions' members alone (the split decision): the 1x1 member is the first key again, the
     # 3x3 and 5x5 members are 2 new keys. The second module's partitions reuse every decision.
     assert sum(g["timings_run"] for g in first["graphs"]) == (4 + 2) * 2, first["graphs"]
+    assert sum(g["tuning_inputs_made"] for g in first["graphs"]) > 0, first["graphs"]
 
 
 def test_second_compile_reads_the_decision_and_times_nothing(tuned):
@@ -120,11 +121,37 @@ def test_second_compile_reads_the_decision_and_times_nothing(tuned):
     # No hook this time: timing afresh would pick oneDNN for most of these ops. The recorded
     # decision (ATen) is used instead, and no timing runs.
     assert sum(g["timings_run"] for g in second["graphs"]) == 0, second["graphs"]
+    # Nothing is prepared for a timing that does not happen: no random inputs, no partition run.
+    assert sum(g["tuning_inputs_made"] for g in second["graphs"]) == 0, second["graphs"]
     assert set(second["fused_engines"]) == {"aten"}, second["fused_engines"]
     assert second["ran"]["aten"] == 12 and sum(second["ran"].values()) == 12, second["ran"]
     assert all(p["how"] == "tuning-db" for p in second["partitions"] if p["candidates"]), second["partitions"]
     assert [p["engine"] for p in second["partitions"]] == [p["engine"] for p in first["partitions"]]
     assert any(name.startswith("tuning") for name in os.listdir(cache)), os.listdir(cache)
+
+
+def test_plan_is_built_without_the_python_dispatcher(monkeypatch, tmp_path):
+    """AOT tracing turns the Python dispatcher on; the planner's own ATen calls (folding constants,
+    timing candidates) must not go through it: it made warm compiles slower and inflated ATen's
+    timings by interpreter overhead the compiled graph never pays."""
+    import torch
+
+    from verifuse import _C
+
+    seen = []
+    original = _C.optimize_and_compile
+
+    def spy(*args, **kwargs):
+        seen.append(torch._C._dispatch_tls_local_include_set().has(torch._C.DispatchKey.PythonDispatcher))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_C, "optimize_and_compile", spy)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU()).eval()
+    x = torch.randn(4, 16)
+    compiled = torch.compile(model, backend="verifuse", options={"cache_dir": str(tmp_path), "strict": True})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    assert seen == [False], seen
 
 
 if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "--child":

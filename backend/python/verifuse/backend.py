@@ -417,11 +417,15 @@ class CompiledGraphRunner:
         from . import _C
         from .lowering import lower_graph
 
+        from torch._dispatch.python import no_python_dispatcher
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         # The first build runs inside AOT tracing, where FakeTensorMode is active on this thread:
         # tensors the C++ plan creates up front (wrapped scalars, folded constants) must be real.
-        with unset_fake_temporarily():
+        # AOT also turns on the Python dispatcher, which would route every ATen call the planner
+        # makes (folding constants, timing candidate engines) through Python: slower compiles and
+        # ATen timings inflated by interpreter overhead that the compiled graph never pays.
+        with unset_fake_temporarily(), no_python_dispatcher():
             facts = self._shape_facts
             lowered = lower_graph(self._aot_gm, real_inputs, self._static, self._names, facts)
             opts = self._opts

@@ -48,6 +48,7 @@ class GraphReport:
     engines: list[str] = dataclasses.field(default_factory=list)
     reorders_before: int = 0       # conversions if every oneDNN node were its own partition
     timings_run: int = 0           # autotuner timings this compile ran (0 with a warm tuning DB)
+    tuning_inputs_made: int = 0    # partitions given random timing inputs (0 with a warm tuning DB)
     tuning_db: str = ""
     # Rule id -> rewrites applied (every phase: canonicalization, no-ops, dead code, fusions).
     rewrites: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -164,7 +165,8 @@ class Report:
             "graphs": [
                 {"graph": g.graph_id, "engine": g.engine, "nodes": g.num_nodes, "constants": g.num_constants,
                  "ops": dict(g.ops), "compile_seconds": g.compile_seconds, "reorders": g.reorders,
-                 "reorders_before": g.reorders_before, "timings_run": g.timings_run, "tuning_db": g.tuning_db,
+                 "reorders_before": g.reorders_before, "timings_run": g.timings_run,
+                 "tuning_inputs_made": g.tuning_inputs_made, "tuning_db": g.tuning_db,
                  "pipeline_seconds": g.pipeline_seconds, "plan_seconds": g.plan_seconds,
                  "weight_copy_bytes": g.weight_copy_bytes}
                 for g in self.graphs

@@ -1212,12 +1212,15 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         for (FusedOp* op : members) op->releaseWeights();
       }
     } else {
-      // Time the whole partition on each candidate with random inputs of its real shapes.
+      // Time the whole partition on each candidate with random inputs of its real shapes. The
+      // inputs are made only when a candidate really runs: a decision the tuning database holds
+      // needs none (random tensors and a partition run per compile were most of a warm plan).
       const size_t begin = stepOf[unit.nodes.front()];
       size_t end = begin;
       for (size_t k : unit.nodes) end = std::max(end, stepOf[k] + 1);
-      std::vector<c10::IValue> slots(graph.numValues());
-      for (const auto& [v, value] : impl->folded) slots[static_cast<size_t>(v)] = value;
+      std::vector<bool> isFolded(graph.numValues(), false);
+      for (const auto& entry : impl->folded) isFolded[static_cast<size_t>(entry.first)] = true;
+      std::vector<ValueId> randomInputs;
       std::vector<std::vector<int64_t>> inputShapes;
       // Which inputs arrive channels-last: a convolution's timing depends on it (a plain input
       // costs oneDNN a conversion that ATen's kernel does not pay), so it is part of the key.
@@ -1232,19 +1235,31 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       std::set<ValueId> produced;
       for (size_t st = begin; st < end; ++st) {
         for (const ArgSlot& a : impl->steps[st].args) {
-          if (a.kind != ArgSlot::Kind::Value || produced.count(a.value) || !slots[static_cast<size_t>(a.value)].isNone()) continue;
-          const ir::Value& v = graph.value(a.value);
-          // A bf16 model's activations are bf16; everything else is timed on float32 as before.
-          const at::ScalarType type = v.dtype == ir::DType::BFloat16 ? at::kBFloat16 : at::kFloat;
-          at::Tensor t = at::randn(v.shape, at::TensorOptions().dtype(type));
-          if (channelsLast[static_cast<size_t>(a.value)] && v.shape.size() == 4) t = t.contiguous(at::MemoryFormat::ChannelsLast);
-          if (channelsLast[static_cast<size_t>(a.value)] && v.shape.size() == 5) t = t.contiguous(at::MemoryFormat::ChannelsLast3d);
-          slots[static_cast<size_t>(a.value)] = std::move(t);
-          inputShapes.push_back(v.shape);
+          if (a.kind != ArgSlot::Kind::Value || produced.count(a.value) || isFolded[static_cast<size_t>(a.value)]) continue;
+          produced.insert(a.value);  // read twice, one input
+          randomInputs.push_back(a.value);
+          inputShapes.push_back(graph.value(a.value).shape);
           inputLayouts += layoutLetter(a.value);
         }
         for (ValueId out : impl->steps[st].outputs) produced.insert(out);
       }
+      std::vector<c10::IValue> slots;  // the partition's start values: folded ones, random inputs
+      auto partitionInputs = [&]() -> const std::vector<c10::IValue>& {
+        if (!slots.empty()) return slots;
+        impl->stats.tuningInputsMade++;
+        slots.resize(graph.numValues());
+        for (const auto& [v, value] : impl->folded) slots[static_cast<size_t>(v)] = value;
+        for (ValueId id : randomInputs) {
+          const ir::Value& v = graph.value(id);
+          // A bf16 model's activations are bf16; everything else is timed on float32 as before.
+          const at::ScalarType type = v.dtype == ir::DType::BFloat16 ? at::kBFloat16 : at::kFloat;
+          at::Tensor t = at::randn(v.shape, at::TensorOptions().dtype(type));
+          if (channelsLast[static_cast<size_t>(id)] && v.shape.size() == 4) t = t.contiguous(at::MemoryFormat::ChannelsLast);
+          if (channelsLast[static_cast<size_t>(id)] && v.shape.size() == 5) t = t.contiguous(at::MemoryFormat::ChannelsLast3d);
+          slots[static_cast<size_t>(id)] = std::move(t);
+        }
+        return slots;
+      };
       const double penaltyMs = testOnednnTuningPenaltyMs();
       // Runs steps [from, to) on engine e from the random inputs (or, for one member, from the
       // values a whole-partition run left in `values`).
@@ -1265,12 +1280,18 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         if (keep) *keep = std::move(scratch);
         return Status::ok();
       };
+      // `start` hands the values a timing run starts from (made on first use; null: none).
+      using StartValues = std::function<const std::vector<c10::IValue>*()>;
       auto tune = [&](const std::string& signature, const std::vector<std::vector<int64_t>>& shapes,
                       const std::vector<Engine>& engines, size_t from, size_t to,
-                      const std::vector<c10::IValue>& start) -> StatusOr<kernels::TuningDecision> {
+                      const StartValues& start) -> StatusOr<kernels::TuningDecision> {
         std::vector<kernels::Candidate> cands;
         for (Engine e : engines) {
-          cands.push_back({engineName(e), [&, e, from, to] { return runRange(from, to, e, start, nullptr); }});
+          cands.push_back({engineName(e), [&, e, from, to]() -> Status {
+                             const std::vector<c10::IValue>* values = start();
+                             if (values == nullptr) return unimplemented("the partition's run before its members failed");
+                             return runRange(from, to, e, *values, nullptr);
+                           }});
         }
         auto key = kernels::TuningKey::forThisMachine(signature, shapes, options.bf16 ? "bf16" : "f32",
                                                       at::get_num_threads());
@@ -1297,7 +1318,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       };
       const int64_t timingsAtStart = kernels::timingCallCount();
       auto decision = tune((spec.signature.empty() ? std::string("partition") : spec.signature) + layoutTag(inputLayouts),
-                           inputShapes, candidates, begin, end, slots);
+                           inputShapes, candidates, begin, end, [&] { return &partitionInputs(); });
       Engine chosen = heuristicEngine[static_cast<size_t>(unit.partition)];
       if (!decision.isOk()) {
         d.how = "heuristic: tuning failed (" + decision.status().toString() + ")";
@@ -1311,10 +1332,17 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         // Split when a mix pays: each member alone on each engine it can run (from the values a
         // whole-partition run produced), its best summed over the members.
         if (members.size() > 1 && spec.memberSignatures.size() == members.size()) {
-          (void)runRange(begin, end, chosen, slots, &values);
+          bool ranWhole = false;
+          auto memberInputs = [&]() -> const std::vector<c10::IValue>* {
+            if (!ranWhole) {
+              ranWhole = true;
+              (void)runRange(begin, end, chosen, partitionInputs(), &values);
+            }
+            return values.empty() ? nullptr : &values;
+          };
           double mixMs = 0;
           std::vector<Engine> best(members.size(), chosen);
-          bool complete = !values.empty();
+          bool complete = true;
           for (size_t j = 0; j < members.size() && complete; ++j) {
             const size_t st = stepOf[unit.nodes[j]];
             std::vector<std::vector<int64_t>> shapes;
@@ -1328,7 +1356,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
             for (Engine e : allEngines()) {
               if (members[j]->canRun(e)) engines.push_back(e);
             }
-            auto mine = tune(spec.memberSignatures[j] + layoutTag(memberLayouts), shapes, engines, st, st + 1, values);
+            auto mine = tune(spec.memberSignatures[j] + layoutTag(memberLayouts), shapes, engines, st, st + 1, memberInputs);
             if (!mine.isOk()) {
               complete = false;
               break;

@@ -513,19 +513,39 @@ class FusedLinear final : public FusedBase {
         macs_ > 2.0e9) {
       return;
     }
-    auto inPlace = makeKernel(m_, true);
-    auto packedKernel = makeKernel(m_, false);
-    if (!inPlace.isOk() || !packedKernel.isOk() || !(*inPlace)->borrowsWeights()) return;
-    at::Tensor x = at::randn({m_, outFeaturesIn_});
-    at::Tensor out = at::zeros({m_, outFeatures_});
-    auto runner = [&](const Kernel& k) {
-      return [&k, &x, &out] { return k.execute({static_cast<const void*>(x.data_ptr())}, out.data_ptr()); };
+    // The two kernels (one packs a copy of the weights) and the random input are made only when
+    // the database has no decision for this shape and the candidates really run.
+    struct Timing {
+      bool made = false;
+      Status status;
+      std::unique_ptr<Kernel> inPlace, packed;
+      at::Tensor x, out;
+    } timing;
+    auto make = [&]() -> Status {
+      if (timing.made) return timing.status;
+      timing.made = true;
+      auto inPlace = makeKernel(m_, true);
+      auto packedKernel = makeKernel(m_, false);
+      if (!inPlace.isOk()) return timing.status = inPlace.status();
+      if (!packedKernel.isOk()) return timing.status = packedKernel.status();
+      if (!(*inPlace)->borrowsWeights()) return timing.status = unimplemented("oneDNN copies these weights either way");
+      timing.inPlace = std::move(inPlace).value();
+      timing.packed = std::move(packedKernel).value();
+      timing.x = at::randn({m_, outFeaturesIn_});
+      timing.out = at::zeros({m_, outFeatures_});
+      return Status::ok();
+    };
+    auto runner = [&](bool inPlace) {
+      return [&, inPlace]() -> Status {
+        VF_RETURN_IF_ERROR(make());
+        const Kernel& k = inPlace ? *timing.inPlace : *timing.packed;
+        return k.execute({static_cast<const void*>(timing.x.data_ptr())}, timing.out.data_ptr());
+      };
     };
     std::string signature = "verifuse::linear weights n=" + std::to_string(outFeatures_) +
                             " k=" + std::to_string(outFeaturesIn_) + " postops=" + std::to_string(postOps_.size());
     auto key = kernels::TuningKey::forThisMachine(signature, {{m_, outFeaturesIn_}}, "f32", at::get_num_threads());
-    auto decision = kernels::tuneOrLookup(*tuningDb_, key,
-                                          {{"in-place", runner(**inPlace)}, {"packed", runner(**packedKernel)}}, 1,
+    auto decision = kernels::tuneOrLookup(*tuningDb_, key, {{"in-place", runner(true)}, {"packed", runner(false)}}, 1,
                                           tuneRepeats_);
     if (!decision.isOk()) return;
     // A second copy of the weights must pay for itself: packed only when it beats reading in

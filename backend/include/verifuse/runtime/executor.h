@@ -93,6 +93,9 @@ struct ExecutorStats {
   size_t constantFoldedSteps = 0; ///< steps with only constant inputs, evaluated once at compile time
   size_t foldedMadeContiguous = 0; ///< folded values stored contiguous (their layout cannot be observed)
   size_t channelsLastPools = 0;   ///< max pools that run on a channels-last copy of a dense NCHW input
+  /// Partitions whose random timing inputs were made: 0 when the tuning database (or a saved
+  /// plan) answered every key, since inputs are made only for a candidate that really runs.
+  size_t tuningInputsMade = 0;
   int64_t weightCopyBytes = 0;    ///< every partition's PartitionDecision::weightCopyBytes
 };
 
