@@ -425,10 +425,14 @@ class CompiledGraphRunner:
         # AOT also turns on the Python dispatcher, which would route every ATen call the planner
         # makes (folding constants, timing candidate engines) through Python: slower compiles and
         # ATen timings inflated by interpreter overhead that the compiled graph never pays.
+        from .installed_proofs import seed_cache
+
         with unset_fake_temporarily(), no_python_dispatcher():
             facts = self._shape_facts
             lowered = lower_graph(self._aot_gm, real_inputs, self._static, self._names, facts)
             opts = self._opts
+            if opts.cache_dir:
+                seed_cache(str(opts.cache_dir))  # the rule proofs made at install time
             # The driver reads the benchmarking knobs (VERIFUSE_ENGINE, VERIFUSE_LINEAR_WEIGHTS).
             return _C.optimize_and_compile(
                 lowered.graph, lowered.input_arg_index, lowered.frozen, lowered.num_args,
