@@ -239,7 +239,7 @@ def test_constant_only_nodes_sit_above_their_first_reader():
     assert boxes[1][1] == boxes[2][1]  # the weight permute shares the row of addmm's other input
 
 
-def test_report_states_the_weight_copies_each_engine_holds(tmp_path):
+def test_report_states_the_weight_copies_each_engine_holds(tmp_path, monkeypatch):
     """The memory price of an engine decision is reported per partition: oneDNN reading a
     linear's weights in place costs nothing extra; a prepacked copy costs N*K float32 per kernel;
     the own GEMM's packed copy at least N*K (padded panels). linear_weights chooses the layout;
@@ -288,6 +288,14 @@ def test_report_states_the_weight_copies_each_engine_holds(tmp_path):
         assert p["weight_layout"] in ("in place", "prepacked")
         records = b"".join(f.read_bytes() for f in cache.rglob("*") if f.is_file())
         assert b"verifuse::linear weights n=96 k=64" in records and b"in-place" in records
+    # Many rows per weight (>= 256): packed without timing the layouts (every timing chose it).
+    cache = tmp_path / "cache-rows"
+    monkeypatch.setenv("VERIFUSE_LINEAR", "onednn")  # the own GEMM may win the timing: it always packs
+    report = verifuse.explain(fresh_model(), torch.randn(256, 64), autotune=True, cache_dir=str(cache), strict=True)
+    p, _ = partition_of(report)
+    assert p["weight_layout"] == "prepacked" and p["weight_copy_bytes"] >= 96 * 64 * 4, p
+    records = b"".join(f.read_bytes() for f in cache.rglob("*") if f.is_file())
+    assert b"verifuse::linear weights" not in records
     with pytest.raises(verifuse.OptionsError, match="linear_weights"):
         verifuse.explain(fresh_model(), x, linear_weights="blocked")
 
