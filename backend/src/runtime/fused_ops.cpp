@@ -85,12 +85,13 @@ bool hasSum(const std::vector<PostOpSpec>& ops) {
   return false;
 }
 
+/// Linears with at least this many rows hold packed weights without timing the two layouts
+/// (FusedLinear::chooseWeightLayout says why).
+constexpr int64_t kPackedWithoutTimingRows = 256;
+
 /// The message of the error a fused op raises when its ATen composition is needed after its folded
 /// weights were released; the executor turns it into StatusCode::kUnimplemented so the caller runs
 /// the unfused plan instead.
-/// Linears with at least this many rows hold packed weights without timing the two layouts
-/// (FusedLinear::chooseWeightLayout says why).
-constexpr int64_t kTimedLayoutRowsMax = 256;
 constexpr const char* kNeedsExactPlan = "verifuse: exact plan needed (prepacked weights only)";
 
 /// Where the fused ops' large results live (>= kPooledBytes): freed blocks are kept, up to
@@ -512,13 +513,13 @@ class FusedLinear final : public FusedBase {
     borrowWeights_ = !kernels::cpu::hasAvx512();
     // Timing costs 8 runs of the GEMM once per shape (then the tuning database answers): not for
     // products so big that compile time would grow with them, and not where many rows share each
-    // weight (m >= kTimedLayoutRowsMax): there the packed layout's faster inner loop wins and its
+    // weight (m >= kPackedWithoutTimingRows): there the packed layout's faster inner loop wins and its
     // one-time cost is spread over the rows. Every timing of the hf suite agreed, on Zen 4: packed
     // 10-25% faster at 64 and 128 rows (BERT, GPT-2), 5-8% at Whisper's 1,500 rows, in place
     // chosen only at one row (the pooler) where both read the same bytes. Whisper's timings of
     // its 1,500-row linears were 0.48 of its 0.76 s cold plan, for decisions the rule makes too.
     if (!autotune_ || tuningDb_ == nullptr || compute_ != kernels::ComputeType::kF32 || io_ != at::kFloat ||
-        macs_ > 2.0e9 || (!borrowWeights_ && m_ >= kTimedLayoutRowsMax)) {
+        macs_ > 2.0e9 || (!borrowWeights_ && m_ >= kPackedWithoutTimingRows)) {
       return;
     }
     // The two kernels (one packs a copy of the weights) and the random input are made only when
