@@ -251,8 +251,10 @@ def test_conv1d_runs_on_the_direct_channels_last_kernel():
     x = torch.randn(1, 16, 300)
     with torch.no_grad():
         expected = model(x)
-        report = verifuse.explain(model, x, strict=True)
-        got = torch.compile(model, backend="verifuse", options={"strict": True})(x)
+        # The heuristic engine (oneDNN for convolutions): with timing, ATen's kernel can win a
+        # 0.02 ms tie on a loaded machine, and which one it is is not what this test is about.
+        report = verifuse.explain(model, x, strict=True, autotune=False)
+        got = torch.compile(model, backend="verifuse", options={"strict": True, "autotune": False})(x)
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
         assert g.stride() == e.stride()
