@@ -18,6 +18,7 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 BUILD_DIR = os.environ.get("VERIFUSE_BUILD_DIR", os.path.join(ROOT, "build", "cmake"))
+PROOF_STORE = "proofs-v2.vfstore"  # verifuse.installed_proofs.STORE_FILE
 
 
 class CMakeExtension(Extension):
@@ -46,7 +47,7 @@ class CMakeBuild(build_ext):
         self._prove_rules(os.path.dirname(target))
 
     def _prove_rules(self, package_dir: str) -> None:
-        """Proves every rule once, now, into verifuse/proofs/proofs-v2.vfstore of the package
+        """Proves every rule once, now, into verifuse/proofs/PROOF_STORE of the package
         (verifuse/installed_proofs.py): a new cache starts from it instead of running Z3 on the
         first compile. Only Proved/Refuted verdicts are stored, each checked against its
         obligation and Z3 version on lookup. A failure here costs only that: compiles prove."""
@@ -55,18 +56,20 @@ class CMakeBuild(build_ext):
         shutil.rmtree(scratch, ignore_errors=True)
         env = dict(os.environ)
         # build_py has run: the package and the extension just built are both in build_lib.
-        env["PYTHONPATH"] = os.path.dirname(package_dir) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        paths = [os.path.dirname(package_dir)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+        env["PYTHONPATH"] = os.pathsep.join(paths)
         rc = subprocess.call([sys.executable, "-m", "verifuse", "prove", "--cache-dir", scratch],
                              env=env, stdout=subprocess.DEVNULL)
-        store = os.path.join(scratch, "proofs-v2.vfstore")
+        store = os.path.join(scratch, PROOF_STORE)
         if not os.path.isfile(store):
-            print(f"verifuse: warning: the install-time rule proofs failed (exit {rc}); compiles will prove them")
+            print(f"verifuse: warning: the install-time rule proofs failed (exit {rc}); "
+                  "compiles will prove the rules themselves")
             return
         if rc != 0:
-            print("verifuse: warning: not every rule proved at install time (`python -m verifuse prove` says which); "
-                  "their verdicts are stored as they came out and compiles will reject those rules")
+            print("verifuse: warning: not every rule proved at install time (`python -m verifuse prove` "
+                  "says which); their verdicts are stored as they came out and compiles reject those rules")
         os.makedirs(out, exist_ok=True)
-        shutil.copyfile(store, os.path.join(out, "proofs-v2.vfstore"))
+        shutil.copyfile(store, os.path.join(out, PROOF_STORE))
 
 
 setup(

@@ -39,7 +39,8 @@ COMPILE = textwrap.dedent("""
 
 
 def compile_in_fresh_process(cache_dir, installed_proofs_on):
-    env = dict(os.environ, VERIFUSE_CACHE_DIR=str(cache_dir), VERIFUSE_INSTALLED_PROOFS="1" if installed_proofs_on else "0")
+    env = dict(os.environ, VERIFUSE_CACHE_DIR=str(cache_dir),
+               VERIFUSE_INSTALLED_PROOFS="1" if installed_proofs_on else "0")
     out = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

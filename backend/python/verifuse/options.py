@@ -37,8 +37,8 @@ class Options:
     layer_check_weights: int = 4096
     # How linears on oneDNN hold their weights: "packed" (a prepacked copy: faster on AVX-512 CPUs,
     # twice the weight memory), "in-place" (the parameters themselves: weights held once), or
-    # "auto" (timed per shape when autotuning, below 256 rows; packed on AVX-512 otherwise). explain() reports the
-    # copies each partition holds.
+    # "auto" (timed per shape when autotuning, below 256 rows; packed on AVX-512 otherwise).
+    # explain() reports the copies each partition holds.
     linear_weights: str = "auto"
 
     @classmethod
