@@ -152,8 +152,11 @@ def verifuse_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options:
             compiled = _fallback(gm, problem, opts, graph_report)
             save_state.reason = problem
         else:
-            compiled = _compile_with_aot(gm, example_inputs, names, opts, graph_report, save_state,
-                                         plan_cache=_plan_cache_wanted(options), record=_under_aot_compile())
+            compiled = _compile_with_one_trace(gm, example_inputs, names, opts, graph_report, save_state,
+                                               plan_cache=_plan_cache_wanted(options), record=_under_aot_compile())
+            if compiled is None:
+                compiled = _compile_with_aot(gm, example_inputs, names, opts, graph_report, save_state,
+                                             plan_cache=_plan_cache_wanted(options), record=_under_aot_compile())
         graph_report.compile_seconds = time.perf_counter() - start
         _report.publish(graph_report)
         return SavedGraph(compiled, save_state)
@@ -172,6 +175,48 @@ def verifuse_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options:
         _report.publish(graph_report)
         save_state.reason = reason
         return SavedGraph(compiled, save_state)
+
+
+def _compile_with_one_trace(gm: torch.fx.GraphModule, example_inputs: list, names: list[str], opts: Options,
+                            graph_report: _report.GraphReport, save_state: Any, plan_cache: bool = False,
+                            record: bool = False) -> Optional[Callable]:
+    """The graph compiled from one make_fx trace (aten_trace.py), called with Dynamo's arguments
+    as they are; None when it needs aot_autograd (the report says why)."""
+    from .aten_trace import one_trace_wanted, trace_inference_graph
+
+    if not one_trace_wanted():
+        graph_report.aten_trace = "aot_autograd (VERIFUSE_ONE_TRACE=0)"
+        return None
+    traced = trace_inference_graph(gm, example_inputs, decomposition_table())
+    if traced.graph is None:
+        graph_report.aten_trace = f"aot_autograd ({traced.reason})"
+        return None
+    graph_report.aten_trace = "one trace"
+    _report.bump("one_trace_graphs")
+    from .lowering import LoweringError
+    from .saved import graph_problem
+
+    inputs = list(example_inputs)
+    try:
+        runner = CompiledGraphRunner(traced.graph, inputs, set(traced.static), names, opts, graph_report,
+                                     plan_cache=plan_cache, record=record)
+    except LoweringError as err:
+        return _fallback(gm, err.reason, opts, graph_report, op=err.node)
+    except _unsupported_error() as err:
+        return _fallback(gm, str(err), opts, graph_report)
+    # What AOT's metadata would say of this graph (nothing mutated, no output aliases) was
+    # checked by the trace, so a save needs only the graph itself to be picklable.
+    save_state.reason = graph_problem(traced.graph)
+    save_state.aot_gm, save_state.static, save_state.names = traced.graph, traced.static, names
+    save_state.options, save_state.runner = dataclasses.asdict(opts), runner
+    from .guards import attach_shape_guards
+
+    boxed = attach_shape_guards(runner, traced.graph, graph_report, opts.strict)
+
+    def run(*args: Any) -> Any:
+        return boxed(list(args))
+
+    return run
 
 
 def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: list[str], opts: Options,

@@ -66,6 +66,8 @@ class GraphReport:
     plan_source: str = "compiled"
     plan_note: str = ""
     solver_queries: int = 0
+    # How the ATen graph was made: "one trace" (aten_trace.py) or "aot_autograd (<why>)".
+    aten_trace: str = ""
 
 
 def record_fallback(report: GraphReport, op: str, reason: str) -> None:

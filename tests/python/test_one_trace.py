@@ -1,0 +1,178 @@
+"""Dynamo's graph to ATen in one trace (verifuse/aten_trace.py): a plain inference graph skips
+aot_autograd, in-place operators on intermediates included (the trace makes them functional);
+graphs that write an input, alias an input in an output or have symbolic sizes still go through
+it. Every one gives eager's results and eager's side effects."""
+import torch
+import torch.nn.functional as F
+
+import pytest
+
+import verifuse  # noqa: F401  (registers the backend)
+from verifuse import report
+
+
+class _Block(torch.nn.Module):
+    """A transformer block's shapes: layer norm, QKV, SDPA with an additive mask, GELU MLP."""
+
+    def __init__(self, d: int = 32, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.norm = torch.nn.LayerNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.out = torch.nn.Linear(d, d)
+        self.up = torch.nn.Linear(d, 4 * d)
+        self.down = torch.nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.norm(x)).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + self.out(a.transpose(1, 2).reshape(b, s, d))
+        return x + self.down(F.gelu(self.up(x)))
+
+
+def _inputs():
+    torch.manual_seed(0)
+    x = torch.randn(2, 16, 32)
+    mask = torch.zeros(2, 1, 16, 16)
+    mask[1, :, :, 12:] = float("-inf")
+    return x, mask
+
+
+def _compile(model, *args, **compile_kwargs):
+    compiled = torch.compile(model, backend="verifuse", options={"strict": True}, **compile_kwargs)
+    with report.collect() as graphs, torch.no_grad():
+        out = compiled(*args)
+    return out, graphs
+
+
+def _aot_calls(monkeypatch) -> list:
+    """Counts aot_autograd's entry point (the backend reaches it through Dynamo's wrapper)."""
+    import torch._dynamo.backends.common as common
+
+    calls = []
+    original = common.aot_module_simplified
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(common, "aot_module_simplified", counting)
+    return calls
+
+
+def test_a_plain_inference_graph_is_traced_once_without_aot(monkeypatch):
+    calls = _aot_calls(monkeypatch)
+    model = _Block().eval()
+    x, mask = _inputs()
+    out, graphs = _compile(model, x, mask)
+    torch.testing.assert_close(out, model(x, mask), rtol=1e-5, atol=1e-5)
+    assert [g.aten_trace for g in graphs] == ["one trace"]
+    assert calls == []
+    # The plan still froze the weights and fused: the one-trace graph is a full compile.
+    (g,) = graphs
+    assert g.engine == "verifuse" and g.num_constants > 0 and g.rewrites
+
+
+def test_turned_off_every_graph_goes_through_aot(monkeypatch):
+    monkeypatch.setenv("VERIFUSE_ONE_TRACE", "0")
+    calls = _aot_calls(monkeypatch)
+    model = _Block().eval()
+    x, mask = _inputs()
+    out, graphs = _compile(model, x, mask)
+    torch.testing.assert_close(out, model(x, mask), rtol=1e-5, atol=1e-5)
+    assert graphs[0].aten_trace == "aot_autograd (VERIFUSE_ONE_TRACE=0)"
+    assert calls == [1]
+
+
+class _InPlaceIntermediate(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        y[:, 0] = 0.0  # setitem: a copy_ into a slice of an intermediate
+        return y * 2
+
+
+class _HiddenInPlace(torch.nn.Module):
+    """The Dynamo graph spells it F.relu(..., inplace=True): only the ATen trace shows relu_."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return F.relu(self.fc(x), inplace=True) + 1
+
+
+@pytest.mark.parametrize("model_type", [_InPlaceIntermediate, _HiddenInPlace])
+def test_in_place_operators_on_intermediates_become_functional_in_the_one_trace(model_type, monkeypatch):
+    calls = _aot_calls(monkeypatch)
+    torch.manual_seed(0)
+    model = model_type().eval()
+    x = torch.randn(4, 8)
+    out, graphs = _compile(model, x)
+    torch.testing.assert_close(out, model(x))
+    assert graphs[0].aten_trace == "one trace"
+    assert calls == []
+
+
+class _MutatesInput(torch.nn.Module):
+    def forward(self, x):
+        x.add_(1.0)
+        return x * 2
+
+
+def test_an_input_mutation_is_replayed_like_eager():
+    x, x_eager = torch.ones(4, 8), torch.ones(4, 8)
+    out, graphs = _compile(_MutatesInput(), x)
+    expected = _MutatesInput()(x_eager)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x, x_eager)  # the caller's tensor was updated, as in eager
+    assert graphs[0].aten_trace == "aot_autograd (the graph writes input 0)"
+
+
+class _ReturnsInputView(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x), x.view(-1)
+
+
+def test_an_output_aliasing_an_input_keeps_eager_aliasing():
+    torch.manual_seed(0)
+    model = _ReturnsInputView().eval()
+    x = torch.randn(4, 8)
+    (y, flat), graphs = _compile(model, x)
+    torch.testing.assert_close(y, model(x)[0])
+    assert flat.data_ptr() == x.data_ptr()  # a view of the caller's tensor, as eager returns
+    assert graphs[0].aten_trace == "aot_autograd (an output is a view of a graph input)"
+
+
+def test_symbolic_sizes_go_through_aot():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU()).eval()
+    x = torch.randn(3, 5, 8)
+    out, graphs = _compile(model, x, dynamic=True)
+    torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+    assert graphs[0].aten_trace.startswith("aot_autograd (")
+    assert "symbolic" in graphs[0].aten_trace or "SymInt" in graphs[0].aten_trace
+
+
+def test_new_weights_after_a_one_trace_compile_are_used():
+    """The plan is called with Dynamo's arguments directly: a load_state_dict after the compile
+    must still reach it (the weight guard rebuilds the plan)."""
+    model = _Block().eval()
+    x, mask = _inputs()
+    compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+    with torch.no_grad():
+        compiled(x, mask)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(0.5)
+        torch.testing.assert_close(compiled(x, mask), model(x, mask), rtol=1e-5, atol=1e-5)
