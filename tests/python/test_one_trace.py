@@ -176,3 +176,62 @@ def test_new_weights_after_a_one_trace_compile_are_used():
             for p in model.parameters():
                 p.mul_(0.5)
         torch.testing.assert_close(compiled(x, mask), model(x, mask), rtol=1e-5, atol=1e-5)
+
+
+def _both_traces(model, *args):
+    """The ATen graphs of one Dynamo graph from the one-trace path and from aot_autograd."""
+    from torch._dynamo.backends.common import aot_autograd
+    from verifuse.aten_trace import trace_inference_graph
+    from verifuse.backend import decomposition_table
+
+    graphs = {}
+
+    def backend(gm, example_inputs):
+        def keep(aot_gm, _inputs):
+            graphs["aot"] = aot_gm
+            return aot_gm
+        compiled = aot_autograd(fw_compiler=keep, inference_compiler=keep, decompositions=decomposition_table(),
+                                keep_inference_input_mutations=False)(gm, example_inputs)
+        graphs["one"] = trace_inference_graph(gm, example_inputs, decomposition_table()).graph
+        return compiled
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=backend)(*args)
+    return graphs["one"], graphs["aot"]
+
+
+def _ops(gm) -> dict:
+    from collections import Counter
+
+    # AOT's functionalization turns an identity (eval dropout) into a clone, which the plan drops.
+    return Counter(str(n.target) for n in gm.graph.nodes
+                   if n.op == "call_function" and n.target is not torch.ops.aten.clone.default)
+
+
+class _ChannelsLastMlp(torch.nn.Module):
+    """ConvNeXt's block: a linear over the channels of a permuted 4-D conv output."""
+
+    def __init__(self):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.fc = torch.nn.Linear(8, 32)
+        self.drop = torch.nn.Dropout(0.1)
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = torch.nn.functional.layer_norm(y, (8,))
+        y = self.drop(self.fc(y))
+        y += 1.0
+        return y
+
+
+@pytest.mark.parametrize("make", [lambda: (_Block().eval(), _inputs()),
+                                  lambda: (_ChannelsLastMlp().eval(), (torch.randn(2, 8, 6, 6),))])
+def test_the_one_trace_has_aots_operators(make):
+    """Same decomposition, same functionalization: the operators AOT's graph has, no more and no
+    fewer (a linear over a 4-D input is one addmm in both, not matmul + add)."""
+    model, args = make()
+    one, aot = _both_traces(model, *args)
+    assert _ops(one) == _ops(aot)
+    assert "aten.addmm.default" in _ops(one)

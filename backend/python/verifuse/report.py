@@ -170,7 +170,7 @@ class Report:
                  "reorders_before": g.reorders_before, "timings_run": g.timings_run,
                  "tuning_inputs_made": g.tuning_inputs_made, "tuning_db": g.tuning_db,
                  "pipeline_seconds": g.pipeline_seconds, "plan_seconds": g.plan_seconds,
-                 "weight_copy_bytes": g.weight_copy_bytes}
+                 "weight_copy_bytes": g.weight_copy_bytes, "aten_trace": g.aten_trace}
                 for g in self.graphs
             ],
             # --- shapes (issue 5; owned by the shapes work): assumptions, added and Dynamo guards ---
@@ -193,6 +193,8 @@ class Report:
         for g in self.graphs:
             lines.append(f"  graph {g.graph_id}: engine={g.engine} nodes={g.num_nodes} "
                          f"constants={g.num_constants} compile={g.compile_seconds:.3f}s")
+            if g.aten_trace:
+                lines.append(f"    ATen graph from: {g.aten_trace}")
             top = sorted(g.ops.items(), key=lambda kv: (-kv[1], kv[0]))
             if top:
                 width = max(len(op) for op, _ in top)
