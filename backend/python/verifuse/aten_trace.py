@@ -6,9 +6,10 @@ outputs that alias inputs. An inference graph that mutates none of its inputs an
 alias needs neither: one ``make_fx`` trace under Dynamo's own fake tensors and AOT's
 functionalization, with the same decomposition table, gives the same ATen operators (in-place
 operators on intermediates become their functional forms, as under AOT), and the compiled plan
-can be called with Dynamo's arguments as they are. Measured on the Zen 4 VM, 1 thread: BERT-base 0.34 s against AOT's
-0.87 s, GPT-2 0.32 against 1.09, ResNet-50 (transformers) 0.28 against 0.91; verifuse's own work
-on these graphs is 0.3-0.6 s.
+can be called with Dynamo's arguments as they are. Measured on the Zen 4 VM, 1 thread, same
+Dynamo graph, best of 3: BERT-base 0.44 s against AOT's 0.74 s, GPT-2 0.40 against 0.67, T5-small
+0.29 against 0.51, ResNet-50 (transformers) 0.30 against 0.51; in a first compile AOT's share is
+larger (its first call also imports it: BERT's first call 3.7 -> 2.8-3.1 s, warm caches).
 
 Anything else goes through aot_autograd as before, and :func:`trace_inference_graph` says why:
 tensor subclasses (torchao's quantized weights), symbolic sizes (``dynamic=True``), parameters
@@ -21,7 +22,6 @@ each other.
 """
 from __future__ import annotations
 
-import operator
 import os
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
