@@ -161,7 +161,7 @@ def test_symbolic_sizes_go_through_aot():
     out, graphs = _compile(model, x, dynamic=True)
     torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
     assert graphs[0].aten_trace.startswith("aot_autograd (")
-    assert "symbolic" in graphs[0].aten_trace or "SymInt" in graphs[0].aten_trace
+    assert "symbolic" in graphs[0].aten_trace
 
 
 def test_new_weights_after_a_one_trace_compile_are_used():
@@ -172,9 +172,8 @@ def test_new_weights_after_a_one_trace_compile_are_used():
     compiled = torch.compile(model, backend="verifuse", options={"strict": True})
     with torch.no_grad():
         compiled(x, mask)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.mul_(0.5)
+        for p in model.parameters():
+            p.mul_(0.5)
         torch.testing.assert_close(compiled(x, mask), model(x, mask), rtol=1e-5, atol=1e-5)
 
 
