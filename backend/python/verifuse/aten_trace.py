@@ -151,7 +151,7 @@ def _aten_graph_problem(traced: torch.fx.GraphModule) -> str:
             if isinstance(node.target, torch._ops.OpOverload):
                 if node.target._schema.is_mutable:
                     return f"in-place operator {node.target.name()} after functionalization"
-                if node.target in _BATCH_NORMS and node.args[5]:
+                if node.target is torch.ops.aten.native_batch_norm.default and node.args[5]:
                     # Its schema does not mark the running statistics as written.
                     return "batch norm in training mode (it updates its running statistics)"
             elif isinstance(node.target, torch._ops.HigherOrderOperator):
@@ -175,9 +175,6 @@ def _aten_graph_problem(traced: torch.fx.GraphModule) -> str:
                     return "two outputs share memory"
                 outputs.add(storage)
     return ""
-
-
-_BATCH_NORMS = (torch.ops.aten.native_batch_norm.default,)
 
 
 def _static_indices(gm: torch.fx.GraphModule) -> list[int]:

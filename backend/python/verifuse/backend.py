@@ -193,30 +193,43 @@ def _compile_with_one_trace(gm: torch.fx.GraphModule, example_inputs: list, name
         return None
     graph_report.aten_trace = "one trace"
     _report.bump("one_trace_graphs")
-    from .lowering import LoweringError
-    from .saved import graph_problem
-
-    inputs = list(example_inputs)
-    try:
-        runner = CompiledGraphRunner(traced.graph, inputs, set(traced.static), names, opts, graph_report,
-                                     plan_cache=plan_cache, record=record)
-    except LoweringError as err:
-        return _fallback(gm, err.reason, opts, graph_report, op=err.node)
-    except _unsupported_error() as err:
-        return _fallback(gm, str(err), opts, graph_report)
-    # What AOT's metadata would say of this graph (nothing mutated, no output aliases) was
+    # What AOT's metadata would say of this graph (nothing written, no output aliases) was
     # checked by the trace, so a save needs only the graph itself to be picklable.
-    save_state.reason = graph_problem(traced.graph)
-    save_state.aot_gm, save_state.static, save_state.names = traced.graph, traced.static, names
-    save_state.options, save_state.runner = dataclasses.asdict(opts), runner
-    from .guards import attach_shape_guards
-
-    boxed = attach_shape_guards(runner, traced.graph, graph_report, opts.strict)
+    boxed = _plan_or_eager(traced.graph, list(example_inputs), traced.static, names, opts, graph_report, None,
+                           plan_cache, record, save_state, save_problem=None)
 
     def run(*args: Any) -> Any:
         return boxed(list(args))
 
     return run
+
+
+def _plan_or_eager(aten_gm: torch.fx.GraphModule, inputs: list, static: list[int], names: list[str], opts: Options,
+                   graph_report: _report.GraphReport, shape_facts: Any, plan_cache: bool, record: bool,
+                   save_state: Any, save_problem: Optional[str]) -> Callable:
+    """The boxed callable for one ATen graph, from either path: its plan behind the shape guards,
+    or the graph run eagerly when the lowering or the planner cannot take it. ``save_problem``
+    is why the graph could not be saved beyond its own picklability (AOT's metadata)."""
+    from functorch.compile import make_boxed_func
+
+    from .guards import attach_shape_guards
+    from .lowering import LoweringError
+
+    try:
+        runner = CompiledGraphRunner(aten_gm, inputs, set(static), names, opts, graph_report, shape_facts,
+                                     plan_cache=plan_cache, record=record)
+    except LoweringError as err:
+        return make_boxed_func(_fallback(aten_gm, err.reason, opts, graph_report, op=err.node))
+    except _unsupported_error() as err:
+        return make_boxed_func(_fallback(aten_gm, str(err), opts, graph_report))
+    if save_state is not None:
+        from .saved import graph_problem
+
+        save_state.reason = save_problem or graph_problem(aten_gm)
+        save_state.aot_gm, save_state.static, save_state.names = aten_gm, static, names
+        save_state.options, save_state.runner = dataclasses.asdict(opts), runner
+    # A violated shape guard runs the graph eagerly, or raises ShapeGuardError under strict.
+    return attach_shape_guards(runner, aten_gm, graph_report, opts.strict)
 
 
 def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: list[str], opts: Options,
@@ -242,28 +255,15 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
         problem = _freezing_problem(fake_inputs, real_inputs, static, meta)
         if problem:
             return make_boxed_func(_fallback(aot_gm, problem, opts, graph_report))
-        from .guards import attach_shape_guards, collect_shape_facts
-        from .lowering import LoweringError
+        from .guards import collect_shape_facts
+        from .saved import inference_problem
 
         # Dynamic shapes: Dynamo's shape guards go to C++ with the compile request, which derives
         # the plan's shape assumptions, decides them and checks the ones that do not follow on
         # every call (None for static shapes).
         shape_facts = collect_shape_facts(fake_inputs, real_inputs, static, graph_report, opts.strict)
-        try:
-            runner = CompiledGraphRunner(aot_gm, real_inputs, set(static), real_names, opts, graph_report, shape_facts,
-                                         plan_cache=plan_cache, record=record)
-        except LoweringError as err:
-            return make_boxed_func(_fallback(aot_gm, err.reason, opts, graph_report, op=err.node))
-        except _unsupported_error() as err:
-            return make_boxed_func(_fallback(aot_gm, str(err), opts, graph_report))
-        if save_state is not None:
-            from .saved import graph_problem, inference_problem
-
-            save_state.reason = inference_problem(meta) or graph_problem(aot_gm)
-            save_state.aot_gm, save_state.static, save_state.names = aot_gm, static, real_names
-            save_state.options, save_state.runner = dataclasses.asdict(opts), runner
-        # A violated shape guard runs the graph eagerly, or raises ShapeGuardError under strict.
-        return attach_shape_guards(runner, aot_gm, graph_report, opts.strict)
+        return _plan_or_eager(aot_gm, real_inputs, static, real_names, opts, graph_report, shape_facts,
+                              plan_cache, record, save_state, save_problem=inference_problem(meta))
 
     compiler = aot_autograd(
         fw_compiler=training_compiler,
