@@ -10,9 +10,9 @@
 #include <string>
 
 #include <omp.h>
-#include <sys/mman.h>
 
 #include "cpu/gemm_internal.h"
+#include "cpu/weight_memory.h"
 #include "verifuse/kernels/cpu_features.h"
 
 namespace verifuse::kernels::gemm {
@@ -20,28 +20,6 @@ namespace verifuse::kernels::gemm {
 using detail::EpiOp;
 using detail::kBlockMax;
 using detail::kNR;
-
-namespace {
-
-/// Memory for packed weights, freed with std::free. A buffer of 2 MiB or more is aligned to 2 MiB
-/// and asked to be backed by transparent huge pages: a GEMM streams its weights once per call,
-/// and with 4 KiB pages a weight matrix bigger than what the second-level TLB maps (3072 entries,
-/// 12 MiB on Zen 4) takes a page walk every 4 KiB.
-/// VERIFUSE_HUGE_PAGES=0 (benchmarking) keeps 4 KiB pages.
-void* allocateWeights(size_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  static const bool wanted = [] {
-    const char* v = std::getenv("VERIFUSE_HUGE_PAGES");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  if (bytes < kHuge || !wanted) return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-  void* p = std::aligned_alloc(kHuge, rounded);
-  if (p != nullptr) (void)madvise(p, rounded, MADV_HUGEPAGE);  // advice: failure leaves 4 KiB pages
-  return p;
-}
-
-}  // namespace
 
 PackedWeights::~PackedWeights() { std::free(data_); }
 
@@ -59,7 +37,7 @@ StatusOr<std::shared_ptr<const PackedWeights>> packWeights(const float* w, int64
   const int64_t kBlock = ((k + nBlocks - 1) / nBlocks + 3) / 4 * 4;
 
   const size_t bytes = static_cast<size_t>(k) * static_cast<size_t>(nPadded) * sizeof(float);
-  auto* data = static_cast<float*>(allocateWeights(bytes));
+  auto* data = static_cast<float*>(cpu::allocateWeightMemory(bytes));
   if (data == nullptr) return internalError("gemm::packWeights: out of memory");
 
   for (int64_t k0 = 0; k0 < k; k0 += kBlock) {
@@ -323,7 +301,7 @@ StatusOr<std::shared_ptr<const PackedWeightsBf16>> packWeightsBf16(const float* 
   const int64_t kPairs = (k + 1) / 2;
   if (kPairs > (int64_t{1} << 40) / nPadded) return invalidArgument("gemm::packWeightsBf16: too large");
   const size_t elems = static_cast<size_t>(kPairs) * static_cast<size_t>(nPadded) * 2;
-  auto* data = static_cast<uint16_t*>(allocateWeights(elems * 2));
+  auto* data = static_cast<uint16_t*>(cpu::allocateWeightMemory(elems * 2));
   if (data == nullptr) return internalError("gemm::packWeightsBf16: out of memory");
   for (int64_t j = 0; j < nPadded / kNR; ++j) {
     uint16_t* panel = data + j * kPairs * 32;

@@ -1,6 +1,8 @@
 // Engine, per-thread stream and scratch, error mapping, post-op attributes, PrimitiveKernel.
 #include "common.h"
 
+#include "cpu/weight_memory.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -185,13 +187,20 @@ StatusOr<dnnl::primitive_attr> makeAttr(const std::vector<PostOp>& postOps, cons
   return attr;
 }
 
-dnnl::memory packConstant(const void* src, const dnnl::memory::desc& userMd,
-                          const dnnl::memory::desc& packedMd) {
-  dnnl::memory packed(packedMd, engine());  // library-owned
+ConstantArg packConstant(int arg, const void* src, const dnnl::memory::desc& userMd,
+                         const dnnl::memory::desc& packedMd) {
+  std::shared_ptr<void> buffer;
+  const size_t bytes = packedMd.get_size();
+  if (bytes >= (size_t{2} << 20)) {
+    buffer.reset(cpu::allocateWeightMemory(bytes), std::free);
+    if (!buffer) throw dnnl::error(dnnl_out_of_memory, "packing a constant");
+  }
+  // Below 2 MiB oneDNN allocates (library-owned).
+  dnnl::memory packed = buffer ? dnnl::memory(packedMd, engine(), buffer.get()) : dnnl::memory(packedMd, engine());
   dnnl::memory user(userMd, engine(), const_cast<void*>(src));
   if (userMd == packedMd) {
     std::memcpy(packed.get_data_handle(), src, userMd.get_size());
-    return packed;
+    return ConstantArg(arg, std::move(packed), std::move(buffer));
   }
   dnnl::reorder::primitive_desc pd(engine(), userMd, engine(), packedMd, userScratchAttr());
   auto r = makePrimitive<dnnl::reorder>(pd);
@@ -203,13 +212,13 @@ dnnl::memory packConstant(const void* src, const dnnl::memory::desc& userMd,
   }
   r.execute(threadStream(), args);
   threadStream().wait();
-  return packed;
+  return ConstantArg(arg, std::move(packed), std::move(buffer));
 }
 
 PrimitiveKernel::PrimitiveKernel(const char* name, dnnl::primitive prim, size_t primScratch,
                                  std::string impl, std::vector<RuntimeInput> inputs,
                                  dnnl::memory::desc dstMd,
-                                 std::vector<std::pair<int, dnnl::memory>> constants, bool borrowsWeights)
+                                 std::vector<ConstantArg> constants, bool borrowsWeights)
     : name_(name),
       prim_(std::move(prim)),
       inputs_(std::move(inputs)),
@@ -259,7 +268,7 @@ Status PrimitiveKernel::execute(std::span<const void* const> inputs, void* outpu
       in.convert->execute(s, cargs);
       args.emplace(in.arg, staged);
     }
-    for (const auto& [arg, mem] : constants_) args.emplace(arg, mem);
+    for (const ConstantArg& c : constants_) args.emplace(c.arg, c.memory);
     args.emplace(DNNL_ARG_DST, dnnl::memory(dstMd_, eng, output));
     prim_.execute(s, args);
     s.wait();

@@ -5,6 +5,7 @@
 #include <dnnl.hpp>
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -101,9 +102,21 @@ StatusOr<dnnl::primitive_attr> makeAttr(const std::vector<PostOp>& postOps, cons
 /// Plain attr with user scratchpad.
 dnnl::primitive_attr userScratchAttr();
 
-/// Copies \p src (dense f32 in \p userMd) once into library-owned memory of \p packedMd.
-dnnl::memory packConstant(const void* src, const dnnl::memory::desc& userMd,
-                          const dnnl::memory::desc& packedMd);
+/// A primitive's constant argument: its memory and, when verifuse allocated the buffer behind it
+/// (packConstant), that buffer, which lives as long as the argument does.
+struct ConstantArg {
+  ConstantArg(int a, dnnl::memory m, std::shared_ptr<void> b = nullptr)
+      : arg(a), memory(std::move(m)), buffer(std::move(b)) {}
+  int arg;
+  dnnl::memory memory;
+  std::shared_ptr<void> buffer;
+};
+
+/// Copies \p src (dense f32 in \p userMd) once into memory of \p packedMd for argument \p arg:
+/// a buffer from cpu::allocateWeightMemory (huge pages for 2 MiB and more: weights are streamed
+/// on every call), or oneDNN's own allocation for small constants.
+ConstantArg packConstant(int arg, const void* src, const dnnl::memory::desc& userMd,
+                         const dnnl::memory::desc& packedMd);
 
 /// The generic primitive-backed kernel: inputs (optionally converted), constant args (prepacked
 /// weights, bias, gamma...), one dst.
@@ -111,7 +124,7 @@ class PrimitiveKernel final : public Kernel {
  public:
   PrimitiveKernel(const char* name, dnnl::primitive prim, size_t primScratch, std::string impl,
                   std::vector<RuntimeInput> inputs, dnnl::memory::desc dstMd,
-                  std::vector<std::pair<int, dnnl::memory>> constants, bool borrowsWeights = false);
+                  std::vector<ConstantArg> constants, bool borrowsWeights = false);
   const char* name() const override { return name_; }
   Status execute(std::span<const void* const> inputs, void* output) const override;
 
@@ -120,7 +133,7 @@ class PrimitiveKernel final : public Kernel {
   dnnl::primitive prim_;
   std::vector<RuntimeInput> inputs_;
   dnnl::memory::desc dstMd_;
-  std::vector<std::pair<int, dnnl::memory>> constants_;
+  std::vector<ConstantArg> constants_;
 };
 
 /// Creates a primitive from its descriptor and counts it.
@@ -134,7 +147,7 @@ Prim makePrimitive(const PD& pd) {
 /// Wraps a finished primitive descriptor into a PrimitiveKernel.
 template <typename Prim, typename PD>
 std::unique_ptr<Kernel> finish(const char* name, const PD& pd, std::vector<RuntimeInput> inputs,
-                               std::vector<std::pair<int, dnnl::memory>> constants = {},
+                               std::vector<ConstantArg> constants = {},
                                bool borrowsWeights = false) {
   return std::make_unique<PrimitiveKernel>(name, makePrimitive<Prim>(pd), pd.scratchpad_desc().get_size(),
                                            pd.impl_info_str(), std::move(inputs), pd.dst_desc(),
@@ -153,12 +166,11 @@ std::unique_ptr<Kernel> finishWeighted(const char* name, const PD& pd, const dnn
   std::vector<RuntimeInput> inputs;
   inputs.push_back(makeInput(DNNL_ARG_SRC, userSrc, pd.src_desc()));
   for (auto& b : binaryInputs) inputs.push_back(std::move(b));
-  std::vector<std::pair<int, dnnl::memory>> constants;
+  std::vector<ConstantArg> constants;
   const bool borrow = borrowWeights && pd.weights_desc() == userWeights;
-  constants.emplace_back(DNNL_ARG_WEIGHTS,
-                         borrow ? dnnl::memory(userWeights, engine(), const_cast<void*>(weights))
-                                : packConstant(weights, userWeights, pd.weights_desc()));
-  if (bias) constants.emplace_back(DNNL_ARG_BIAS, packConstant(bias, biasMd, pd.bias_desc()));
+  constants.push_back(borrow ? ConstantArg(DNNL_ARG_WEIGHTS, dnnl::memory(userWeights, engine(), const_cast<void*>(weights)))
+                             : packConstant(DNNL_ARG_WEIGHTS, weights, userWeights, pd.weights_desc()));
+  if (bias) constants.push_back(packConstant(DNNL_ARG_BIAS, bias, biasMd, pd.bias_desc()));
   return finish<Prim>(name, pd, std::move(inputs), std::move(constants), borrow);
 }
 

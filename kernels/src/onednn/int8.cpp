@@ -43,7 +43,7 @@ class Int8Kernel final : public Kernel {
  public:
   Int8Kernel(const char* name, dnnl::primitive prim, size_t scratch, std::string impl, RuntimeInput src,
              dnnl::memory::desc primDst, dnnl::memory::desc userDst,
-             std::vector<std::pair<int, dnnl::memory>> constants, bool sum)
+             std::vector<ConstantArg> constants, bool sum)
       : name_(name), prim_(std::move(prim)), src_(std::move(src)), primDst_(primDst), userDst_(userDst),
         constants_(std::move(constants)), sum_(sum) {
     implInfo_ = std::move(impl);
@@ -87,7 +87,7 @@ class Int8Kernel final : public Kernel {
       } else {
         args.emplace(DNNL_ARG_SRC, user);
       }
-      for (const auto& [arg, mem] : constants_) args.emplace(arg, mem);
+      for (const ConstantArg& c : constants_) args.emplace(c.arg, c.memory);
       dnnl::memory userOut(userDst_, eng, output);
       if (!toUser_) {
         args.emplace(DNNL_ARG_DST, userOut);
@@ -116,7 +116,7 @@ class Int8Kernel final : public Kernel {
   RuntimeInput src_;
   dnnl::memory::desc primDst_, userDst_;
   std::optional<dnnl::primitive> toUser_, fromUser_;
-  std::vector<std::pair<int, dnnl::memory>> constants_;
+  std::vector<ConstantArg> constants_;
   bool sum_ = false;
 };
 
@@ -375,7 +375,7 @@ StatusOr<std::unique_ptr<Kernel>> createInt8Unprobed(const Int8Params& p) {
     }
     attr.set_post_ops(po);
 
-    std::vector<std::pair<int, dnnl::memory>> constants;
+    std::vector<ConstantArg> constants;
     const int32_t srcZp = p.srcZeroPoint, dstZp = p.dstZeroPoint;
     const float srcScale = p.srcScale, dstScale = p.dstScale;
     if (!accOut) {
@@ -421,8 +421,8 @@ StatusOr<std::unique_ptr<Kernel>> createInt8Unprobed(const Int8Params& p) {
                                       primSrc, primW, biasMd, primDst, stride, dil, padL, padR, attr)
                  : cf::primitive_desc(engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                       primSrc, primW, primDst, stride, dil, padL, padR, attr);
-      constants.emplace_back(DNNL_ARG_WEIGHTS, packConstant(p.weights, userW, pd.weights_desc()));
-      if (p.bias) constants.emplace_back(DNNL_ARG_BIAS, packConstant(p.bias, biasMd, pd.bias_desc()));
+      constants.push_back(packConstant(DNNL_ARG_WEIGHTS, p.weights, userW, pd.weights_desc()));
+      if (p.bias) constants.push_back(packConstant(DNNL_ARG_BIAS, p.bias, biasMd, pd.bias_desc()));
       auto prim = makePrimitive<cf>(pd);
       return std::unique_ptr<Kernel>(new Int8Kernel("int8_conv", prim, pd.scratchpad_desc().get_size(),
                                                     pd.impl_info_str(), makeInput(DNNL_ARG_SRC, userSrc, pd.src_desc()),
@@ -437,8 +437,8 @@ StatusOr<std::unique_ptr<Kernel>> createInt8Unprobed(const Int8Params& p) {
     using mm = dnnl::matmul;
     mm::primitive_desc pd = p.bias ? mm::primitive_desc(engine(), userSrc, primW, biasMd, userDst, attr)
                                    : mm::primitive_desc(engine(), userSrc, primW, userDst, attr);
-    constants.emplace_back(DNNL_ARG_WEIGHTS, packConstant(p.weights, userW, pd.weights_desc()));
-    if (p.bias) constants.emplace_back(DNNL_ARG_BIAS, packConstant(p.bias, biasMd, pd.bias_desc()));
+    constants.push_back(packConstant(DNNL_ARG_WEIGHTS, p.weights, userW, pd.weights_desc()));
+    if (p.bias) constants.push_back(packConstant(DNNL_ARG_BIAS, p.bias, biasMd, pd.bias_desc()));
     auto prim = makePrimitive<mm>(pd);
     return std::unique_ptr<Kernel>(new Int8Kernel("int8_linear", prim, pd.scratchpad_desc().get_size(),
                                                   pd.impl_info_str(), makeInput(DNNL_ARG_SRC, userSrc, pd.src_desc()),

@@ -98,9 +98,9 @@ StatusOr<std::unique_ptr<Kernel>> createLayerNorm(const Layout& src, float eps, 
     dnnl::layer_normalization_forward::primitive_desc pd(
         engine(), dnnl::prop_kind::forward_inference, md, md, eps, flags, userScratchAttr());
     dnnl::memory::desc cMd({c}, dt::f32, tag::a);
-    std::vector<std::pair<int, dnnl::memory>> constants;
-    if (gamma) constants.emplace_back(DNNL_ARG_SCALE, packConstant(gamma, cMd, cMd));
-    if (beta) constants.emplace_back(DNNL_ARG_SHIFT, packConstant(beta, cMd, cMd));
+    std::vector<ConstantArg> constants;
+    if (gamma) constants.push_back(packConstant(DNNL_ARG_SCALE, gamma, cMd, cMd));
+    if (beta) constants.push_back(packConstant(DNNL_ARG_SHIFT, beta, cMd, cMd));
     return finish<dnnl::layer_normalization_forward>(
         "layer_norm", pd, {makeInput(DNNL_ARG_SRC, md, pd.src_desc())}, std::move(constants));
   });

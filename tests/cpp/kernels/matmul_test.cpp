@@ -2,6 +2,10 @@
 // against reference loops.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+#include <string>
+
 #include "reference.h"
 #include "verifuse/kernels/ops.h"
 
@@ -27,6 +31,43 @@ struct LinearCase {
   bool bias;
   std::vector<PostOp> ops;
 };
+
+/// The process's AnonHugePages (kB, /proc/self/smaps_rollup); -1 when unreadable.
+long processHugePagesKb() {
+  std::ifstream f("/proc/self/smaps_rollup");
+  std::string line;
+  long kb = -1;
+  while (std::getline(f, line)) {
+    if (std::sscanf(line.c_str(), "AnonHugePages: %ld kB", &kb) == 1) return kb;
+  }
+  return -1;
+}
+
+// Weights of 2 MiB or more are packed into memory madvised for transparent huge pages
+// (packConstant, cpu::allocateWeightMemory): the linear streams them on every call. Only where the
+// kernel gives huge pages to madvised memory and not to everything ("always" would make the
+// test's own vectors huge too, so growth would not show whose pages they are).
+TEST(LinearWeightsMemory, LargePackedWeightsAreInHugePages) {
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(thp, mode);
+  if (mode.find("[madvise]") == std::string::npos) GTEST_SKIP() << "transparent huge pages: " << mode;
+  const int64_t m = 4, k = 1024, n = 4096;  // 16 MiB of float32 weights
+  auto w = randomVec(n * k, 2);
+  const long before = processHugePagesKb();
+  ASSERT_GE(before, 0);
+  LinearParams p{m, k, n, w.data(), nullptr, {}};
+  VF_ASSERT_OK_AND_ASSIGN(auto kernel, createLinear(p));
+  ASSERT_FALSE(kernel->borrowsWeights());
+  const long grown = processHugePagesKb() - before;
+  EXPECT_GE(grown, 8 * 1024) << "16 MiB of packed weights, " << grown << " kB more in huge pages";
+  auto x = randomVec(m * k, 1);  // and the kernel still computes from them
+  std::vector<float> y(static_cast<size_t>(m * n));
+  const void* in[] = {x.data()};
+  ASSERT_TRUE(kernel->execute(in, y.data()).isOk());
+  auto want = refLinear(x, w, nullptr, m, k, n);
+  for (size_t i = 0; i < y.size(); i += 997) EXPECT_NEAR(y[i], want[i], 1e-3f) << i;
+}
 
 class LinearTest : public ::testing::TestWithParam<LinearCase> {};
 
