@@ -21,7 +21,7 @@ using detail::EpiOp;
 using detail::kBlockMax;
 using detail::kNR;
 
-PackedWeights::~PackedWeights() { std::free(data_); }
+PackedWeights::~PackedWeights() { cpu::freeWeightMemory(data_); }
 
 StatusOr<std::shared_ptr<const PackedWeights>> packWeights(const float* w, int64_t k, int64_t n,
                                                            WeightOrder order) {
@@ -67,7 +67,7 @@ StatusOr<std::shared_ptr<const PackedWeights>> packWeights(const float* w, int64
   }
   auto* packed = new (std::nothrow) PackedWeights(k, n, nPadded, kBlock, data);
   if (packed == nullptr) {
-    std::free(data);
+    cpu::freeWeightMemory(data);
     return internalError("gemm::packWeights: out of memory");
   }
   try {
@@ -277,7 +277,7 @@ Status run(const float* a, int64_t m, int64_t lda, const PackedWeights& b, float
 
 // ---- bfloat16 -------------------------------------------------------------------------------------
 
-PackedWeightsBf16::~PackedWeightsBf16() { std::free(data_); }
+PackedWeightsBf16::~PackedWeightsBf16() { cpu::freeWeightMemory(data_); }
 
 namespace {
 /// float32 -> bf16 bits, round to nearest even; NaN -> 0x7FC0 (c10::BFloat16's conversion).
@@ -316,7 +316,7 @@ StatusOr<std::shared_ptr<const PackedWeightsBf16>> packWeightsBf16(const float* 
   }
   auto* packed = new (std::nothrow) PackedWeightsBf16(k, n, nPadded, data);
   if (packed == nullptr) {
-    std::free(data);
+    cpu::freeWeightMemory(data);
     return internalError("gemm::packWeightsBf16: out of memory");
   }
   try {

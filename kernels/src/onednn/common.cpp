@@ -189,14 +189,9 @@ StatusOr<dnnl::primitive_attr> makeAttr(const std::vector<PostOp>& postOps, cons
 
 ConstantArg packConstant(int arg, const void* src, const dnnl::memory::desc& userMd,
                          const dnnl::memory::desc& packedMd) {
-  std::shared_ptr<void> buffer;
-  const size_t bytes = packedMd.get_size();
-  if (bytes >= (size_t{2} << 20)) {
-    buffer.reset(cpu::allocateWeightMemory(bytes), std::free);
-    if (!buffer) throw dnnl::error(dnnl_out_of_memory, "packing a constant");
-  }
-  // Below 2 MiB oneDNN allocates (library-owned).
-  dnnl::memory packed = buffer ? dnnl::memory(packedMd, engine(), buffer.get()) : dnnl::memory(packedMd, engine());
+  std::shared_ptr<void> buffer(cpu::allocateWeightMemory(packedMd.get_size()), cpu::freeWeightMemory);
+  if (!buffer) throw dnnl::error(dnnl_out_of_memory, "packing a constant");
+  dnnl::memory packed(packedMd, engine(), buffer.get());
   dnnl::memory user(userMd, engine(), const_cast<void*>(src));
   if (userMd == packedMd) {
     std::memcpy(packed.get_data_handle(), src, userMd.get_size());

@@ -103,7 +103,8 @@ StatusOr<dnnl::primitive_attr> makeAttr(const std::vector<PostOp>& postOps, cons
 dnnl::primitive_attr userScratchAttr();
 
 /// A primitive's constant argument: its memory and, when verifuse allocated the buffer behind it
-/// (packConstant), that buffer, which lives as long as the argument does.
+/// (packConstant; null for borrowed weights and oneDNN's own allocations), that buffer, which
+/// lives as long as the argument does.
 struct ConstantArg {
   ConstantArg(int a, dnnl::memory m, std::shared_ptr<void> b = nullptr)
       : arg(a), memory(std::move(m)), buffer(std::move(b)) {}
@@ -112,9 +113,8 @@ struct ConstantArg {
   std::shared_ptr<void> buffer;
 };
 
-/// Copies \p src (dense f32 in \p userMd) once into memory of \p packedMd for argument \p arg:
-/// a buffer from cpu::allocateWeightMemory (huge pages for 2 MiB and more: weights are streamed
-/// on every call), or oneDNN's own allocation for small constants.
+/// Copies \p src (dense f32 in \p userMd) once into memory of \p packedMd for argument \p arg,
+/// in a buffer from cpu::allocateWeightMemory (huge pages: weights are streamed on every call).
 ConstantArg packConstant(int arg, const void* src, const dnnl::memory::desc& userMd,
                          const dnnl::memory::desc& packedMd);
 

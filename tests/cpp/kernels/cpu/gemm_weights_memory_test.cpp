@@ -1,14 +1,18 @@
-// Packed weights of 2 MiB or more are asked to live in transparent huge pages (gemm.cpp,
-// allocateWeights): a GEMM streams its weights once per call, and on 4 KiB pages every page of a
-// weight matrix that is not in the TLB costs a page walk (decode-sized calls read nothing else).
+// Packed weights are asked to live in transparent huge pages (cpu/weight_memory.h): a GEMM
+// streams its weights once per call, and on 4 KiB pages every page of a weight matrix that is not
+// in the TLB costs a page walk (decode-sized calls read nothing else). Large buffers have pages
+// of their own, small ones share 2 MiB chunks.
 // Checked where the kernel says it holds them: the AnonHugePages line of the mapping in
 // /proc/self/smaps. Skipped only where this kernel gives no huge pages to madvised memory.
 #include "verifuse/kernels/gemm.h"
+
+#include "cpu/weight_memory.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -80,6 +84,27 @@ TEST_F(GemmWeightsMemory, LargeBfloat16WeightsAreInHugePages) {
   ASSERT_GE(kb, 0) << "no mapping holds the packed weights";
   EXPECT_GE(kb, 4 * 1024) << "8 MiB of packed bf16 weights, " << kb << " kB of them in huge pages";
   EXPECT_EQ((*packed)->data()[0], 0x3F00);  // bf16(0.5)
+}
+
+TEST_F(GemmWeightsMemory, SmallWeightsShareHugePageChunksReturnedWhenReleased) {
+  const size_t before = cpu::weightMemoryChunkCount();
+  {
+    // 24 matrices of 256 KiB: 6 MiB in chunks of 2 MiB.
+    std::vector<std::shared_ptr<const PackedWeights>> all;
+    for (int i = 0; i < 24; ++i) {
+      auto packed = packWeights(weights_.data(), 256, 256, WeightOrder::kNK);
+      ASSERT_TRUE(packed.isOk()) << packed.status().toString();
+      all.push_back(*packed);
+    }
+    const auto base = [](const float* p) { return reinterpret_cast<uintptr_t>(p) >> 21; };
+    EXPECT_EQ(base(all[0]->data()), base(all[1]->data())) << "two small buffers in one chunk";
+    EXPECT_GE(cpu::weightMemoryChunkCount(), before + 2);
+    const long kb = anonHugePagesKb(all[0]->data());
+    EXPECT_GE(kb, 2048) << "a chunk of small packed weights, " << kb << " kB of it in huge pages";
+    for (const auto& p : all) EXPECT_EQ(p->data()[0], 0.5f);
+  }
+  // Released: only the chunk new buffers are carved from may stay.
+  EXPECT_LE(cpu::weightMemoryChunkCount(), before + 1);
 }
 
 }  // namespace
