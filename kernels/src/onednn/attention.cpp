@@ -1,7 +1,8 @@
 // Scaled dot-product attention: per (batch, head, block of query rows) S = Q_blk·K^T (oneDNN
 // matmul), the row softmax (cpu/attention_rows.h), O_blk = P·V (oneDNN matmul), O rows times
 // 1/sum. The score tile [rows, KV] is per thread and reused block after block (kScoreTileBytes
-// says how tall it is and why).
+// says how tall it is and why). In bf16 on an AVX512-BF16 CPU both matmuls are instead the own
+// register tiles of cpu/attention_tiles.h over K and V packed once per head (why: that header).
 #include "verifuse/kernels/attention.h"
 
 #include <omp.h>
@@ -9,12 +10,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
 
 #include "common.h"
 #include "cpu/attention_rows.h"
+#include "cpu/attention_tiles.h"
 #include "cpu/rowwise_internal.h"
 
 namespace verifuse::kernels {
@@ -54,6 +57,9 @@ class OnednnAttention final : public AttentionKernel {
   // than the gemm:jit it picks for strided ones (createAttention).
   bool packQ = false, packKV = false, packO = false;
   size_t esize = sizeof(float);  // bytes per element of q, k, v, mask and out
+  // bf16 matmuls on the own tiles (cpu/attention_tiles.h) instead of oneDNN: q read in place, k
+  // and v packed per head into the pair layout, no oneDNN primitive.
+  bool ownTiles = false;
 
   Status execute(const void* qIn, const void* kIn, const void* vIn, const void* maskIn, void* outIn,
                  float* lse) const override {
@@ -97,8 +103,13 @@ class OnednnAttention final : public AttentionKernel {
         // accumulates in f32); a mask whose keys are not adjacent (or, in bf16, one value for
         // every key) is gathered into an f32 row.
         const bool bf16 = p.bf16;
-        const int64_t sizes[] = {rows * KV, rows, rows, packQ ? rows * D : 0, packKV ? KV * D : 0,
-                                 packKV ? KV * Dv : 0, packO || bf16 ? rows * Dv : 0, bf16 ? (rows * KV + 1) / 2 : 0,
+        // Row strides of the score tile, the bf16 probabilities and the f32 output block: the own
+        // tiles write whole 16-column panels and read the probabilities in (key, key + 1) pairs.
+        const int64_t lds = ownTiles ? pad(KV) : KV, ldp = ownTiles ? (KV + 1) / 2 * 2 : KV;
+        const int64_t kPackFloats = ownTiles ? cpu::attentionPackedKeysSize(KV, D) / 2 : packKV ? KV * D : 0;
+        const int64_t vPackFloats = ownTiles ? cpu::attentionPackedValuesSize(KV, Dv) / 2 : packKV ? KV * Dv : 0;
+        const int64_t sizes[] = {rows * lds, rows, rows, packQ ? rows * D : 0, kPackFloats,
+                                 vPackFloats, ownTiles ? rows : packO || bf16 ? rows * Dv : 0, bf16 ? (rows * ldp + 1) / 2 : 0,
                                  gatherMask ? KV : 0};
         constexpr int kParts = 9;
         int64_t total = 0;
@@ -129,52 +140,16 @@ class OnednnAttention final : public AttentionKernel {
             mems[t]->sp = dnnl::memory(spMd, eng, threadScratch(0, scratch));
           }
         }
-#pragma omp for schedule(static)
-        for (int64_t u = 0; u < units; ++u) {
-          if (failed.load(std::memory_order_relaxed)) continue;
-          const int64_t blk = u % blocks, bh = u / blocks;
-          const int64_t b = bh / p.heads, h = bh % p.heads;
-          const int64_t r0 = blk * rows;
-          const int64_t n = std::min(rows, p.seq - r0);
-          const int t = n == rows ? 0 : 1;
-          Mems& m = *mems[t];
-          const char* qBlk = q + (b * p.qStrides[0] + h * p.qStrides[1] + r0 * p.qStrides[2]) * E;
-          if (packQ) {
-            for (int64_t i = 0; i < n; ++i) std::copy_n(qBlk + i * p.qStrides[2] * E, D * E, qPack + i * D * E);
-            qBlk = qPack;
-          }
-          m.qm.set_data_handle(const_cast<char*>(qBlk));
-          const int64_t g = h / group;
-          const char* kHead = k + (b * p.kStrides[0] + g * p.kStrides[1]) * E;
-          const char* vHead = v + (b * p.vStrides[0] + g * p.vStrides[1]) * E;
-          if (packKV) {
-            if (b != packedB || g != packedG) {
-              for (int64_t j = 0; j < KV; ++j) {
-                std::copy_n(kHead + j * p.kStrides[2] * E, D * E, kPack + j * D * E);
-                std::copy_n(vHead + j * p.vStrides[2] * E, Dv * E, vPack + j * Dv * E);
-              }
-              packedB = b, packedG = g;
-            }
-            kHead = kPack, vHead = vPack;
-          }
-          m.km.set_data_handle(const_cast<char*>(kHead));
-          m.vm.set_data_handle(const_cast<char*>(vHead));
-          char* oCaller = out + (b * p.outStrides[0] + h * p.outStrides[1] + r0 * p.outStrides[2]) * E;
-          // f32 rows the P·V matmul writes: the caller's (f32, dense rows) or a packed block.
-          float* o = packO || bf16 ? oPack : reinterpret_cast<float*>(oCaller);
-          if (!bf16) m.om.set_data_handle(o);
-          std::unordered_map<int, dnnl::memory> args{
-              {DNNL_ARG_SRC, m.qm}, {DNNL_ARG_WEIGHTS, m.km}, {DNNL_ARG_DST, m.sm}};
-          if (scratch > 0) args.emplace(DNNL_ARG_SCRATCHPAD, m.sp);
-          qk[t]->prim.execute(s, args);
-          s.wait();
+        // The row step of a block: scale, mask, softmax of each score row (tile row stride lds),
+        // bf16 probabilities at row stride ldp.
+        auto softmaxRows = [&](int64_t b, int64_t h, int64_t r0, int64_t n) {
           const char* maskBase =
               p.hasMask ? mask + (b * p.maskStrides[0] + h * p.maskStrides[1] + r0 * p.maskStrides[2]) * E : nullptr;
           for (int64_t i = 0; i < n; ++i) {
             // Causal (top-left aligned, as ATen's is_causal): query r0 + i sees keys 0..r0 + i; the
             // rest of its row gets weight 0.
             const int64_t seen = p.causal ? std::min(p.kvSeq, r0 + i + 1) : p.kvSeq;
-            float* row = tile + i * p.kvSeq;
+            float* row = tile + i * lds;
             const float* maskOfRow = nullptr;
             const uint16_t* bf16MaskOfRow = nullptr;
             if (maskBase) {
@@ -204,30 +179,26 @@ class OnednnAttention final : public AttentionKernel {
             }
             // bf16: the row step writes P rounded to bf16 for the matmul itself (exp values in
             // [0, 1]; one pass less than a reorder of the f32 tile afterwards).
-            uint16_t* pRow = bf16 ? reinterpret_cast<uint16_t*>(pTile) + i * p.kvSeq : nullptr;
+            uint16_t* pRow = bf16 ? reinterpret_cast<uint16_t*>(pTile) + i * ldp : nullptr;
             rowMax[i] = bf16MaskOfRow
                             ? cpu::attentionSoftmaxRowBf16Mask(row, bf16MaskOfRow, seen, p.scale, &rowSum[i], pRow)
                             : cpu::attentionSoftmaxRow(row, maskOfRow, maskKeyStride == 0 ? 0 : 1, seen, p.scale,
                                                        &rowSum[i], pRow);
-            if (bf16) std::fill(pRow + seen, pRow + p.kvSeq, uint16_t{0});
+            if (bf16) std::fill(pRow + seen, pRow + ldp, uint16_t{0});
             else std::fill(row + seen, row + p.kvSeq, 0.f);
           }
-          if (bf16) {
-            args[DNNL_ARG_SRC] = m.pm;
-          } else {
-            args[DNNL_ARG_SRC] = m.sm;
-          }
-          args[DNNL_ARG_WEIGHTS] = m.vm;
-          args[DNNL_ARG_DST] = m.om;
-          pv[t]->prim.execute(s, args);
-          s.wait();
+        };
+        // The block's output rows oRows (row stride ldFrom, f32; null: already written) times
+        // 1 / sum into the caller's, and the rows' logsumexp.
+        auto finishRows = [&](int64_t b, int64_t h, int64_t r0, int64_t n, const float* oRows, int64_t ldFrom,
+                              char* oCaller) {
           // Normalize the (short) output rows instead of the (long) probability rows; times the
           // reciprocal, as ATen's kernel does. A packed output is scaled on its way to the caller's
           // strided rows; bf16 is rounded once (nearest even) on its way there.
-          for (int64_t i = 0; i < n; ++i) {
+          for (int64_t i = 0; oRows && i < n; ++i) {
             // A fully masked row (sum 0) stays 0, as ATen's kernel leaves it (not 0 * 1/0 = NaN).
             const float r = rowSum[i] > 0.f ? 1.f / rowSum[i] : 0.f;
-            const float* from = packO || bf16 ? oPack + i * Dv : o + i * p.outStrides[2];
+            const float* from = oRows + i * ldFrom;
             if (bf16) {
               cpu::attentionScaleRowToBf16(from, r, Dv, reinterpret_cast<uint16_t*>(oCaller) + i * p.outStrides[2]);
             } else {
@@ -241,6 +212,78 @@ class OnednnAttention final : public AttentionKernel {
               l[i * p.lseStrides[2]] = rowSum[i] > 0.f ? rowMax[i] + std::log(rowSum[i]) : 0.f;
             }
           }
+        };
+#pragma omp for schedule(static)
+        for (int64_t u = 0; u < units; ++u) {
+          if (failed.load(std::memory_order_relaxed)) continue;
+          const int64_t blk = u % blocks, bh = u / blocks;
+          const int64_t b = bh / p.heads, h = bh % p.heads;
+          const int64_t r0 = blk * rows;
+          const int64_t n = std::min(rows, p.seq - r0);
+          const int t = n == rows ? 0 : 1;
+          const char* qBlk = q + (b * p.qStrides[0] + h * p.qStrides[1] + r0 * p.qStrides[2]) * E;
+          const int64_t g = h / group;
+          const char* kHead = k + (b * p.kStrides[0] + g * p.kStrides[1]) * E;
+          const char* vHead = v + (b * p.vStrides[0] + g * p.vStrides[1]) * E;
+          char* oCaller = out + (b * p.outStrides[0] + h * p.outStrides[1] + r0 * p.outStrides[2]) * E;
+          // Causal: the block's last row sees keys 0..r0 + n - 1, so no later key is multiplied.
+          const int64_t kvUsed = p.causal ? std::min(KV, r0 + n) : KV;
+          if (ownTiles) {
+            uint16_t* kPacked = reinterpret_cast<uint16_t*>(kPack);
+            uint16_t* vPacked = reinterpret_cast<uint16_t*>(vPack);
+            if (b != packedB || g != packedG) {
+              cpu::attentionPackKeysBf16(reinterpret_cast<const uint16_t*>(kHead), p.kStrides[2], KV, D, kPacked);
+              cpu::attentionPackValuesBf16(reinterpret_cast<const uint16_t*>(vHead), p.vStrides[2], KV, Dv, vPacked);
+              packedB = b, packedG = g;
+            }
+            cpu::attentionScoresBf16(reinterpret_cast<const uint16_t*>(qBlk), p.qStrides[2], n, D, kPacked, kvUsed, tile,
+                                     lds);
+            softmaxRows(b, h, r0, n);
+            // The output rows straight into the caller's, each times 1 / sum (0 for a fully masked
+            // row, as finishRows), rounded once; oPack holds the row factors.
+            for (int64_t i = 0; i < n; ++i) oPack[i] = rowSum[i] > 0.f ? 1.f / rowSum[i] : 0.f;
+            cpu::attentionValuesBf16(reinterpret_cast<const uint16_t*>(pTile), ldp, n, kvUsed, vPacked, KV, Dv, oPack,
+                                     reinterpret_cast<uint16_t*>(oCaller), p.outStrides[2]);
+            finishRows(b, h, r0, n, nullptr, 0, nullptr);  // the logsumexp only
+            continue;
+          }
+          Mems& m = *mems[t];
+          if (packQ) {
+            for (int64_t i = 0; i < n; ++i) std::copy_n(qBlk + i * p.qStrides[2] * E, D * E, qPack + i * D * E);
+            qBlk = qPack;
+          }
+          m.qm.set_data_handle(const_cast<char*>(qBlk));
+          if (packKV) {
+            if (b != packedB || g != packedG) {
+              for (int64_t j = 0; j < KV; ++j) {
+                std::copy_n(kHead + j * p.kStrides[2] * E, D * E, kPack + j * D * E);
+                std::copy_n(vHead + j * p.vStrides[2] * E, Dv * E, vPack + j * Dv * E);
+              }
+              packedB = b, packedG = g;
+            }
+            kHead = kPack, vHead = vPack;
+          }
+          m.km.set_data_handle(const_cast<char*>(kHead));
+          m.vm.set_data_handle(const_cast<char*>(vHead));
+          // f32 rows the P·V matmul writes: the caller's (f32, dense rows) or a packed block.
+          float* o = packO || bf16 ? oPack : reinterpret_cast<float*>(oCaller);
+          if (!bf16) m.om.set_data_handle(o);
+          std::unordered_map<int, dnnl::memory> args{
+              {DNNL_ARG_SRC, m.qm}, {DNNL_ARG_WEIGHTS, m.km}, {DNNL_ARG_DST, m.sm}};
+          if (scratch > 0) args.emplace(DNNL_ARG_SCRATCHPAD, m.sp);
+          qk[t]->prim.execute(s, args);
+          s.wait();
+          softmaxRows(b, h, r0, n);
+          if (bf16) {
+            args[DNNL_ARG_SRC] = m.pm;
+          } else {
+            args[DNNL_ARG_SRC] = m.sm;
+          }
+          args[DNNL_ARG_WEIGHTS] = m.vm;
+          args[DNNL_ARG_DST] = m.om;
+          pv[t]->prim.execute(s, args);
+          s.wait();
+          finishRows(b, h, r0, n, packO || bf16 ? oPack : o, packO || bf16 ? Dv : p.outStrides[2], oCaller);
         }
       } catch (const std::exception& e) {
         failed = true;
@@ -253,6 +296,7 @@ class OnednnAttention final : public AttentionKernel {
   }
 
   std::string implInfo() const override {
+    if (ownTiles) return "attention: qk own bf16 tiles / pv own bf16 tiles, rows " + std::to_string(rows);
     return "attention: qk " + qk[0]->impl + " / pv " + pv[0]->impl + ", rows " + std::to_string(rows);
   }
   int64_t blockRows() const override { return rows; }
@@ -288,6 +332,15 @@ StatusOr<std::unique_ptr<AttentionKernel>> createAttention(const AttentionParams
     const int64_t tail = p.seq % rows;
     const dt io = p.bf16 ? dt::bf16 : dt::f32;
     kern->esize = p.bf16 ? 2 : sizeof(float);
+    // bf16 on AVX512-BF16: the own tiles (measured against oneDNN's matmuls: kernels/README.md,
+    // Attention).
+    // VERIFUSE_ATTENTION_TILES=0 keeps oneDNN's matmuls (tests, benchmarking).
+    const char* tilesKnob = std::getenv("VERIFUSE_ATTENTION_TILES");
+    kern->ownTiles = p.bf16 && cpu::attentionTilesAvailable() && !(tilesKnob && std::string(tilesKnob) == "0");
+    if (kern->ownTiles) {
+      kern->packQ = kern->packKV = kern->packO = false;
+      return std::unique_ptr<AttentionKernel>(std::move(kern));
+    }
     for (int t = 0; t < 2; ++t) {
       const int64_t n = t == 0 ? rows : tail;
       if (n == 0) continue;

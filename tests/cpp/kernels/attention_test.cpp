@@ -5,11 +5,14 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "verifuse/kernels/attention.h"
+#include "verifuse/kernels/cpu_features.h"
 #include "verifuse/kernels/kernel.h"
 
 namespace verifuse::kernels {
@@ -157,6 +160,157 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"PermutedBiasMask", 1, 4, 19, 19, 8, Order::kBRHC, 5, true, 8},
         Case{"TransposedMaskCausal", 2, 2, 21, 17, 8, Order::kBHRC, 6, false, 8, true}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+// ---- bf16 ----------------------------------------------------------------------------------------
+
+uint16_t toBf16(float x) {  // round to nearest even (finite inputs only here)
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+float fromBf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+struct Bf16Case {
+  const char* name;
+  int64_t B, H, S, KV, D;
+  Order order;
+  int mask;  // as Case::mask: 0 none, 2 [B,1,1,KV], 4 [B,H,S,KV], 5 T5's permuted position bias
+  int64_t blockRows;
+  bool causal = false;
+  int64_t kvHeads = 0;
+};
+
+/// Runs one bf16 case with VERIFUSE_ATTENTION_TILES set to \p tiles; returns the output (floats)
+/// and the kernel's implInfo.
+std::pair<std::vector<float>, std::string> runBf16(const Bf16Case& c, const char* tiles, const Buf& q, const Buf& k,
+                                                   const Buf& v, const std::vector<float>& mask, const Strides& ms,
+                                                   const Strides& os) {
+  auto bits = [](const std::vector<float>& x) {
+    std::vector<uint16_t> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) h[i] = toBf16(x[i]);
+    return h;
+  };
+  const std::vector<uint16_t> qh = bits(q.data), kh = bits(k.data), vh = bits(v.data), mh = bits(mask);
+  std::vector<uint16_t> out(static_cast<size_t>(c.B * c.H * c.S * c.D), 0x7FC0);  // NaN
+  AttentionParams p;
+  p.batch = c.B, p.heads = c.H, p.seq = c.S, p.kvSeq = c.KV, p.headDim = c.D, p.valueDim = c.D;
+  p.qStrides = q.strides, p.kStrides = k.strides, p.vStrides = v.strides, p.outStrides = os;
+  p.hasMask = c.mask != 0, p.maskStrides = ms;
+  p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
+  p.causal = c.causal, p.kvHeads = c.kvHeads, p.blockRows = c.blockRows;
+  p.bf16 = true;
+  setenv("VERIFUSE_ATTENTION_TILES", tiles, 1);
+  auto kern = createAttention(p);
+  unsetenv("VERIFUSE_ATTENTION_TILES");
+  EXPECT_TRUE(kern.isOk()) << kern.status().toString();
+  if (!kern.isOk()) return {};
+  for (int rep = 0; rep < 2; ++rep) {
+    Status s = (*kern)->execute(qh.data(), kh.data(), vh.data(), c.mask ? mh.data() : nullptr, out.data(), nullptr);
+    EXPECT_TRUE(s.isOk()) << s.toString();
+  }
+  std::vector<float> got(out.size());
+  for (size_t i = 0; i < out.size(); ++i) got[i] = fromBf16(out[i]);
+  return {got, (*kern)->implInfo()};
+}
+
+class AttentionBf16Test : public ::testing::TestWithParam<Bf16Case> {};
+
+// bf16 q, k, v and mask against a double reference on the same bf16 values, with the own tiles
+// (on an AVX512-BF16 CPU) and with oneDNN's matmuls. Tolerance, derived: the probabilities are
+// rounded to bf16 (relative 2^-9 each, so the weighted sum of |v| <= 1 moves by <= 2^-9) and the
+// output once (2^-9 of |out| <= 1), the f32 sums add far less: 2^-8 in all; the two kernels sum in
+// different orders, so they may differ by one bf16 rounding step of the output (2^-8 near 1) plus
+// a probability's rounding flipped by a last-bit difference in its score.
+TEST_P(AttentionBf16Test, MatchesReferenceWithOwnTilesAndOnednn) {
+  const Bf16Case& c = GetParam();
+  auto roundAll = [](Buf b) {
+    for (float& x : b.data) x = fromBf16(toBf16(x));
+    return b;
+  };
+  const Buf q = roundAll(makeBuf(c.B, c.H, c.S, c.D, c.order, 1));
+  const int64_t HK = c.kvHeads ? c.kvHeads : c.H, group = c.H / HK;
+  const Buf k = roundAll(makeBuf(c.B, HK, c.KV, c.D, c.order, 2));
+  const Buf v = roundAll(makeBuf(c.B, HK, c.KV, c.D, c.order, 3));
+  const Strides os = c.order == Order::kBHRC ? Strides{c.H * c.S * c.D, c.S * c.D, c.D, 1}
+                                             : Strides{c.S * c.H * c.D, c.D, c.H * c.D, 1};
+  std::vector<float> mask;
+  Strides ms{};
+  if (c.mask) {
+    const int64_t mb = c.mask == 5 ? 1 : c.B, mh = c.mask == 4 || c.mask == 5 ? c.H : 1, msq = c.mask == 2 ? 1 : c.S;
+    mask.resize(static_cast<size_t>(mb * mh * msq * c.KV));
+    std::mt19937 gen(9);
+    std::uniform_real_distribution<float> dist(-2.f, 2.f);
+    for (float& x : mask) x = fromBf16(toBf16(dist(gen)));
+    for (int64_t r = 0; r < mh * msq; ++r) mask[static_cast<size_t>(r * c.KV + c.KV - 1)] = -3.3895314e38f;  // bf16 lowest
+    ms = {mb > 1 ? mh * msq * c.KV : 0, mh > 1 ? msq * c.KV : 0, msq > 1 ? c.KV : 0, 1};
+    if (c.mask == 5) ms = {0, 1, c.KV * c.H, c.H};
+  }
+  const auto [own, ownImpl] = runBf16(c, "1", q, k, v, mask, ms, os);
+  const auto [dnn, dnnImpl] = runBf16(c, "0", q, k, v, mask, ms, os);
+  ASSERT_FALSE(own.empty());
+  ASSERT_FALSE(dnn.empty());
+  if (cpu::hasAvx512Bf16()) {
+    EXPECT_NE(ownImpl.find("own bf16 tiles"), std::string::npos) << ownImpl;
+  }
+  EXPECT_EQ(dnnImpl.find("own"), std::string::npos) << dnnImpl;
+
+  double worstOwn = 0, worstDnn = 0, worstApart = 0;
+  std::vector<double> sc(static_cast<size_t>(c.KV));
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.H; ++h)
+      for (int64_t i = 0; i < c.S; ++i) {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < c.KV; ++j) {
+          double a = 0;
+          for (int64_t d = 0; d < c.D; ++d) a += double(at(q, b, h, i, d)) * at(k, b, h / group, j, d);
+          a *= 1.0 / std::sqrt(static_cast<double>(c.D));
+          if (c.mask) a += mask[static_cast<size_t>(b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3])];
+          if (c.causal && j > i) a = -INFINITY;
+          sc[static_cast<size_t>(j)] = a;
+          mx = std::max(mx, a);
+        }
+        double sum = 0;
+        for (double& a : sc) sum += (a = std::exp(a - mx));
+        for (int64_t d = 0; d < c.D; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j < c.KV; ++j) acc += sc[static_cast<size_t>(j)] * at(v, b, h / group, j, d);
+          const double want = acc / sum;
+          const size_t at0 = static_cast<size_t>(b * os[0] + h * os[1] + i * os[2] + d);
+          ASSERT_TRUE(std::isfinite(own[at0]) && std::isfinite(dnn[at0])) << b << "," << h << "," << i << "," << d;
+          worstOwn = std::max(worstOwn, std::abs(own[at0] - want));
+          worstDnn = std::max(worstDnn, std::abs(dnn[at0] - want));
+          worstApart = std::max(worstApart, double(std::abs(own[at0] - dnn[at0])));
+        }
+      }
+  EXPECT_LT(worstOwn, 1.0 / 256) << ownImpl;
+  EXPECT_LT(worstDnn, 1.0 / 256) << dnnImpl;
+  EXPECT_LT(worstApart, 1.0 / 128);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionBf16Test,
+    ::testing::Values(
+        // BERT's head shape: one 128-row block, 8 key panels, 4 value panels.
+        Bf16Case{"BertHead", 2, 3, 128, 128, 64, Order::kBRHC, 2, 0},
+        // Odd head dim (the last pair half-empty), odd KV (a half-empty value pair and key panel).
+        Bf16Case{"OddDimOddKv", 1, 2, 13, 21, 7, Order::kBRHC, 0, 0},
+        // Head dim 80: a 4-panel and a 1-panel value group, the last panel partly written; row
+        // tails of every height 1..7 over several blocks.
+        Bf16Case{"Dim80Tails", 1, 2, 47, 33, 80, Order::kPaddedBRHC, 4, 8},
+        Bf16Case{"Dim96RowTails", 1, 1, 29, 50, 96, Order::kBHRC, 0, 0},
+        // Causal with blocks of 17 rows: each block multiplies only the keys its rows see, and
+        // its last row sees a key just past a 16-key panel (key 16, 33, ...).
+        Bf16Case{"CausalBlocks", 2, 2, 70, 70, 64, Order::kBRHC, 0, 17, true},
+        Bf16Case{"CausalGroupedQuery", 1, 4, 40, 40, 32, Order::kBHRC, 0, 8, true, 2},
+        // T5: the position bias left in its permuted layout (gathered per row), no scale in T5
+        // itself but the kernel's scale is independent of it.
+        Bf16Case{"PermutedBias", 2, 4, 33, 33, 64, Order::kBRHC, 5, 0}),
+    [](const ::testing::TestParamInfo<Bf16Case>& i) { return std::string(i.param.name); });
 
 TEST(AttentionKernel, RefusesWhatItCannotRun) {
   AttentionParams p;
