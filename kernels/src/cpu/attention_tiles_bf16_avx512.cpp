@@ -1,5 +1,5 @@
 // The bf16 attention tiles on AVX512-BF16 (attention_tiles.h; reached only after
-// attentionTilesAvailable()). Both matmuls are register tiles over operands packed in the pair
+// attentionTilesBf16Available()); the tile loops are attention_tiles_avx512.h's. Both matmuls are register tiles over operands packed in the pair
 // layout vdpbf16ps reads: one instruction multiplies a broadcast pair (a[i][k], a[i][k+1]) with
 // the pairs (b[k][j], b[k+1][j]) of 16 columns and adds both products to float32 lanes.
 //
@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "cpu/attention_tiles.h"
+#include "cpu/attention_tiles_avx512.h"
 #include "cpu/vecmath_avx512.h"
 
 namespace verifuse::kernels::cpu {
@@ -25,18 +26,25 @@ namespace {
 
 constexpr int64_t kLanes = kAttentionPairLanes;
 
-inline __m512i broadcastPair(const uint16_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return _mm512_set1_epi32(v);
-}
-
-/// Where a tile's float32 sums go: the score tile as they are.
-struct StoreScores {
-  float* s;
-  int64_t lds;
-  __attribute__((always_inline)) void operator()(int64_t i, int64_t panel, __m512 y) const {
-    _mm512_storeu_ps(s + i * lds + 16 * panel, y);
+/// One step: a (k, k + 1) pair of a's row (one 32-bit broadcast) against the packed pairs of 16
+/// columns, both products added to each float32 lane by vdpbf16ps.
+struct Bf16Step {
+  using T = uint16_t;
+  static constexpr int64_t kRow = kLanes;
+  static __attribute__((always_inline)) __m512i loadB(const T* p) {
+    return _mm512_load_si512(reinterpret_cast<const void*>(p));
+  }
+  static __attribute__((always_inline)) __m512i broadcast(const T* row, int64_t p) {
+    int32_t v;
+    std::memcpy(&v, row + 2 * p, sizeof v);
+    return _mm512_set1_epi32(v);
+  }
+  /// (a[2·p], 0) against the packed (b[2·p], 0) pairs: an odd reduction length's last index.
+  static __attribute__((always_inline)) __m512i broadcastTail(const T* row, int64_t p) {
+    return _mm512_set1_epi32(static_cast<int32_t>(row[2 * p]));
+  }
+  static __attribute__((always_inline)) __m512 madd(__m512 acc, __m512i a, __m512i b) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
   }
 };
 
@@ -49,86 +57,10 @@ struct StoreOutputBf16 {
   int64_t ldOut, dv;
   __attribute__((always_inline)) void operator()(int64_t i, int64_t panel, __m512 y) const {
     const __m512 scaled = _mm512_mul_ps(y, _mm512_set1_ps(rowScale[i]));
-    const int64_t left = dv - 16 * panel;
-    const __mmask16 k = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
-    _mm256_mask_storeu_epi16(out + i * ldOut + 16 * panel, k, _mm512_cvtepi32_epi16(avx512::detail::toBf16Bits(scaled)));
+    _mm256_mask_storeu_epi16(out + i * ldOut + 16 * panel, tiles::panelMask(dv, panel),
+                             _mm512_cvtepi32_epi16(avx512::detail::toBf16Bits(scaled)));
   }
 };
-
-/// Row i0 + i's sums of panels q0 + q of a[MR rows, 2 * pairs (+ 1 if oddTail)] · B (B's panels
-/// panelStride lanes apart, each [pairs (+1)][16][2]) to store(i0 + i, q0 + q, sums).
-template <int MR, int NP, typename Store>
-__attribute__((always_inline)) inline void tile(const uint16_t* __restrict a, int64_t lda, int64_t pairs, bool oddTail,
-                                                const uint16_t* __restrict b, int64_t panelStride, const Store& store,
-                                                int64_t i0, int64_t q0) {
-  __m512 acc[MR][NP];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int q = 0; q < NP; ++q) acc[i][q] = _mm512_setzero_ps();
-  auto step = [&](int64_t p, auto loadA) __attribute__((always_inline)) {
-    __m512i bv[NP];
-#pragma GCC unroll 4
-    for (int q = 0; q < NP; ++q) bv[q] = _mm512_load_si512(reinterpret_cast<const void*>(b + q * panelStride + kLanes * p));
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m512i av = loadA(i);
-#pragma GCC unroll 4
-      for (int q = 0; q < NP; ++q) acc[i][q] = _mm512_dpbf16_ps(acc[i][q], (__m512bh)av, (__m512bh)bv[q]);
-    }
-  };
-#pragma GCC unroll 4
-  for (int64_t p = 0; p < pairs; ++p) {
-    step(p, [&](int i) __attribute__((always_inline)) { return broadcastPair(a + i * lda + 2 * p); });
-  }
-  if (oddTail) {  // (a[2·pairs], 0) against the packed (b[2·pairs], 0) pairs
-    step(pairs, [&](int i) __attribute__((always_inline)) {
-      return _mm512_set1_epi32(static_cast<int32_t>(a[i * lda + 2 * pairs]));
-    });
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int q = 0; q < NP; ++q) store(i0 + i, q0 + q, acc[i][q]);
-}
-
-/// Every row of a (n rows) against NP panels, in tiles of MRMax rows and one shorter tile.
-template <int MRMax, int NP, typename Store>
-void rowTiles(const uint16_t* a, int64_t lda, int64_t n, int64_t pairs, bool oddTail, const uint16_t* b,
-              int64_t panelStride, const Store& store, int64_t q0) {
-  int64_t i = 0;
-  for (; i + MRMax <= n; i += MRMax) tile<MRMax, NP>(a + i * lda, lda, pairs, oddTail, b, panelStride, store, i, q0);
-  const int64_t rest = n - i;
-  if (rest == 0) return;
-  a += i * lda;
-  switch (rest) {
-#define VF_TAIL(R) \
-  case R:          \
-    if constexpr (R < MRMax) tile<R, NP>(a, lda, pairs, oddTail, b, panelStride, store, i, q0); \
-    break;
-    VF_TAIL(1) VF_TAIL(2) VF_TAIL(3) VF_TAIL(4) VF_TAIL(5) VF_TAIL(6) VF_TAIL(7)
-#undef VF_TAIL
-    default:
-      break;
-  }
-}
-
-/// a[n rows] · B over groups of up to NPMax panels, each sum to store.
-template <int MRMax, int NPMax, typename Store>
-void matmul(const uint16_t* a, int64_t lda, int64_t n, int64_t pairs, bool oddTail, const uint16_t* b,
-            int64_t panelStride, int64_t panels, const Store& store) {
-  for (int64_t q0 = 0; q0 < panels; q0 += NPMax) {
-    const uint16_t* bg = b + q0 * panelStride;
-    switch (std::min<int64_t>(NPMax, panels - q0)) {
-      case 1: rowTiles<MRMax, 1>(a, lda, n, pairs, oddTail, bg, panelStride, store, q0); break;
-      case 2: rowTiles<MRMax, 2>(a, lda, n, pairs, oddTail, bg, panelStride, store, q0); break;
-      case 3: rowTiles<MRMax, 3>(a, lda, n, pairs, oddTail, bg, panelStride, store, q0); break;
-      default:
-        if constexpr (NPMax >= 4) rowTiles<MRMax, 4>(a, lda, n, pairs, oddTail, bg, panelStride, store, q0);
-        break;
-    }
-  }
-}
 
 }  // namespace
 
@@ -181,14 +113,15 @@ void attentionPackValuesBf16(const uint16_t* v, int64_t ld, int64_t kv, int64_t 
 void attentionScoresBf16(const uint16_t* q, int64_t ldq, int64_t n, int64_t d, const uint16_t* kPacked, int64_t kv,
                          float* s, int64_t lds) {
   const int64_t panelStride = (d + 1) / 2 * kLanes;
-  matmul<8, 3>(q, ldq, n, d / 2, d % 2 != 0, kPacked, panelStride, (kv + 15) / 16, StoreScores{s, lds});
+  tiles::matmul<Bf16Step, 8, 3>(q, ldq, n, d / 2, d % 2 != 0, kPacked, panelStride, (kv + 15) / 16,
+                                tiles::StoreScores{s, lds});
 }
 
 void attentionValuesBf16(const uint16_t* p, int64_t ldp, int64_t n, int64_t kv, const uint16_t* vPacked,
                          int64_t kvPacked, int64_t dv, const float* rowScale, uint16_t* out, int64_t ldOut) {
   const int64_t panelStride = (kvPacked + 1) / 2 * kLanes;
-  matmul<6, 4>(p, ldp, n, (kv + 1) / 2, false, vPacked, panelStride, (dv + 15) / 16,
-               StoreOutputBf16{rowScale, out, ldOut, dv});
+  tiles::matmul<Bf16Step, 6, 4>(p, ldp, n, (kv + 1) / 2, false, vPacked, panelStride, (dv + 15) / 16,
+                                StoreOutputBf16{rowScale, out, ldOut, dv});
 }
 
 }  // namespace verifuse::kernels::cpu

@@ -1,8 +1,9 @@
 // Scaled dot-product attention: per (batch, head, block of query rows) S = Q_blk·K^T (oneDNN
 // matmul), the row softmax (cpu/attention_rows.h), O_blk = P·V (oneDNN matmul), O rows times
 // 1/sum. The score tile [rows, KV] is per thread and reused block after block (kScoreTileBytes
-// says how tall it is and why). In bf16 on an AVX512-BF16 CPU both matmuls are instead the own
-// register tiles of cpu/attention_tiles.h over K and V packed once per head (why: that header).
+// says how tall it is and why). On an AVX-512 CPU (AVX512-BF16 for bf16) both matmuls are instead
+// the own register tiles of cpu/attention_tiles.h over K and V packed once per head (why: that
+// header); the oneDNN matmuls remain for other CPUs and with VERIFUSE_ATTENTION_TILES=0.
 #include "verifuse/kernels/attention.h"
 
 #include <omp.h>
@@ -57,8 +58,8 @@ class OnednnAttention final : public AttentionKernel {
   // than the gemm:jit it picks for strided ones (createAttention).
   bool packQ = false, packKV = false, packO = false;
   size_t esize = sizeof(float);  // bytes per element of q, k, v, mask and out
-  // bf16 matmuls on the own tiles (cpu/attention_tiles.h) instead of oneDNN: q read in place, k
-  // and v packed per head into the pair layout, no oneDNN primitive.
+  // Both matmuls on the own tiles (cpu/attention_tiles.h) instead of oneDNN: q read in place, k
+  // and v packed per head into 16-column panels (bf16: the pair layout), no oneDNN primitive.
   bool ownTiles = false;
 
   Status execute(const void* qIn, const void* kIn, const void* vIn, const void* maskIn, void* outIn,
@@ -106,8 +107,12 @@ class OnednnAttention final : public AttentionKernel {
         // Row strides of the score tile, the bf16 probabilities and the f32 output block: the own
         // tiles write whole 16-column panels and read the probabilities in (key, key + 1) pairs.
         const int64_t lds = ownTiles ? pad(KV) : KV, ldp = ownTiles ? (KV + 1) / 2 * 2 : KV;
-        const int64_t kPackFloats = ownTiles ? cpu::attentionPackedKeysSize(KV, D) / 2 : packKV ? KV * D : 0;
-        const int64_t vPackFloats = ownTiles ? cpu::attentionPackedValuesSize(KV, Dv) / 2 : packKV ? KV * Dv : 0;
+        const int64_t kPackFloats = !ownTiles ? (packKV ? KV * D : 0)
+                                    : bf16    ? cpu::attentionPackedKeysSize(KV, D) / 2
+                                              : cpu::attentionPackedKeysSizeF32(KV, D);
+        const int64_t vPackFloats = !ownTiles ? (packKV ? KV * Dv : 0)
+                                    : bf16    ? cpu::attentionPackedValuesSize(KV, Dv) / 2
+                                              : cpu::attentionPackedValuesSizeF32(KV, Dv);
         const int64_t sizes[] = {rows * lds, rows, rows, packQ ? rows * D : 0, kPackFloats,
                                  vPackFloats, ownTiles ? rows : packO || bf16 ? rows * Dv : 0, bf16 ? (rows * ldp + 1) / 2 : 0,
                                  gatherMask ? KV : 0};
@@ -228,6 +233,22 @@ class OnednnAttention final : public AttentionKernel {
           char* oCaller = out + (b * p.outStrides[0] + h * p.outStrides[1] + r0 * p.outStrides[2]) * E;
           // Causal: the block's last row sees keys 0..r0 + n - 1, so no later key is multiplied.
           const int64_t kvUsed = p.causal ? std::min(KV, r0 + n) : KV;
+          if (ownTiles && !bf16) {
+            float* kPacked = reinterpret_cast<float*>(kPack);
+            float* vPacked = reinterpret_cast<float*>(vPack);
+            if (b != packedB || g != packedG) {
+              cpu::attentionPackKeysF32(reinterpret_cast<const float*>(kHead), p.kStrides[2], KV, D, kPacked);
+              cpu::attentionPackValuesF32(reinterpret_cast<const float*>(vHead), p.vStrides[2], KV, Dv, vPacked);
+              packedB = b, packedG = g;
+            }
+            cpu::attentionScoresF32(reinterpret_cast<const float*>(qBlk), p.qStrides[2], n, D, kPacked, kvUsed, tile, lds);
+            softmaxRows(b, h, r0, n);  // the probabilities in place, 0 past each row's last key
+            for (int64_t i = 0; i < n; ++i) oPack[i] = rowSum[i] > 0.f ? 1.f / rowSum[i] : 0.f;
+            cpu::attentionValuesF32(tile, lds, n, kvUsed, vPacked, KV, Dv, oPack, reinterpret_cast<float*>(oCaller),
+                                    p.outStrides[2]);
+            finishRows(b, h, r0, n, nullptr, 0, nullptr);  // the logsumexp only
+            continue;
+          }
           if (ownTiles) {
             uint16_t* kPacked = reinterpret_cast<uint16_t*>(kPack);
             uint16_t* vPacked = reinterpret_cast<uint16_t*>(vPack);
@@ -296,7 +317,10 @@ class OnednnAttention final : public AttentionKernel {
   }
 
   std::string implInfo() const override {
-    if (ownTiles) return "attention: qk own bf16 tiles / pv own bf16 tiles, rows " + std::to_string(rows);
+    if (ownTiles) {
+      const std::string t = p.bf16 ? "own bf16 tiles" : "own f32 tiles";
+      return "attention: qk " + t + " / pv " + t + ", rows " + std::to_string(rows);
+    }
     return "attention: qk " + qk[0]->impl + " / pv " + pv[0]->impl + ", rows " + std::to_string(rows);
   }
   int64_t blockRows() const override { return rows; }
@@ -332,11 +356,12 @@ StatusOr<std::unique_ptr<AttentionKernel>> createAttention(const AttentionParams
     const int64_t tail = p.seq % rows;
     const dt io = p.bf16 ? dt::bf16 : dt::f32;
     kern->esize = p.bf16 ? 2 : sizeof(float);
-    // bf16 on AVX512-BF16: the own tiles (measured against oneDNN's matmuls: kernels/README.md,
-    // Attention).
+    // AVX-512 (bf16: AVX512-BF16): the own tiles (measured against oneDNN's matmuls:
+    // kernels/README.md, Attention).
     // VERIFUSE_ATTENTION_TILES=0 keeps oneDNN's matmuls (tests, benchmarking).
     const char* tilesKnob = std::getenv("VERIFUSE_ATTENTION_TILES");
-    kern->ownTiles = p.bf16 && cpu::attentionTilesAvailable() && !(tilesKnob && std::string(tilesKnob) == "0");
+    kern->ownTiles = (p.bf16 ? cpu::attentionTilesBf16Available() : cpu::attentionTilesF32Available()) &&
+                     !(tilesKnob && std::string(tilesKnob) == "0");
     if (kern->ownTiles) {
       kern->packQ = kern->packKV = kern->packO = false;
       return std::unique_ptr<AttentionKernel>(std::move(kern));

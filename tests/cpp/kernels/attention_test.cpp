@@ -60,8 +60,17 @@ struct Case {
 
 class AttentionTest : public ::testing::TestWithParam<Case> {};
 
+void checkAgainstReference(const Case& c, const char* tiles);
+
+// With the own f32 tiles (on an AVX-512 CPU) and with oneDNN's matmuls (VERIFUSE_ATTENTION_TILES=0).
 TEST_P(AttentionTest, MatchesReference) {
-  const Case& c = GetParam();
+  for (const char* tiles : {"1", "0"}) {
+    SCOPED_TRACE(std::string("VERIFUSE_ATTENTION_TILES=") + tiles);
+    checkAgainstReference(GetParam(), tiles);
+  }
+}
+
+void checkAgainstReference(const Case& c, const char* tiles) {
   Buf q = makeBuf(c.B, c.H, c.S, c.D, c.order, 1);
   const int64_t HK = c.kvHeads ? c.kvHeads : c.H, group = c.H / HK;
   Buf k = makeBuf(c.B, HK, c.KV, c.D, c.order, 2);
@@ -98,8 +107,12 @@ TEST_P(AttentionTest, MatchesReference) {
   p.causal = c.causal;
   p.kvHeads = c.kvHeads;
   p.blockRows = c.blockRows;
+  setenv("VERIFUSE_ATTENTION_TILES", tiles, 1);
   auto kern = createAttention(p);
+  unsetenv("VERIFUSE_ATTENTION_TILES");
   ASSERT_TRUE(kern.isOk()) << kern.status().toString();
+  const bool ownTiles = std::string(tiles) == "1" && cpu::hasAvx512();
+  EXPECT_EQ((*kern)->implInfo().find("own f32 tiles") != std::string::npos, ownTiles) << (*kern)->implInfo();
   const int64_t created = primitiveCreationCount();
   for (int rep = 0; rep < 2; ++rep) {  // a second call reuses the primitives and gives the same bits
     Status s = (*kern)->execute(q.data.data(), k.data.data(), v.data.data(), c.mask ? mask.data() : nullptr,

@@ -40,9 +40,10 @@ struct AttentionParams {
   int64_t blockRows = 0;
   /// A bf16 model's attention: q, k, v, the mask and out are bf16. Scores, the softmax and the
   /// P·V accumulation are f32; the probabilities are rounded to bf16 for the P·V matmul and the
-  /// output once at the end, as ATen's CPU flash attention does for reduced float types. On an
-  /// AVX512-BF16 CPU both matmuls run on verifuse's own register tiles (no oneDNN primitive;
-  /// implInfo says "own bf16 tiles"); VERIFUSE_ATTENTION_TILES=0 at creation keeps oneDNN's.
+  /// output once at the end, as ATen's CPU flash attention does for reduced float types.
+  /// On an AVX-512 CPU (for bf16 AVX512-BF16) both matmuls run on verifuse's own register tiles
+  /// (no oneDNN primitive; implInfo says "own f32 tiles" / "own bf16 tiles");
+  /// VERIFUSE_ATTENTION_TILES=0 at creation keeps oneDNN's matmuls.
   bool bf16 = false;
 };
 
