@@ -360,8 +360,10 @@ StatusOr<std::unique_ptr<AttentionKernel>> createAttention(const AttentionParams
     // kernels/README.md, Attention).
     // VERIFUSE_ATTENTION_TILES=0 keeps oneDNN's matmuls (tests, benchmarking).
     const char* tilesKnob = std::getenv("VERIFUSE_ATTENTION_TILES");
+    // K is packed by 32-bit gathers whose offsets (16 key rows) must fit in int32.
+    const bool gatherable = p.kStrides[2] >= 0 && p.kStrides[2] < (int64_t{1} << 31) / 64;
     kern->ownTiles = (p.bf16 ? cpu::attentionTilesBf16Available() : cpu::attentionTilesF32Available()) &&
-                     !(tilesKnob && std::string(tilesKnob) == "0");
+                     gatherable && !(tilesKnob && std::string(tilesKnob) == "0");
     if (kern->ownTiles) {
       kern->packQ = kern->packKV = kern->packO = false;
       return std::unique_ptr<AttentionKernel>(std::move(kern));
