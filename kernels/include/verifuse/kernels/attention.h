@@ -1,5 +1,6 @@
-// Scaled dot-product attention (inference, float32) on oneDNN matmuls with a vectorized row
-// softmax in between: the kernel behind the runtime's attention engine op (ATen's
+// Scaled dot-product attention (inference, float32 or bf16): two matmuls with a vectorized row
+// softmax in between, the matmuls on verifuse's own AVX-512 register tiles (oneDNN matmuls on
+// other CPUs): the kernel behind the runtime's attention engine op (ATen's
 // _scaled_dot_product_flash_attention_for_cpu, no dropout). Why our own: on CPUs where MKL's
 // sgemm takes no AVX-512 path (AMD), ATen's fused CPU kernel runs its GEMMs at about half the
 // speed of oneDNN's matmul; the runtime times both and keeps the faster.
