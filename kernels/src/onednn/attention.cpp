@@ -233,38 +233,40 @@ class OnednnAttention final : public AttentionKernel {
           char* oCaller = out + (b * p.outStrides[0] + h * p.outStrides[1] + r0 * p.outStrides[2]) * E;
           // Causal: the block's last row sees keys 0..r0 + n - 1, so no later key is multiplied.
           const int64_t kvUsed = p.causal ? std::min(KV, r0 + n) : KV;
-          if (ownTiles && !bf16) {
-            float* kPacked = reinterpret_cast<float*>(kPack);
-            float* vPacked = reinterpret_cast<float*>(vPack);
-            if (b != packedB || g != packedG) {
-              cpu::attentionPackKeysF32(reinterpret_cast<const float*>(kHead), p.kStrides[2], KV, D, kPacked);
-              cpu::attentionPackValuesF32(reinterpret_cast<const float*>(vHead), p.vStrides[2], KV, Dv, vPacked);
-              packedB = b, packedG = g;
-            }
-            cpu::attentionScoresF32(reinterpret_cast<const float*>(qBlk), p.qStrides[2], n, D, kPacked, kvUsed, tile, lds);
-            softmaxRows(b, h, r0, n);  // the probabilities in place, 0 past each row's last key
-            for (int64_t i = 0; i < n; ++i) oPack[i] = rowSum[i] > 0.f ? 1.f / rowSum[i] : 0.f;
-            cpu::attentionValuesF32(tile, lds, n, kvUsed, vPacked, KV, Dv, oPack, reinterpret_cast<float*>(oCaller),
-                                    p.outStrides[2]);
-            finishRows(b, h, r0, n, nullptr, 0, nullptr);  // the logsumexp only
-            continue;
-          }
           if (ownTiles) {
-            uint16_t* kPacked = reinterpret_cast<uint16_t*>(kPack);
-            uint16_t* vPacked = reinterpret_cast<uint16_t*>(vPack);
-            if (b != packedB || g != packedG) {
-              cpu::attentionPackKeysBf16(reinterpret_cast<const uint16_t*>(kHead), p.kStrides[2], KV, D, kPacked);
-              cpu::attentionPackValuesBf16(reinterpret_cast<const uint16_t*>(vHead), p.vStrides[2], KV, Dv, vPacked);
-              packedB = b, packedG = g;
+            // K and V packed once per run of blocks of one (batch, kv head); the scores; the row
+            // step (f32: the probabilities in place, 0 past each row's last key; bf16: into
+            // pTile); the output rows straight into the caller's, each times 1 / sum (0 for a
+            // fully masked row, as finishRows), oPack holding the row factors.
+            const bool repack = b != packedB || g != packedG;
+            packedB = b, packedG = g;
+            if (bf16) {
+              auto* kPacked = reinterpret_cast<uint16_t*>(kPack);
+              auto* vPacked = reinterpret_cast<uint16_t*>(vPack);
+              if (repack) {
+                cpu::attentionPackKeysBf16(reinterpret_cast<const uint16_t*>(kHead), p.kStrides[2], KV, D, kPacked);
+                cpu::attentionPackValuesBf16(reinterpret_cast<const uint16_t*>(vHead), p.vStrides[2], KV, Dv, vPacked);
+              }
+              cpu::attentionScoresBf16(reinterpret_cast<const uint16_t*>(qBlk), p.qStrides[2], n, D, kPacked, kvUsed,
+                                       tile, lds);
+              softmaxRows(b, h, r0, n);
+              for (int64_t i = 0; i < n; ++i) oPack[i] = rowSum[i] > 0.f ? 1.f / rowSum[i] : 0.f;
+              cpu::attentionValuesBf16(reinterpret_cast<const uint16_t*>(pTile), ldp, n, kvUsed, vPacked, KV, Dv, oPack,
+                                       reinterpret_cast<uint16_t*>(oCaller), p.outStrides[2]);
+            } else {
+              auto* kPacked = reinterpret_cast<float*>(kPack);
+              auto* vPacked = reinterpret_cast<float*>(vPack);
+              if (repack) {
+                cpu::attentionPackKeysF32(reinterpret_cast<const float*>(kHead), p.kStrides[2], KV, D, kPacked);
+                cpu::attentionPackValuesF32(reinterpret_cast<const float*>(vHead), p.vStrides[2], KV, Dv, vPacked);
+              }
+              cpu::attentionScoresF32(reinterpret_cast<const float*>(qBlk), p.qStrides[2], n, D, kPacked, kvUsed, tile,
+                                      lds);
+              softmaxRows(b, h, r0, n);
+              for (int64_t i = 0; i < n; ++i) oPack[i] = rowSum[i] > 0.f ? 1.f / rowSum[i] : 0.f;
+              cpu::attentionValuesF32(tile, lds, n, kvUsed, vPacked, KV, Dv, oPack, reinterpret_cast<float*>(oCaller),
+                                      p.outStrides[2]);
             }
-            cpu::attentionScoresBf16(reinterpret_cast<const uint16_t*>(qBlk), p.qStrides[2], n, D, kPacked, kvUsed, tile,
-                                     lds);
-            softmaxRows(b, h, r0, n);
-            // The output rows straight into the caller's, each times 1 / sum (0 for a fully masked
-            // row, as finishRows), rounded once; oPack holds the row factors.
-            for (int64_t i = 0; i < n; ++i) oPack[i] = rowSum[i] > 0.f ? 1.f / rowSum[i] : 0.f;
-            cpu::attentionValuesBf16(reinterpret_cast<const uint16_t*>(pTile), ldp, n, kvUsed, vPacked, KV, Dv, oPack,
-                                     reinterpret_cast<uint16_t*>(oCaller), p.outStrides[2]);
             finishRows(b, h, r0, n, nullptr, 0, nullptr);  // the logsumexp only
             continue;
           }

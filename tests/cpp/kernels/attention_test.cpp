@@ -58,6 +58,36 @@ struct Case {
   int64_t kvHeads = 0;  ///< grouped-query attention: k and v have fewer heads
 };
 
+/// The double-precision reference of one output row (b, h, i): out[d] for d < D, and the row's
+/// max and sum of exp(x - max) (its logsumexp is max + log(sum)).
+struct ReferenceRow {
+  std::vector<double> out;
+  double mx = -INFINITY, sum = 0;
+};
+ReferenceRow referenceRow(const Buf& q, const Buf& k, const Buf& v, const std::vector<float>& mask, const Strides& ms,
+                          int64_t b, int64_t h, int64_t i, int64_t kvHead, int64_t KV, int64_t D, double scale,
+                          bool causal) {
+  ReferenceRow r;
+  std::vector<double> sc(static_cast<size_t>(KV));
+  for (int64_t j = 0; j < KV; ++j) {
+    double a = 0;
+    for (int64_t d = 0; d < D; ++d) a += double(at(q, b, h, i, d)) * at(k, b, kvHead, j, d);
+    a *= scale;
+    if (!mask.empty()) a += mask[static_cast<size_t>(b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3])];
+    if (causal && j > i) a = -INFINITY;
+    sc[static_cast<size_t>(j)] = a;
+    r.mx = std::max(r.mx, a);
+  }
+  for (double& a : sc) r.sum += (a = std::exp(a - r.mx));
+  r.out.resize(static_cast<size_t>(D));
+  for (int64_t d = 0; d < D; ++d) {
+    double acc = 0;
+    for (int64_t j = 0; j < KV; ++j) acc += sc[static_cast<size_t>(j)] * at(v, b, kvHead, j, d);
+    r.out[static_cast<size_t>(d)] = acc / r.sum;
+  }
+  return r;
+}
+
 class AttentionTest : public ::testing::TestWithParam<Case> {};
 
 void checkAgainstReference(const Case& c, const char* tiles);
@@ -122,32 +152,18 @@ void checkAgainstReference(const Case& c, const char* tiles) {
   EXPECT_EQ(primitiveCreationCount(), created);
 
   double worst = 0;
-  std::vector<double> sc(static_cast<size_t>(c.KV));
   for (int64_t b = 0; b < c.B; ++b)
     for (int64_t h = 0; h < c.H; ++h)
       for (int64_t i = 0; i < c.S; ++i) {
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < c.KV; ++j) {
-          double a = 0;
-          for (int64_t d = 0; d < c.D; ++d) a += double(at(q, b, h, i, d)) * at(k, b, h / group, j, d);
-          a *= p.scale;
-          if (c.mask) a += mask[static_cast<size_t>(b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3])];
-          if (c.causal && j > i) a = -INFINITY;
-          sc[static_cast<size_t>(j)] = a;
-          mx = std::max(mx, a);
-        }
-        double sum = 0;
-        for (double& a : sc) sum += (a = std::exp(a - mx));
+        const ReferenceRow ref = referenceRow(q, k, v, mask, ms, b, h, i, h / group, c.KV, c.D, p.scale, c.causal);
         for (int64_t d = 0; d < c.D; ++d) {
-          double acc = 0;
-          for (int64_t j = 0; j < c.KV; ++j) acc += sc[static_cast<size_t>(j)] * at(v, b, h / group, j, d);
-          const double want = acc / sum;
+          const double want = ref.out[static_cast<size_t>(d)];
           const float got = at(o, b, h, i, d);
           ASSERT_TRUE(std::isfinite(got)) << b << "," << h << "," << i << "," << d;
           worst = std::max(worst, std::abs(got - want));
         }
         if (c.lse) {
-          const double want = mx + std::log(sum);
+          const double want = ref.mx + std::log(ref.sum);
           const float got = lse[static_cast<size_t>(b * ls[0] + h * ls[1] + i * ls[2])];
           EXPECT_NEAR(got, want, 1e-5 * (1 + std::abs(want))) << b << "," << h << "," << i;
         }
@@ -273,26 +289,13 @@ TEST_P(AttentionBf16Test, MatchesReferenceWithOwnTilesAndOnednn) {
   EXPECT_EQ(dnnImpl.find("own"), std::string::npos) << dnnImpl;
 
   double worstOwn = 0, worstDnn = 0, worstApart = 0;
-  std::vector<double> sc(static_cast<size_t>(c.KV));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
   for (int64_t b = 0; b < c.B; ++b)
     for (int64_t h = 0; h < c.H; ++h)
       for (int64_t i = 0; i < c.S; ++i) {
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < c.KV; ++j) {
-          double a = 0;
-          for (int64_t d = 0; d < c.D; ++d) a += double(at(q, b, h, i, d)) * at(k, b, h / group, j, d);
-          a *= 1.0 / std::sqrt(static_cast<double>(c.D));
-          if (c.mask) a += mask[static_cast<size_t>(b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3])];
-          if (c.causal && j > i) a = -INFINITY;
-          sc[static_cast<size_t>(j)] = a;
-          mx = std::max(mx, a);
-        }
-        double sum = 0;
-        for (double& a : sc) sum += (a = std::exp(a - mx));
+        const ReferenceRow ref = referenceRow(q, k, v, mask, ms, b, h, i, h / group, c.KV, c.D, scale, c.causal);
         for (int64_t d = 0; d < c.D; ++d) {
-          double acc = 0;
-          for (int64_t j = 0; j < c.KV; ++j) acc += sc[static_cast<size_t>(j)] * at(v, b, h / group, j, d);
-          const double want = acc / sum;
+          const double want = ref.out[static_cast<size_t>(d)];
           const size_t at0 = static_cast<size_t>(b * os[0] + h * os[1] + i * os[2] + d);
           ASSERT_TRUE(std::isfinite(own[at0]) && std::isfinite(dnn[at0])) << b << "," << h << "," << i << "," << d;
           worstOwn = std::max(worstOwn, std::abs(own[at0] - want));
