@@ -144,11 +144,11 @@ VF_GEMM_INLINE void finishVectorBf16(const CtxBf16& x, __m512 y, int64_t i, int6
   }
 }
 
-/// The post-ops finishInRegistersBf16 does not keep inline (GELU, the other eltwise ops) over a
-/// finished tile parked in \p buf (rows x \p ld floats, bias not yet added), one out-of-line call
-/// per tile: the loop keeps the post-ops' constants in registers and overlaps the vectors' long
-/// dependency chains (GELU's erf), which one call per vector did not (BERT's fc + GELU at 128 x 768
-/// x 3072: 411 -> 455 GFLOP/s, then 470 with geluErfForBf16).
+/// The post-ops finishInRegistersBf16 does not keep inline (the other eltwise ops, chains of
+/// several) over a finished tile parked in \p buf (rows x \p ld floats, bias not yet added), one
+/// out-of-line call per tile: the loop keeps the post-ops' constants in registers and overlaps the
+/// vectors' long dependency chains, which one call per vector did not (BERT's fc + GELU at 128 x
+/// 768 x 3072 on Zen 5, when GELU still came this way: 411 -> 455 GFLOP/s).
 __attribute__((noinline)) void finishBufferBf16(const CtxBf16& x, const float* buf, int64_t ld, int rows,
                                                 int64_t row0, int64_t col0, int64_t cols) {
   for (int i = 0; i < rows; ++i) {
@@ -177,7 +177,11 @@ VF_GEMM_INLINE void finishInRegistersBf16(const CtxBf16& x, __m512 (&acc)[MR][NP
   // ReLU (conv/linear + ReLU) inline too: through the buffer it cost 3.5% of a bf16
   // 1024 x 768 x 3072 linear, which oneDNN's post-op does not. max(0, y) as applyOp's relu.
   const bool reluOnly = x.nOps == 1 && x.ops[0].kind == EpiOp::Kind::kRelu;
-  const bool inlined = x.nOps == 0 || sumOnly || reluOnly;
+  // GELU alone (fc1 of BERT/ViT/GPT-2) inline too since it became a table-driven polynomial
+  // (vecmath_avx512.h): through the buffer it cost 2-3% of a bf16 1576 x 768 x 3072 linear.
+  const bool geluErfOnly = x.nOps == 1 && x.ops[0].kind == EpiOp::Kind::kGeluErf;
+  const bool geluTanhOnly = x.nOps == 1 && x.ops[0].kind == EpiOp::Kind::kGeluTanh;
+  const bool inlined = x.nOps == 0 || sumOnly || reluOnly || geluErfOnly || geluTanhOnly;
   alignas(64) float buf[MR][NP * 16];
   finishTileVectors<MR, NP>(
       acc, row0, col0, cols, x.bias, inlined,
@@ -188,6 +192,8 @@ VF_GEMM_INLINE void finishInRegistersBf16(const CtxBf16& x, __m512 (&acc)[MR][NP
           y = _mm512_fmadd_ps(_mm512_set1_ps(x.ops[0].alpha), rv, y);
         }
         if (reluOnly) y = _mm512_max_ps(_mm512_setzero_ps(), y);
+        if (geluErfOnly) y = cpu::avx512::geluErfForBf16(y);
+        if (geluTanhOnly) y = cpu::avx512::geluTanhForBf16(y);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(x.c + row * x.ldc + j), (__m256i)_mm512_cvtneps_pbh(y));
       },
       [&](__m512 y, int64_t row, int64_t j, int64_t count) __attribute__((always_inline)) {

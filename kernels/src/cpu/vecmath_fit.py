@@ -42,6 +42,47 @@ def show(name, coeffs):
         print(f"  {np.float32(v).item()!r:>18}f,  // {float(np.float32(v)).hex()}")
 
 
+def fit_gelu_pieces(phi, deg=5, lo=-6.0, width=0.5, pieces=24):
+    """GELU(x) = x * phi(x) for the bf16 GEMM's epilogue (vecmath_avx512.h, geluForBf16): phi
+    piecewise, one degree-5 polynomial in f = 2x - floor(2x) per half-unit interval of [-6, 6),
+    fitted relative to phi (its negative tail is small), plus an interval of zeros below and of
+    (1, 0, ...) above (phi = 0 and 1 exactly there: the kernel clamps into them). Rows: intervals,
+    columns: coefficients of f^0 .. f^deg."""
+    rows = [[0.0] * (deg + 1)]
+    worst = 0.0
+    f = (cheb_grid(0.0, 1.0, 600))
+    basis = np.stack([f ** k for k in range(deg + 1)], axis=1)
+    for i in range(pieces):
+        xs = lo + width * (i + f)
+        tgt = np.array([float(phi(mpmath.mpf(x))) for x in xs])
+        c = lawson(basis, tgt, 1 / np.maximum(tgt, 1e-3))
+        worst = max(worst, np.max(np.abs(basis @ c - tgt)))
+        rows.append(f32(c))
+    rows.append([1.0] + [0.0] * deg)
+    print(f"gelu pieces max abs err of phi {worst:.3g}")
+    return rows
+
+
+def phi_erf(x):
+    return mpmath.ncdf(x)
+
+
+def phi_tanh(x):
+    return (1 + mpmath.tanh(mpmath.sqrt(2 / mpmath.pi) * (x + mpmath.mpf("0.044715") * x ** 3))) / 2
+
+
+def show_table(name, rows):
+    """The C++ declaration vecmath_avx512.h holds: [coefficient][interval], padded to 32 intervals
+    (the kernel permutes one coefficient row, two zmm registers, by the interval index)."""
+    cols = len(rows[0])
+    padded = rows + [[0.0] * cols] * (32 - len(rows))
+    print(f"alignas(64) inline constexpr float {name}[{cols}][32] = {{")
+    for k in range(cols):
+        vals = [f"{np.float32(r[k]).item()!r}f" for r in padded]
+        print("    {" + ",\n     ".join(", ".join(vals[j:j + 4]) for j in range(0, 32, 4)) + "},")
+    print("};")
+
+
 def fit_erf_small(deg=7, t=0.921875):
     # erf(x) = x + x * P(x^2), |x| <= t; P(s) = erf(x)/x - 1, fit relative to erf(x)/x.
     xs = cheb_grid(1e-4, t, 4000)
@@ -131,3 +172,5 @@ if __name__ == "__main__":
     show("erf small P", f32(fit_erf_small()))
     show("(1+2a) erfcx(q)", f32(fit_erfcx()))
     show("tanh small P", f32(fit_tanh_small()))
+    show_table("kGeluErfPhiPieces", fit_gelu_pieces(phi_erf))
+    show_table("kGeluTanhPhiPieces", fit_gelu_pieces(phi_tanh))
