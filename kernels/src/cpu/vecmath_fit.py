@@ -151,6 +151,19 @@ def fit_exp(deg=5):
     return c
 
 
+def fit_exp_for_bf16(deg=4):
+    """exp(r), |r| <= ln2/2, as one degree-4 polynomial fitted relative to exp (all coefficients
+    free): the attention row step's exp for probabilities rounded to bf16 next
+    (vecmath_avx512.h, expForBf16Probabilities)."""
+    h = float(mpmath.log(2)) / 2
+    rs = cheb_grid(-h, h, 4000)
+    ref = np.array([float(mpmath.exp(mpmath.mpf(r))) for r in rs])
+    basis = np.stack([rs ** k for k in range(deg + 1)], axis=1)
+    c = lawson(basis, ref, 1 / ref)
+    print("exp for bf16 max rel err", np.max(np.abs((basis @ c - ref) / ref)))
+    return c
+
+
 def fit_log(deg=8):
     # log(1 + f) = f - f^2/2 + f^3 * P(f), f in [sqrt(1/2) - 1, sqrt(2) - 1].
     fs = cheb_grid(np.sqrt(0.5) - 1, np.sqrt(2) - 1, 4000)
@@ -167,6 +180,7 @@ def fit_log(deg=8):
 if __name__ == "__main__":
     # Coefficients are printed lowest order first; the header evaluates them by Horner from the top.
     show("exp P", f32(fit_exp()))
+    show("exp for bf16 P", f32(fit_exp_for_bf16()))
     show("expm1 P", f32(fit_expm1()))
     show("log P", f32(fit_log()))
     show("erf small P", f32(fit_erf_small()))

@@ -81,9 +81,13 @@ TEST(AttentionRows, MatchesDoubleReference) {
 TEST(AttentionRows, Bf16ProbabilitiesAreTheFloatOnesRoundedToNearestEven) {
   // bf16 attention: the row step writes P in bf16 itself; each value must be the float path's
   // value rounded to nearest even (what the reorder of the f32 tile gave), the same max and sum.
+  // On AVX-512 the bf16 probabilities come from a cheaper exp (expForBf16Probabilities, within
+  // 2^-17 of exp): there a value may be the other bf16 neighbour when the float one lies within
+  // 2^-17 of a rounding midpoint (a few in a thousand), and the sum is within 2^-16 relative.
   std::mt19937 gen(4);
   std::uniform_real_distribution<float> dist(-8.f, 8.f);
   const float ninf = -std::numeric_limits<float>::infinity();
+  const bool cheaperExp = hasAvx512();
   for (int64_t n : {1, 7, 16, 17, 31, 33, 128, 1500}) {
     for (bool withMask : {false, true}) {
       std::vector<float> s(static_cast<size_t>(n)), mask(static_cast<size_t>(n));
@@ -99,13 +103,29 @@ TEST(AttentionRows, Bf16ProbabilitiesAreTheFloatOnesRoundedToNearestEven) {
         scratch = s;
         const float mxB = attentionSoftmaxRow(scratch.data(), m, 1, n, 0.37f, &sumB, bf.data(), exact);
         EXPECT_EQ(mxF, mxB);
-        EXPECT_EQ(sumF, sumB);
-        for (int64_t j = 0; j < n; ++j) {
-          uint32_t u;
-          std::memcpy(&u, &f32[static_cast<size_t>(j)], 4);
-          const uint16_t want = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-          ASSERT_EQ(bf[static_cast<size_t>(j)], want) << "n " << n << " j " << j << " exact " << exact;
+        if (cheaperExp) {
+          EXPECT_NEAR(sumB, sumF, std::ldexp(sumF, -16));
+        } else {
+          EXPECT_EQ(sumF, sumB);
         }
+        int64_t neighbours = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          const float f = f32[static_cast<size_t>(j)];
+          uint32_t u;
+          std::memcpy(&u, &f, 4);
+          const uint16_t want = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+          const uint16_t got = bf[static_cast<size_t>(j)];
+          if (got == want) continue;
+          ASSERT_TRUE(cheaperExp) << "n " << n << " j " << j << " exact " << exact;
+          // The other neighbour: f within 2^-17 of the midpoint between the two.
+          const uint32_t gotBits = static_cast<uint32_t>(got) << 16, wantBits = static_cast<uint32_t>(want) << 16;
+          float gotF, wantF;
+          std::memcpy(&gotF, &gotBits, 4);
+          std::memcpy(&wantF, &wantBits, 4);
+          ASSERT_LE(std::fabs(f - 0.5f * (gotF + wantF)), std::ldexp(f, -17)) << "n " << n << " j " << j;
+          ++neighbours;
+        }
+        EXPECT_LE(neighbours * 100, n + 99) << "n " << n;  // at most ~1%
       }
     }
   }

@@ -10,7 +10,7 @@ namespace verifuse::kernels::cpu::testing {
 enum class VecFn {
   kExp, kExpm1, kLog, kErf, kErfc, kTanh, kSigmoid, kSilu, kGeluErf, kGeluTanh, kElu, kSqrt, kRsqrt,
   kReciprocal, kRelu, kLeakyRelu, kClamp, kHardswish, kHardsigmoid, kRoundBf16,
-  kGeluErfForBf16, kGeluTanhForBf16,  // AVX-512 only (evalAvx512)
+  kGeluErfForBf16, kGeluTanhForBf16, kExpForBf16Probabilities,  // AVX-512 only (evalAvx512)
 };
 
 /// y[i] = fn(x[i]; p0, p1) for i < n (any n; the tail goes through a padded vector).

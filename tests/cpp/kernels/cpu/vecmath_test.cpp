@@ -130,6 +130,41 @@ TEST(Vecmath, Exp) {
   EXPECT_GT(eval1(VecFn::kExp, -100.0f), 0.0f);  // denormal, not flushed (torch: 3.7835e-44)
 }
 
+// The attention row step's exp for bf16 probabilities: within 2^-17 relative of exp on [-87, 0]
+// (the row max's own score gives ~1), masked keys (-inf) and far-below scores weigh 0 or a
+// denormal, NaN stays NaN; and it is a different function from the float32 exp (which the float32
+// row step keeps).
+TEST(Vecmath, ExpForBf16Probabilities) {
+  if (!cpu::hasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::vector<float> xs;
+  for (auto v : inputs(4096, {{-87.0f, 0.0f}, {-1.0f, 0.0f}, {-0.01f, 0.0f}})) {
+    if (std::isfinite(v) && v <= 0.0f && v >= -87.0f) xs.push_back(v);
+  }
+  ASSERT_GT(xs.size(), 10000u);
+  std::vector<float> got(xs.size()), accurate(xs.size());
+  evalAvx512(VecFn::kExpForBf16Probabilities, xs.data(), got.data(), xs.size());
+  evalAvx512(VecFn::kExp, xs.data(), accurate.data(), xs.size());
+  double worst = 0;
+  int differs = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double want = std::exp(static_cast<double>(xs[i]));
+    const double rel = std::fabs(got[i] - want) / want;
+    worst = std::max(worst, rel);
+    ASSERT_LE(rel, std::ldexp(1.0, -17)) << "x=" << xs[i] << " got " << got[i] << " want " << want;
+    differs += got[i] != accurate[i];
+  }
+  EXPECT_GT(differs, 100);
+  std::printf("  expForBf16Probabilities: max relative error %.3g\n", worst);
+  float specials[] = {-kInf, kNaN, -0.0f, -104.0f, -1000.0f}, out[5];
+  evalAvx512(VecFn::kExpForBf16Probabilities, specials, out, 5);
+  EXPECT_LT(out[0], 1e-44f);
+  EXPECT_GE(out[0], 0.0f);
+  EXPECT_TRUE(same(out[1], kNaN));
+  EXPECT_NEAR(out[2], 1.0f, 1e-6f);
+  EXPECT_LT(out[3], 1e-44f);
+  EXPECT_LT(out[4], 1e-44f);
+}
+
 TEST(Vecmath, Expm1) {
   SKIP_WITHOUT_AVX2();
   EXPECT_ULP(VecFn::kExpm1, [](double x) { return std::expm1(x); }, inputs(4096, {{-1.0f, 1.0f}, {-0.01f, 0.01f}, {16.0f, 18.0f}}), 1.5);
