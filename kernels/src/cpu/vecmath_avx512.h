@@ -57,7 +57,7 @@ VF_VEC512_INLINE __m512 expClamped(__m512 x) {
 /// minus its row's max, so x <= 0): one degree-4 polynomial on the reduced argument
 /// (vecmath_fit.py's fit_exp_for_bf16, relative error 2.6e-6) and a one-constant reduction (ln 2's
 /// float32 error times |n| <= 150 adds under 3e-7): within 2^-17 relative down to the denormals,
-/// 2^8 times finer than the bf16 rounding that follows. 9 operations per 16 lanes against
+/// 2^9 times finer than the bf16 rounding that follows. 9 operations per 16 lanes against
 /// expClamped's 15 with its clamps; the row step's exp was a third of bf16 attention outside its
 /// matmuls. x <= -104 gives exp(-104)'s denormal or 0 (so -inf, a masked key, weighs nothing),
 /// NaN gives NaN. Not for x > 88.

@@ -367,7 +367,7 @@ float expectBf16GeluSpecials(VecFn fn) {
 // The bf16 GEMM's GELU (a table of degree-5 pieces, vecmath_avx512.h): within 2.5e-7 |x| of the
 // exact value everywhere (the fit's 3.2e-8 on phi plus float32 rounding of the coefficients and the
 // multiply-adds; it measures 1.1e-7), and within 2^-16 relative wherever the result is not deep in
-// the negative tail (a bf16 result rounds at 2^-9); the same specials as geluErf. The inputs include
+// the negative tail (a bf16 result rounds at 2^-8); the same specials as geluErf. The inputs include
 // the pieces' ends (every half unit, the clamps at -6.5 and 6). It is a different formula from
 // geluErf (the float32 kernels' GELU must not silently become this one).
 TEST(Vecmath, GeluErfForBf16) {
