@@ -115,7 +115,7 @@ VF_VEC512_INLINE __m512 geluErf(__m512 x) {
 // in double), an interval of zeros below (x in [-6.5, -6) and, clamped into it, everything
 // smaller) and one of exact ones above (x >= 6). 2x and f are exact, so the float32 error is the
 // fit's plus the rounding of the coefficients and of five multiply-adds: vecmath_test.cpp measures
-// 1.2e-7 |x| and bounds it by 2.5e-7 |x|, under the 2^-8 relative rounding the result gets next.
+// 1.1e-7 |x| and bounds it by 2.5e-7 |x|, under the 2^-8 relative rounding the result gets next.
 // Below -6 the result is -0 where the exact GELU is above -6e-9 |x| (eager's float32 erf form
 // gives 0 there too: 1 + erf cancels). About 18 operations per 16 lanes against the 35 of the
 // rational-and-exp form this replaced (Abramowitz & Stegun 7.1.26 times exp(-a^2)): fc1 + GELU of

@@ -43,7 +43,7 @@ def show(name, coeffs):
 
 
 def fit_gelu_pieces(phi, deg=5, lo=-6.0, width=0.5, pieces=24):
-    """GELU(x) = x * phi(x) for the bf16 GEMM's epilogue (vecmath_avx512.h, geluForBf16): phi
+    """GELU(x) = x * phi(x) for the bf16 GEMM's epilogue (vecmath_avx512.h, geluByPieces): phi
     piecewise, one degree-5 polynomial in f = 2x - floor(2x) per half-unit interval of [-6, 6),
     fitted relative to phi (its negative tail is small), plus an interval of zeros below and of
     (1, 0, ...) above (phi = 0 and 1 exactly there: the kernel clamps into them). Rows: intervals,
