@@ -163,6 +163,39 @@ def test_a_write_the_dynamo_graph_hides_is_traced_again_functionalized(model_typ
     assert len(traces) == 2 and len(functionalized) == 1
 
 
+def test_what_counts_as_a_write_in_dynamos_spelling():
+    from verifuse.aten_trace import _dynamo_graph_may_write
+
+    def spelled(fn, *args):
+        seen = []
+
+        def capture(gm, inputs):
+            seen.append(_dynamo_graph_may_write(gm))
+            return gm
+
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(fn, backend=capture, fullgraph=True)(*args)
+        return seen == [True]
+
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    a, b = torch.rand(4, 4) > 0.5, torch.rand(4, 4) > 0.5
+
+    def masks(x, a, b):
+        return x.masked_fill((a & b) | ~a, 0.0)  # operator.and_ / or_: no write
+
+    def adds(x, y):
+        z = x * 2
+        z += y  # operator.iadd on an intermediate
+        return z
+
+    assert not spelled(masks, x, a, b)
+    assert spelled(adds, x, y)
+    assert spelled(lambda x: (x * 2).add_(1), x)
+    assert spelled(lambda x: F.relu(x * 2, inplace=True), x)
+    assert not spelled(lambda x: F.relu(x) + x.transpose(0, 1), x)
+
+
 def test_the_trace_runs_on_dynamos_own_fake_inputs(monkeypatch):
     """No real tensor converted to a fake again (203 parameters of BERT-base were 30 ms), unless a
     fake no longer describes its tensor."""

@@ -111,8 +111,10 @@ def _dynamo_graph_may_write(gm: torch.fx.GraphModule) -> bool:
             continue
         if node.kwargs.get("out") is not None or node.kwargs.get("inplace") is True:
             return True
-        if node.op == "call_function" and node.target in _WRITING_OPERATORS:
-            return True
+        if node.op == "call_function" and getattr(node.target, "__module__", None) == "_operator":
+            if node.target in _WRITING_OPERATORS:
+                return True
+            continue  # operator.and_, or_, not_, is_: a keyword's underscore, not a write
         name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
         if isinstance(name, str) and name.endswith("_") and not name.endswith("__"):
             return True
