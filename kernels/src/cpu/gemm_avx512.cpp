@@ -251,7 +251,8 @@ bool computeRegion(const Problem& p, int64_t m0, int64_t m1, int64_t p0, int64_t
 
   const int64_t rows = m1 - m0;
   const int64_t nIC = (rows + kMCMax - 1) / kMCMax;
-  const int64_t mc = (rows + nIC - 1) / nIC;
+  // Multiples of 8 rows as in the bf16 kernel (level here: float32 is not limited by the tile's loads).
+  const int64_t mc = ((rows + nIC - 1) / nIC + kMRMax - 1) / kMRMax * kMRMax;
 
   // Each tile writes c once, after its whole K: an operand that is c itself is read element by
   // element before that element is written, so no copies are needed (severalBlocks = false).

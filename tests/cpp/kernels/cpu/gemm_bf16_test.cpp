@@ -133,7 +133,8 @@ TEST_F(GemmBf16Test, Shapes) {
   // cut to a pair + one), tiles of 5..8 rows, more rows than a row block (> 192).
   const int64_t shapes[][3] = {{1, 1, 1},   {1, 7, 17},    {2, 40, 97},  {3, 64, 48},
                                {4, 33, 80}, {5, 128, 64},  {8, 96, 48},  {13, 31, 47},
-                               {64, 768, 96}, {200, 65, 130}, {1, 3000, 20}};
+                               {64, 768, 96}, {200, 65, 130}, {1, 3000, 20},
+                               {389, 20, 48}};  // row blocks 136 + 136 + 117
   for (const auto& s : shapes) {
     for (WeightOrder order : {WeightOrder::kNK, WeightOrder::kKN}) {
       Case c{s[0], s[1], s[2], order};

@@ -339,6 +339,8 @@ const ShapeCase kShapes[] = {
     // AVX-512 kernel: groups of 3 panels cut to 1 (n = 64) and 2 (n = 80), 5..8-row tiles, more
     // rows than one row block (> 192) with several K blocks.
     {9, 50, 64, 0, 0},    {5, 30, 80, 2, 0},   {200, 770, 200, 3, 1},
+    // Row blocks rounded up to multiples of 8: 389 rows as 136 + 136 + 117.
+    {389, 20, 48, 0, 0},
 };
 
 class GemmShapes : public GemmIsaTest,
