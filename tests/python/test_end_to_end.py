@@ -262,6 +262,19 @@ def test_explain_report_keys_and_json():
     assert d["compile_seconds"] > 0
     json.loads(report.to_json())
     assert "verifuse::conv" in str(report) and "conv-bn-fold" in str(report)
+    # Where the compile went: the parts are measured and fit inside the whole.
+    (g,) = d["graphs"]
+    assert 0 < g["trace_seconds"] and 0 < g["plan_seconds"]
+    assert g["trace_seconds"] + g["pipeline_seconds"] + g["plan_seconds"] <= g["compile_seconds"]
+    assert "compile: ATen trace" in str(report)
+
+
+@pytest.mark.parametrize("one_trace", ["1", "0"])
+def test_the_trace_time_is_reported_on_both_paths(one_trace, monkeypatch):
+    monkeypatch.setenv("VERIFUSE_ONE_TRACE", one_trace)
+    model, x = build("mlp")
+    (g,) = verifuse.explain(model, x).to_dict()["graphs"]
+    assert 0 < g["trace_seconds"] < g["compile_seconds"]
 
 
 def test_explain_records_fallback_reason():

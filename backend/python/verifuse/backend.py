@@ -187,7 +187,9 @@ def _compile_with_one_trace(gm: torch.fx.GraphModule, example_inputs: list, name
     if not one_trace_wanted():
         graph_report.aten_trace = "aot_autograd (VERIFUSE_ONE_TRACE=0)"
         return None
+    start = time.perf_counter()
     traced = trace_inference_graph(gm, example_inputs, decomposition_table())
+    graph_report.trace_seconds = time.perf_counter() - start
     if traced.graph is None:
         graph_report.aten_trace = f"aot_autograd ({traced.reason})"
         return None
@@ -239,12 +241,15 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
     from torch._dynamo.backends.common import aot_autograd
     from torch._guards import TracingContext
 
+    start = time.perf_counter() - graph_report.trace_seconds
+
     def training_compiler(aot_gm: torch.fx.GraphModule, _inputs: list) -> Callable:
         # Only reached if autograd is needed after all (an input requiring grad slipped through).
         _fallback(aot_gm, "autograd graph (training); verifuse compiles inference only", opts, graph_report)
         return make_boxed_func(aot_gm.forward)
 
     def inference_compiler(aot_gm: torch.fx.GraphModule, fake_inputs: list) -> Callable:
+        graph_report.trace_seconds = time.perf_counter() - start  # AOT's traces (a failed one-trace's too)
         context = TracingContext.try_get()
         meta = getattr(context, "fw_metadata", None) if context is not None else None
         static = sorted(meta.static_input_indices) if meta is not None else []

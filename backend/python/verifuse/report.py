@@ -56,6 +56,7 @@ class GraphReport:
     # name, reason}); explain(..., verbose=True) prints them.
     near_misses: list[dict[str, str]] = dataclasses.field(default_factory=list)
     near_misses_omitted: int = 0
+    trace_seconds: float = 0.0     # Dynamo's graph to the ATen graph (one trace, or AOT's)
     pipeline_seconds: float = 0.0  # rules, proofs and instance validation
     plan_seconds: float = 0.0      # executor plan: kernels created, weights prepacked
     # Bytes of weight copies the engines hold beyond the frozen weights (own GEMM's packed copies,
@@ -169,7 +170,7 @@ class Report:
                  "ops": dict(g.ops), "compile_seconds": g.compile_seconds, "reorders": g.reorders,
                  "reorders_before": g.reorders_before, "timings_run": g.timings_run,
                  "tuning_inputs_made": g.tuning_inputs_made, "tuning_db": g.tuning_db,
-                 "pipeline_seconds": g.pipeline_seconds, "plan_seconds": g.plan_seconds,
+                 "trace_seconds": g.trace_seconds, "pipeline_seconds": g.pipeline_seconds, "plan_seconds": g.plan_seconds,
                  "weight_copy_bytes": g.weight_copy_bytes, "aten_trace": g.aten_trace}
                 for g in self.graphs
             ],
@@ -193,6 +194,11 @@ class Report:
         for g in self.graphs:
             lines.append(f"  graph {g.graph_id}: engine={g.engine} nodes={g.num_nodes} "
                          f"constants={g.num_constants} compile={g.compile_seconds:.3f}s")
+            if g.engine == "verifuse" and g.compile_seconds > 0:
+                # Where the backend's compile went (Dynamo's own trace before it is not in it).
+                lines.append(f"    compile: ATen trace {g.trace_seconds:.3f}s, rules and proofs "
+                             f"{g.pipeline_seconds:.3f}s, plan {g.plan_seconds:.3f}s "
+                             f"({g.timings_run} autotune timings)")
             if g.aten_trace:
                 lines.append(f"    ATen graph from: {g.aten_trace}")
             top = sorted(g.ops.items(), key=lambda kv: (-kv[1], kv[0]))
