@@ -353,6 +353,26 @@ def test_permuted_channels_last_stream_needs_no_conversions():
     assert all(p["output_conversions"] == 0 for p in convs), convs
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_convnext_residual_adds_become_the_linears_residuals(dtype):
+    # add(x, permute(linear)) -> permute(add(permute(x)^-1, linear)) (add-below-permute), then the
+    # sum post-op: no residual add left as its own op, eager's values (bf16: within bf16 rounding).
+    torch.manual_seed(0)
+    model = _ConvNextBlocks(blocks=3).eval()
+    x = torch.randn(2, 3, 32, 32)
+    options = {"strict": True, "dtype": dtype}
+    with torch.no_grad():
+        expected = model(x)
+        report = verifuse.explain(model, x, **options)
+        got = torch.compile(model, backend="verifuse", options=options)(x)
+    tolerance = 1e-4 if dtype == "float32" else 5e-2
+    torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
+    (graph,) = report.graphs
+    assert graph.rewrites.get("add-below-permute") == 3, graph.rewrites
+    assert graph.rewrites.get("residual-add-sum-postop") == 3, graph.rewrites
+    assert "aten::add.Tensor" not in graph.ops, graph.ops
+
+
 class _DenseBlocks(nn.Module):
     # DenseNet's dense layers after a max-pooled stem: the features concatenated so far, batch norm
     # and ReLU, a 1x1 and a 3x3 convolution whose result joins the concatenation.

@@ -225,4 +225,32 @@ bool readersAcceptLayout(const Graph& g, ValueId v, const std::vector<int64_t>& 
   return walk(g, v, strides, 0, whyNot);
 }
 
+namespace {
+
+bool walkAnyLayout(const Graph& g, ValueId v, int depth, std::string* whyNot) {
+  static const std::set<std::string> anyStrides = {"aten::permute", "aten::transpose", "aten::t",
+                                                   "aten::unsqueeze", "aten::slice", "aten::select",
+                                                   "aten::expand", "aten::alias", "aten::detach"};
+  static const std::set<std::string> layoutDependent = {"aten::view", "aten::_unsafe_view", "aten::reshape",
+                                                        "aten::clone"};
+  if (depth > 32) return fail(whyNot, "view chain too long");
+  if (g.isGraphOutput(v)) return fail(whyNot, "the value (or a view of it) is a graph output; its strides would change");
+  for (ir::NodeId user : g.users(v)) {
+    const Node& n = g.node(user);
+    if (layoutDependent.count(n.op) || unmodelledViews().count(n.op)) {
+      return fail(whyNot, "a reader (" + n.qualifiedName() + ") depends on the layout");
+    }
+    if (!anyStrides.count(n.op)) continue;  // a compute op: reads any layout
+    if (!(n.args[0].isValue() && valueOf(n.args[0]) == v) || n.outputs.size() != 1) {
+      return fail(whyNot, "a view-like reader uses the value in an unexpected position");
+    }
+    if (!walkAnyLayout(g, n.outputs[0], depth + 1, whyNot)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool readersAcceptAnyLayout(const Graph& g, ValueId v, std::string* whyNot) { return walkAnyLayout(g, v, 0, whyNot); }
+
 }  // namespace verifuse::rules::util

@@ -33,4 +33,12 @@ bool nonOverlappingAndDense(const std::vector<int64_t>& sizes, const std::vector
 /// or symbolic shape, and view-producing ops it does not model (split, unbind, as_strided, ...).
 bool readersAcceptLayout(const ir::Graph& g, ir::ValueId v, const std::vector<int64_t>& strides, std::string* whyNot);
 
+/// Whether every reader of \p v works on any dense layout of it: followed through the views that
+/// are defined for any strides (permute, transpose, t, unsqueeze, slice, select, expand, alias,
+/// detach), each path ends at a compute op. Refuses a graph output on the way, and `view`,
+/// `_unsafe_view`, `reshape`, `clone` and the view ops verifuse does not model (their result or
+/// its strides depend on the layout). For a rewrite that changes a value's layout without knowing
+/// the new one exactly.
+bool readersAcceptAnyLayout(const ir::Graph& g, ir::ValueId v, std::string* whyNot);
+
 }  // namespace verifuse::rules::util

@@ -504,12 +504,14 @@ bool layoutAgnosticReaders(const ir::Graph& g, ValueId v, int depth = 0) {
   // outputs must in turn reach only layout-agnostic readers; so must a permute's (a permuted
   // channels-last tensor is a dense tensor in another dim order: ConvNeXt's
   // permute(0, 2, 3, 1) -> layer norm -> linears -> permute(0, 3, 1, 2) -> residual add). A
-  // convolution re-decides for its own output and a linear writes a fresh dense result.
+  // convolution re-decides for its own output and a linear writes a fresh dense result, whether
+  // it reads v as its input (made contiguous) or as its residual (copied into the output, or
+  // accumulated in place when its strides are the output's: ConvNeXt's blocks after
+  // add-below-permute, whose residual is the previous block's input permuted back to NHWC).
   if (g.isGraphOutput(v) || depth > 64) return false;
   for (ir::NodeId user : g.users(v)) {
     const ir::Node& n = g.node(user);
-    if (n.op == "verifuse::conv") continue;
-    if (n.op == "verifuse::linear" && !n.args.empty() && n.args[0].isValue() && n.args[0].i == v) continue;
+    if (n.op == "verifuse::conv" || n.op == "verifuse::linear") continue;
     if (!agnostic.count(n.qualifiedName()) && n.op != "verifuse::rowwise" && n.op != "aten::permute") return false;
     for (ValueId out : n.outputs) {
       if (g.value(out).type != ir::ValueType::Tensor) continue;
