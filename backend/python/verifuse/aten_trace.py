@@ -130,9 +130,9 @@ def _fake_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], backen
     values, in the fake mode Dynamo traced with) when they still describe the real inputs exactly,
     else fresh ones from the real tensors in the mode Dynamo made for the backend.
 
-    Why: converting a real tensor costs ~1.3 ms here (torch 2.13's metadata check after the
-    conversion), and a model's parameters are inputs: 203 of them made 0.27 s of BERT-base's
-    compile. Dynamo makes the backend a fresh mode because its tracing may have changed a fake's
+    Why: a model's parameters are inputs here, and converting BERT-base's 203 costs 30 ms in a
+    warm process, its allocations bringing on a full garbage collection of a big process now and
+    then (0.25 s when one fell into it). Dynamo makes the backend a fresh mode because its tracing may have changed a fake's
     metadata (``x.t_()``); comparing each fake with its real tensor (sizes, strides, offset,
     dtype, flags, which inputs share memory) is what that protects."""
     from torch.multiprocessing.reductions import StorageWeakRef

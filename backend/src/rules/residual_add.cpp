@@ -96,6 +96,9 @@ std::optional<Match> matchAddBelowPermute(const Graph& g, NodeId id, std::string
     if (hasSum) continue;
     const Arg& other = n.args[static_cast<size_t>(1 - k)];
     if (!other.isValue() || g.value(u::valueOf(other)).type != ir::ValueType::Tensor) continue;
+    // The other operand a conv/linear output itself: residual-add-sum-postop takes the add as it
+    // is. (Rewritten, add(permute(r, p^-1), y) would match here again the other way round.)
+    if (u::singleUseFusedProducer(g, other)) continue;
     const ValueId r = u::valueOf(other), y = u::valueOf(p->args[0]);
     const auto* sr = u::staticShape(g, r);
     const auto* sp = u::staticShape(g, p->outputs[0]);
