@@ -47,19 +47,24 @@ def _compile(model, *args, **compile_kwargs):
     return out, graphs
 
 
-def _aot_calls(monkeypatch) -> list:
-    """Counts aot_autograd's entry point (the backend reaches it through Dynamo's wrapper)."""
-    import torch._dynamo.backends.common as common
-
+def _counting(monkeypatch, module, name) -> list:
+    """Counts the calls of ``module.name`` (one entry per call), still calling it."""
     calls = []
-    original = common.aot_module_simplified
+    original = getattr(module, name)
 
     def counting(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(common, "aot_module_simplified", counting)
+    monkeypatch.setattr(module, name, counting)
     return calls
+
+
+def _aot_calls(monkeypatch) -> list:
+    """Counts aot_autograd's entry point (the backend reaches it through Dynamo's wrapper)."""
+    import torch._dynamo.backends.common as common
+
+    return _counting(monkeypatch, common, "aot_module_simplified")
 
 
 def test_a_plain_inference_graph_is_traced_once_without_aot(monkeypatch):
@@ -118,18 +123,6 @@ def test_in_place_operators_on_intermediates_become_functional_in_the_one_trace(
     torch.testing.assert_close(out, model(x))
     assert graphs[0].aten_trace == "one trace"
     assert calls == []
-
-
-def _counting(monkeypatch, module, name) -> list:
-    calls = []
-    original = getattr(module, name)
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, counting)
-    return calls
 
 
 def test_a_graph_spelling_no_write_is_traced_once_without_functionalization(monkeypatch):

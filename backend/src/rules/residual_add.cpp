@@ -31,6 +31,14 @@ using verify::ObligationBuilder;
 namespace sem = verify::sem;
 namespace u = util;
 
+/// One sum post-op per conv/linear: a residual already taken leaves no room for another.
+bool hasSumPostOp(const Node& fused) {
+  for (const PostOpSpec& s : u::postOpsOf(fused)) {
+    if (s.kind == "sum") return true;
+  }
+  return false;
+}
+
 // ---- add-below-permute ----------------------------------------------------------------------------
 
 std::vector<int64_t> inversePermutation(const std::vector<int64_t>& dims) {
@@ -90,10 +98,7 @@ std::optional<Match> matchAddBelowPermute(const Graph& g, NodeId id, std::string
     const Node* p = k == 0 ? pa : pb;
     if (!p || !u::hasSingleUse(g, p->outputs[0])) continue;
     const Node* fused = u::singleUseFusedProducer(g, p->args[0]);
-    if (!fused) continue;
-    bool hasSum = false;
-    for (const PostOpSpec& s : u::postOpsOf(*fused)) hasSum |= s.kind == "sum";
-    if (hasSum) continue;
+    if (!fused || hasSumPostOp(*fused)) continue;
     const Arg& other = n.args[static_cast<size_t>(1 - k)];
     if (!other.isValue() || g.value(u::valueOf(other)).type != ir::ValueType::Tensor) continue;
     // The other operand a conv/linear output itself: residual-add-sum-postop takes the add as it
@@ -223,9 +228,7 @@ std::optional<Match> matchResidualAdd(const Graph& g, NodeId id, std::string* wh
       u::why(whyNot, "r + alpha*y with alpha != 1 scales the conv/linear output, not the residual");
       continue;
     }
-    bool hasSum = false;
-    for (const PostOpSpec& s : u::postOpsOf(*p)) hasSum |= s.kind == "sum";
-    if (hasSum) {
+    if (hasSumPostOp(*p)) {
       u::why(whyNot, "the conv/linear already has a residual (one sum post-op per op)");
       continue;
     }
