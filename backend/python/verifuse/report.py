@@ -47,7 +47,7 @@ class GraphReport:
     # ATen), "dispatcher", "builtin" or "constant" (folded at compile time).
     engines: list[str] = dataclasses.field(default_factory=list)
     reorders_before: int = 0       # conversions if every oneDNN node were its own partition
-    timings_run: int = 0           # autotuner timings this compile ran (0 with a warm tuning DB)
+    timings_run: int = 0           # autotuner timings this compile ran: engines and weight layouts (0 with a warm tuning DB)
     tuning_inputs_made: int = 0    # partitions given random timing inputs (0 with a warm tuning DB)
     tuning_db: str = ""
     # Rule id -> rewrites applied (every phase: canonicalization, no-ops, dead code, fusions).

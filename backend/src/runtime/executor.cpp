@@ -715,6 +715,19 @@ int64_t linearK(const ir::Graph& g, const ir::Node& n) {
   return x.shape.empty() ? -1 : x.shape.back();
 }
 
+/// The rows a linear multiplies (the product of its input's leading sizes), or -1 when unknown.
+int64_t linearRows(const ir::Graph& g, const ir::Node& n) {
+  if (!n.args[0].isValue()) return -1;
+  const ir::Value& x = g.value(static_cast<ValueId>(n.args[0].i));
+  if (x.shape.empty()) return -1;
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < x.shape.size(); ++d) {
+    if (x.shape[d] < 0) return -1;
+    rows *= x.shape[d];
+  }
+  return rows;
+}
+
 bool geluOnShortK(const ir::Graph& g, const ir::Node& n) {
   auto ops = rules::parsePostOps(n.args.at(rules::postOpsArgIndex(n)).s);
   if (!ops.isOk()) return false;
@@ -749,6 +762,8 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     if (n.erased && !options.partitions.empty()) return invalidArgument("compileGraph: partitions given for an uncompacted graph");
   }
   graph.compact();
+  // Every timing of this plan: the partitions' engines and the linears' weight layouts.
+  const int64_t timingsBefore = kernels::timingCallCount();
   auto impl = std::make_unique<CompiledGraph::Impl>();
   const size_t numNodes = graph.nodes().size();
   std::map<ir::NodeId, size_t> indexOf;
@@ -854,9 +869,36 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   for (const Unit& u : units) {
     if (u.partition >= 0 && (forcesAttention(u) || forcesLinear(u))) partitionForced[static_cast<size_t>(u.partition)] = true;
   }
+  // float32 linears of at most 4 rows (a decode step at batch <= 4) stream their weight once and
+  // do little else: the own GEMM's packed panels read it faster than oneDNN's packed inner product
+  // at every such shape measured (verifuse_gemm_bench, Zen 4, 1 and 2 threads: 1x512x32000 12.6 vs
+  // 8.1 GFLOP/s, 4x512x32000 44.4 vs 43.6, 1x512x1536 37.9 vs 32.6, 4x1376x512 107 vs 94; at 8
+  // rows oneDNN leads on 8x512x32000, 83 vs 70), while timing them would pack every candidate's
+  // copy of the weight: Llama decode's plan spent 0.25 of 0.30 s on it, most for its 65 MB
+  // lm_head. These take the own GEMM untimed.
+  std::vector<bool> fewRowLinears(specs.size(), false);
+  if (options.ownGemm) {
+    std::vector<int> state(specs.size(), 0);  // 0 unseen, 1 so far every member qualifies, 2 not
+    for (const Unit& u : units) {
+      if (u.partition < 0) continue;
+      int& st = state[static_cast<size_t>(u.partition)];
+      for (size_t k : u.nodes) {
+        const ir::Node& n = graph.nodes()[k];
+        bool ok = n.op == rules::kLinearOp && !geluOnShortK(graph, n);
+        if (ok) {
+          const int64_t rows = linearRows(graph, n);
+          ok = rows >= 1 && rows <= 4;
+        }
+        for (ValueId out : n.outputs) ok = ok && graph.value(out).dtype == ir::DType::Float32;
+        st = ok && st != 2 ? 1 : 2;
+      }
+    }
+    for (size_t p = 0; p < specs.size(); ++p) fewRowLinears[p] = state[p] == 1;
+  }
   auto willTime = [&](int32_t part) {
     const size_t p = static_cast<size_t>(part);
-    return tuning && partitionStatic[p] && partitionMacs[p] <= options.tuneMaxMacs && !partitionForced[p];
+    return tuning && partitionStatic[p] && partitionMacs[p] <= options.tuneMaxMacs && !partitionForced[p] &&
+           !fewRowLinears[p];
   };
   // The engine a partition gets when it is not timed: tiny ones pay more for a kernel call and
   // layout overhead than they gain (ATen); float32 linears take the own GEMM (measured faster than
@@ -1184,7 +1226,6 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   impl->numArgs = numArgs;
 
   // --- one decision per partition, in execution order ------------------------------------------
-  const int64_t timingsBefore = kernels::timingCallCount();
   for (size_t u : unitOrder) {
     const Unit& unit = units[u];
     if (unit.partition < 0) continue;
@@ -1209,6 +1250,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
                                                                   : "heuristic: VERIFUSE_ATTENTION=" + forcedAttention;
       }
       else if (!tuning) d.how = options.autotune ? "heuristic: no tuning database" : "heuristic: autotune off";
+      else if (fewRowLinears[static_cast<size_t>(unit.partition)]) d.how = "heuristic: float32 linear of at most 4 rows";
       else d.how = "heuristic: too big to time (" + std::to_string(static_cast<int64_t>(partitionMacs[static_cast<size_t>(unit.partition)])) + " MACs)";
       if (candidates.size() < 2 && options.releaseWeights) {
         for (FusedOp* op : members) op->releaseWeights();

@@ -334,7 +334,8 @@ class FusedBase : public FusedOp {
     released_ = true;
   }
   bool released_ = false;
-  bool borrowWeights_ = false;                // ask kernels to read weight_ in place
+  mutable bool borrowWeights_ = false;        // ask kernels to read weight_ in place (chooseWeightLayout)
+  mutable std::once_flag layoutChosen_;
   mutable std::atomic<bool> kernelsBorrowWeights_{false};  // a created kernel does: weight_ must stay
 
   mutable at::Tensor weight_;  // float32, or a bf16 model's bf16; made contiguous by weights() on first use
@@ -492,6 +493,7 @@ class FusedLinear final : public FusedBase {
   }
 
   StatusOr<std::shared_ptr<const KernelEntry>> kernelFor(int64_t m) const {
+    if (staticShape_) std::call_once(layoutChosen_, [this] { chooseWeightLayout(); });
     return cache_.get(c10::IntArrayRef(m), [&]() -> StatusOr<std::unique_ptr<Kernel>> {
       auto kernel = makeKernel(m, borrowWeights_);
       if (kernel.isOk() && (*kernel)->borrowsWeights()) kernelsBorrowWeights_ = true;
@@ -504,8 +506,10 @@ class FusedLinear final : public FusedBase {
   /// policy fixes it, or ("auto") a timing of both kernels with the real shape decides, kept in
   /// the tuning database per shape; without tuning, AVX-512 CPUs pack (measured on Zen 5: the
   /// packed kernel 1.1-1.5x faster at every transformer shape of kernels/bench) and others read
-  /// in place.
-  void chooseWeightLayout() {
+  /// in place. Chosen when the first oneDNN kernel is made (kernelFor), not at creation: a linear
+  /// whose partition ends on the own GEMM never times oneDNN's layouts (Llama decode's 65 MB
+  /// lm_head spent ~0.1 s of a 0.3 s plan doing so).
+  void chooseWeightLayout() const {
     if (layoutPolicy_ != LinearWeights::kAuto) {
       borrowWeights_ = layoutPolicy_ == LinearWeights::kInPlace;
       return;
@@ -1250,8 +1254,6 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
       op->macs_ = static_cast<double>(m) * static_cast<double>(w.numel());
       op->m_ = m;
       op->staticShape_ = options.useOnednn;
-      // Before any kernel exists (the partition tuner's oneDNN runs create them with this layout).
-      if (op->staticShape_) op->chooseWeightLayout();
     }
     result = std::move(op);
   } else {
