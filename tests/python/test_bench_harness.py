@@ -636,3 +636,41 @@ def test_openvino_running_a_graph_in_pytorch_is_recorded(monkeypatch):
         logging.getLogger("openvino.frontend.pytorch.torchdynamo.execute").debug(
             "OpenVINO execution failed with torch.bfloat16. Falling back to native PyTorch execution.")
     assert ctx.info["ran_in_pytorch"] == 1 and "torch.bfloat16" in ctx.info["ran_in_pytorch_reasons"][0]
+
+
+def test_flop_count_includes_cpu_attention():
+    """gflop_per_call counts attention: torch's flop counter has no formula for ATen's fused CPU
+    attention op, so an SDPA model counted only its linears (Whisper's encoder lost ~40%)."""
+    import torch
+
+    from verifuse_bench.harness import _count_flops
+
+    q, k, v = (torch.randn(2, 4, 32, 16) for _ in range(3))
+    _, gflop = _count_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert gflop == pytest.approx(2 * 2 * (2 * 4 * 32 * 32 * 16) / 1e9)  # q·kᵀ and p·v, 2 FLOPs each
+    lin = torch.nn.Linear(16, 8)
+    _, gflop = _count_flops(lambda: lin(q))
+    assert gflop == pytest.approx(2 * (2 * 4 * 32) * 16 * 8 / 1e9)
+
+
+def test_ceiling_table_from_a_results_file(tmp_path, capsys):
+    """bench/ceiling.py: the FLOP floor at the FMA peak of the threads used, verifuse's share of it,
+    and the best peer's median over the floor (bf16 rows take the bf16 peak)."""
+    spec = importlib.util.spec_from_file_location("ceiling", Path(__file__).parents[2] / "bench" / "ceiling.py")
+    ceiling = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ceiling)
+    ok = lambda ms: {"status": "ok", "latency_ms": {"median": ms}}  # noqa: E731
+    results = {"results": [
+        {"model": "m32", "threads": 2, "batch": 1, "dtype": "float32", "gflop_per_call": 2.3,
+         "backends": {"eager": ok(30.0), "verifuse": ok(12.5), "zentorch": ok(15.0), "openvino": ok(20.0),
+                      "inductor": {"status": "error"}}},
+        {"model": "m16", "threads": 1, "batch": 8, "dtype": "bfloat16", "gflop_per_call": 2.31,
+         "backends": {"verifuse": ok(20.0), "openvino": ok(25.0)}},
+    ]}
+    (tmp_path / "r.json").write_text(json.dumps(results))
+    assert ceiling.main([str(tmp_path / "r.json"), "--peak-f32", "115", "--peak-bf16", "231"]) == 0
+    r32, r16 = ceiling.rows(results, 115.0, 231.0)
+    assert r32["floor_ms"] == pytest.approx(10.0) and r32["pct_of_peak"] == pytest.approx(80.0)
+    assert r32["best_peer"] == "zentorch" and r32["ceiling"] == pytest.approx(1.5) and r32["ratio"] == pytest.approx(1.2)
+    assert r16["floor_ms"] == pytest.approx(10.0) and r16["ceiling"] == pytest.approx(2.5)
+    assert "| m32 | 2.30 | 12.50 | 80% | 15.00 (zentorch) | 1.200 | 1.500 |" in capsys.readouterr().out
