@@ -875,9 +875,10 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   // 8.1 GFLOP/s, 4x512x32000 44.4 vs 43.6, 1x512x1536 37.9 vs 32.6, 4x1376x512 107 vs 94; at 8
   // rows oneDNN leads on 8x512x32000, 83 vs 70), while timing them would pack every candidate's
   // copy of the weight: Llama decode's plan spent 0.25 of 0.30 s on it, most for its 65 MB
-  // lm_head. These take the own GEMM untimed.
+  // lm_head. These take the own GEMM untimed (not under dtype="bfloat16": its bf16 GEMM does not
+  // take so few rows, and oneDNN and ATen are timed as before).
   std::vector<bool> fewRowLinears(specs.size(), false);
-  if (options.ownGemm) {
+  if (options.ownGemm && !options.bf16) {
     std::vector<int> state(specs.size(), 0);  // 0 unseen, 1 so far every member qualifies, 2 not
     for (const Unit& u : units) {
       if (u.partition < 0) continue;
