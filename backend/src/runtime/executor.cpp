@@ -1466,6 +1466,9 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     impl->stats.conversions += static_cast<size_t>(d.inputConversions + d.outputConversions);
     impl->partitions.push_back(std::move(d));
   }
+  for (FusedOp* op : fusedOf) {
+    if (op) op->finishPlanning();
+  }
   impl->timingsRun = kernels::timingCallCount() - timingsBefore;
   impl->stats.partitions = impl->partitions.size();
   for (size_t k = 0; k < numNodes; ++k) {

@@ -572,6 +572,11 @@ class FusedLinear final : public FusedBase {
     return FusedBase::canRun(e);
   }
 
+  void finishPlanning() override {
+    if (engine_ == Engine::kOnednn && staticShape_ && !released_) (void)kernelFor(m_);  // a failure runs ATen
+    tuningDb_ = nullptr;  // the caller's database goes away with the plan
+  }
+
   void setEngine(Engine e) override {
     // Kernels are made when an engine is chosen (or timed), not at creation: a linear that ends
     // on the own GEMM never builds oneDNN's kernel nor a dense copy of a transposed weight. If

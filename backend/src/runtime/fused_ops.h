@@ -45,6 +45,10 @@ class FusedOp {
   /// so the folded float32 copy is freed (it would double the model's weight memory). The ATen
   /// composition then needs the exact plan.
   virtual void releaseWeights() = 0;
+  /// Planning only, last: whatever the op still decides on first use is decided now, while the
+  /// plan's tuning database exists (a linear on oneDNN chooses its weight layout with its first
+  /// kernel); nothing is timed once planning is over.
+  virtual void finishPlanning() {}
   /// Multiply-adds of one run at the static shape (0 when the shape is not static).
   virtual double macs() const = 0;
   /// oneDNN's implementation name of the last kernel created ("brg:avx512_core", ...), or "".
