@@ -877,24 +877,17 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   // copy of the weight: Llama decode's plan spent 0.25 of 0.30 s on it, most for its 65 MB
   // lm_head. These take the own GEMM untimed (not under dtype="bfloat16": its bf16 GEMM does not
   // take so few rows, and oneDNN and ATen are timed as before).
-  std::vector<bool> fewRowLinears(specs.size(), false);
-  if (options.ownGemm && !options.bf16) {
-    std::vector<int> state(specs.size(), 0);  // 0 unseen, 1 so far every member qualifies, 2 not
-    for (const Unit& u : units) {
-      if (u.partition < 0) continue;
-      int& st = state[static_cast<size_t>(u.partition)];
-      for (size_t k : u.nodes) {
-        const ir::Node& n = graph.nodes()[k];
-        bool ok = n.op == rules::kLinearOp && !geluOnShortK(graph, n);
-        if (ok) {
-          const int64_t rows = linearRows(graph, n);
-          ok = rows >= 1 && rows <= 4;
-        }
-        for (ValueId out : n.outputs) ok = ok && graph.value(out).dtype == ir::DType::Float32;
-        st = ok && st != 2 ? 1 : 2;
-      }
+  std::vector<bool> fewRowLinears(specs.size(), options.ownGemm && !options.bf16);
+  for (const Unit& u : units) {
+    if (u.partition < 0) continue;
+    const size_t p = static_cast<size_t>(u.partition);
+    for (size_t k : u.nodes) {
+      const ir::Node& n = graph.nodes()[k];
+      const int64_t rows = n.op == rules::kLinearOp ? linearRows(graph, n) : -1;
+      bool ok = rows >= 1 && rows <= 4 && !geluOnShortK(graph, n);
+      for (ValueId out : n.outputs) ok = ok && graph.value(out).dtype == ir::DType::Float32;
+      fewRowLinears[p] = fewRowLinears[p] && ok;
     }
-    for (size_t p = 0; p < specs.size(); ++p) fewRowLinears[p] = state[p] == 1;
   }
   auto willTime = [&](int32_t part) {
     const size_t p = static_cast<size_t>(part);

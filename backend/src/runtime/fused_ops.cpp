@@ -335,7 +335,6 @@ class FusedBase : public FusedOp {
   }
   bool released_ = false;
   mutable bool borrowWeights_ = false;        // ask kernels to read weight_ in place (chooseWeightLayout)
-  mutable std::once_flag layoutChosen_;
   mutable std::atomic<bool> kernelsBorrowWeights_{false};  // a created kernel does: weight_ must stay
 
   mutable at::Tensor weight_;  // float32, or a bf16 model's bf16; made contiguous by weights() on first use
@@ -493,8 +492,9 @@ class FusedLinear final : public FusedBase {
   }
 
   StatusOr<std::shared_ptr<const KernelEntry>> kernelFor(int64_t m) const {
-    if (staticShape_) std::call_once(layoutChosen_, [this] { chooseWeightLayout(); });
     return cache_.get(c10::IntArrayRef(m), [&]() -> StatusOr<std::unique_ptr<Kernel>> {
+      // Only when a kernel is made: a call that finds its kernel pays nothing for it.
+      if (staticShape_) std::call_once(layoutChosen_, [this] { chooseWeightLayout(); });
       auto kernel = makeKernel(m, borrowWeights_);
       if (kernel.isOk() && (*kernel)->borrowsWeights()) kernelsBorrowWeights_ = true;
       return kernel;
@@ -710,6 +710,7 @@ class FusedLinear final : public FusedBase {
   LinearWeights layoutPolicy_ = LinearWeights::kAuto;
   bool autotune_ = false;
   kernels::TuningDb* tuningDb_ = nullptr;  // planning only (compileGraph's caller owns it)
+  mutable std::once_flag layoutChosen_;     // chooseWeightLayout ran (with the first oneDNN kernel)
   int tuneRepeats_ = 3;
   bool gemmOk_ = false;                  // the own GEMM can run this op (AVX2, f32, post-ops)
   bool gemmBf16_ = false;                // ... in bf16 (a bf16 model on an AVX512-BF16 CPU)
