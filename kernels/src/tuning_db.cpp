@@ -6,6 +6,7 @@
 //   ms <engine> <median ms>          one per candidate, sorted by engine; -1: could not run
 //   fail <engine> <reason>           reason with \ and newlines escaped (\\, \n)
 // Numbers go through to_chars/from_chars: shortest round trip, independent of the C locale.
+#include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/tuning_db.h"
 
 #include <algorithm>
@@ -243,7 +244,7 @@ TuningKey TuningKey::forThisMachine(std::string signature, std::vector<std::vect
   k.signature = std::move(signature);
   k.inputShapes = std::move(inputShapes);
   k.dtype = std::move(dtype);
-  k.isa = cpuIsaName();
+  k.isa = capabilities().onednnIsa;
   k.threads = threads;
   k.onednnVersion = kernels::onednnVersion();
   k.cpuKernelsIsa = cpu::isaName() + ":" + cpu::kernelsRevision();

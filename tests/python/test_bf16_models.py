@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from torch.profiler import profile
 
 import verifuse
-from verifuse import _C
+from tiers import is_native_bf16_impl, lacks, requires
 
-native_bf16 = pytest.mark.skipif(not _C.cpu_has_bf16(), reason="this CPU has no native bf16 (avx512_bf16/AMX)")
+native_bf16 = requires("onednn_native_bf16", "native bf16 (avx512_bf16 or AMX)")
 
 
 def _engine_events(compiled, args, kwargs=None):
@@ -252,7 +252,7 @@ def test_report_says_bf16_partitions_with_bf16_kernels():
     assert linears and all(p["engine"] in ("onednn", "gemm", "split") for p in linears), linears
     assert all(p["dtype"] == "bf16" for p in linears), [p["dtype"] for p in linears]
     # oneDNN's implementation names, and the own GEMM's, carry the data type of the kernels they run
-    assert all("bf16" in p["impl"] for p in linears), [p["impl"] for p in linears]
+    assert all(is_native_bf16_impl(p["impl"]) for p in linears), [p["impl"] for p in linears]
     assert "bf16" in str(report)
 
 
@@ -296,7 +296,7 @@ def test_float16_model_falls_back_with_its_reason():
     torch.testing.assert_close(got, model(x), rtol=0, atol=0)
 
 
-@pytest.mark.skipif(_C.cpu_has_bf16(), reason="the fallback is for CPUs without native bf16")
+@lacks("onednn_native_bf16", "native bf16")
 def test_bf16_model_without_native_bf16_falls_back_with_its_reason():
     model = nn.Sequential(nn.Linear(16, 8), nn.ReLU()).eval().bfloat16()
     x = torch.randn(4, 16).bfloat16()
@@ -353,7 +353,7 @@ def test_bf16_cnn_folds_batch_norm_and_runs_bf16_convolutions():
     # The instance check states the bf16 rounding of the folded weights the kernel packs.
     assert all("bf16 kernel: each folded value rounded to bf16 within 2^-8" in f["detail"] for f in folds), folds
     convs = [p for p in report.to_dict()["partitions"] if any("verifuse::conv" in op for op in p["ops"])]
-    assert convs and all(p["dtype"] == "bf16" and "bf16" in p["impl"] for p in convs if p["engine"] == "onednn")
+    assert convs and all(p["dtype"] == "bf16" and is_native_bf16_impl(p["impl"]) for p in convs if p["engine"] == "onednn")
     with torch.no_grad():
         compiled = torch.compile(model, backend="verifuse", options={"strict": True})
         compiled(x)

@@ -1,10 +1,11 @@
-"""``python -m verifuse <command>``: demo, prove, shapes, bench, fuzz."""
+"""``python -m verifuse <command>``: env, demo, prove, shapes, bench, fuzz."""
 from __future__ import annotations
 
 import importlib
 import sys
 
 COMMANDS = {
+    "env": ("verifuse.env", "the CPU tier verifuse runs as: features, the VERIFUSE_MAX_ISA cap, oneDNN's ISA"),
     "demo": ("verifuse.demo", "compile a small ResNet, show the graph, fallbacks, accuracy and speed"),
     "prove": ("verifuse.prove", "prove every rewrite rule and refute every mutant"),
     "shapes": ("verifuse.shapes", "analyze SMT-LIB shape programs"),

@@ -111,7 +111,7 @@ def _bf16_problem(example_inputs: Sequence[Any], names: Sequence[str]) -> Option
     from . import _C
 
     bf16 = any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 and t.dim() > 0 for t in example_inputs)
-    if bf16 and not _C.cpu_has_bf16():
+    if bf16 and not _C.capabilities()["onednn_native_bf16"]:
         return ("bfloat16 model on a CPU without native bf16 arithmetic (avx512_bf16 or AMX): "
                 "oneDNN's bf16 kernels would be slower than eager")
     return None

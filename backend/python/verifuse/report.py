@@ -165,6 +165,8 @@ class Report:
             "proofs": [dict(p, graph=g.graph_id) for g in self.graphs for p in g.proofs],
             "near_misses": [dict(m, graph=g.graph_id) for g in self.graphs for m in g.near_misses],
             "compile_seconds": self.compile_seconds,
+            # The tier the plans were made for (the capability model; VERIFUSE_MAX_ISA caps it).
+            "cpu": _cpu_row(),
             "graphs": [
                 {"graph": g.graph_id, "engine": g.engine, "nodes": g.num_nodes, "constants": g.num_constants,
                  "ops": dict(g.ops), "compile_seconds": g.compile_seconds, "reorders": g.reorders,
@@ -190,7 +192,8 @@ class Report:
         return json.dumps(self.to_dict(), **kwargs)
 
     def __str__(self) -> str:
-        lines = [f"verifuse report: {len(self.graphs)} graph(s), compile {self.compile_seconds:.3f} s"]
+        lines = [f"verifuse report: {len(self.graphs)} graph(s), compile {self.compile_seconds:.3f} s",
+                 f"  cpu: {_cpu_row()['summary']}"]
         for g in self.graphs:
             lines.append(f"  graph {g.graph_id}: engine={g.engine} nodes={g.num_nodes} "
                          f"constants={g.num_constants} compile={g.compile_seconds:.3f}s")
@@ -279,6 +282,14 @@ def _shape_guard_lines(graphs: list[GraphReport]) -> list[str]:
         for e in by_type.get("error", []):
             lines.append(f"    error:    {e['text']}")
     return lines
+
+
+def _cpu_row() -> dict[str, Any]:
+    """The capability model's view the plans were made with (one per process)."""
+    from .env import capabilities
+
+    caps = capabilities()
+    return {k: caps[k] for k in ("tier", "cpu_tier", "cap", "onednn_isa", "summary")}
 
 
 def _partition_row(p: dict[str, Any], index: int, graph_id: int) -> dict[str, Any]:

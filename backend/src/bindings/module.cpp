@@ -9,6 +9,7 @@
 
 #include "bindings/registry.h"
 #include "verifuse/ir/graph.h"
+#include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/kernel.h"
 #include "verifuse/runtime/executor.h"
 
@@ -94,6 +95,47 @@ py::dict statsDict(const runtime::CompiledGraph& cg) {
 }
 
 namespace {
+
+py::dict featuresDict(const kernels::cpu::CpuFeatures& f) {
+  py::dict d;
+  d["avx2"] = f.avx2;
+  d["fma"] = f.fma;
+  d["f16c"] = f.f16c;
+  d["avx_vnni"] = f.avxVnni;
+  d["avx512f"] = f.avx512f;
+  d["avx512bw"] = f.avx512bw;
+  d["avx512vl"] = f.avx512vl;
+  d["avx512dq"] = f.avx512dq;
+  d["avx512_vnni"] = f.avx512Vnni;
+  d["avx512_bf16"] = f.avx512Bf16;
+  d["avx512_fp16"] = f.avx512Fp16;
+  d["amx_tile"] = f.amxTile;
+  d["amx_int8"] = f.amxInt8;
+  d["amx_bf16"] = f.amxBf16;
+  return d;
+}
+
+py::dict capabilitiesDict() {
+  const kernels::Capabilities& c = kernels::capabilities();
+  py::dict d;
+  d["tier"] = kernels::cpu::tierName(c.tier());
+  d["cpu_tier"] = kernels::cpu::tierName(c.cpu.detectedTier);
+  d["cap"] = c.cpu.cap ? py::object(py::str(kernels::cpu::tierName(*c.cpu.cap))) : py::object(py::none());
+  d["cap_source"] = c.cpu.capSource;
+  d["cap_error"] = c.cpu.capError;
+  d["onednn_isa"] = c.onednnIsa;
+  d["onednn_tier"] = kernels::cpu::tierName(c.onednnTier);
+  d["onednn_cap_error"] = c.onednnCapError;
+  d["detected"] = featuresDict(c.cpu.detected);
+  d["usable"] = featuresDict(c.cpu.usable);
+  d["own_avx2"] = c.cpu.usable.avx2Fma();
+  d["own_avx512"] = c.cpu.usable.avx512();
+  d["own_avx512_bf16"] = c.cpu.usable.avx512() && c.cpu.usable.avx512Bf16;
+  d["onednn_native_bf16"] = c.onednnNativeBf16();
+  d["onednn_int8_without_saturation"] = c.onednnInt8WithoutSaturation();
+  d["summary"] = c.summary();
+  return d;
+}
 
 void registerCore(py::module_& m) {
   gStaleWeightsError = PyErr_NewException("verifuse._C.StaleWeightsError", PyExc_RuntimeError, nullptr);
@@ -182,9 +224,9 @@ void registerCore(py::module_& m) {
       .def("graph_text", [](const runtime::CompiledGraph& cg) { return ir::printGraph(cg.graph()); })
       .def("stats", &statsDict);
 
-  m.def("cpu_has_bf16", &kernels::cpuHasBf16,
-        "True if oneDNN uses native bf16 instructions (avx512_bf16 or AMX) on this CPU.");
-  m.def("cpu_isa", &kernels::cpuIsaName, "The ISA oneDNN dispatches to, e.g. \"avx512_core_bf16\".");
+  m.def("capabilities", &capabilitiesDict,
+        "The capability model (kernels/capabilities.h): the tier verifuse runs as, the cap, the CPU's "
+        "and the usable features, oneDNN's effective ISA and the predicates kernels and tests use.");
   m.def("engine_run_counts", &runtime::engineRunCounts,
         "Fused-op runs per engine since the process started (what plans really executed).");
   m.def(

@@ -1,4 +1,5 @@
 // Saved plans (see saved_plan.h): encoding, the environment key, weight fingerprints.
+#include "verifuse/kernels/capabilities.h"
 #include "verifuse/driver/saved_plan.h"
 
 #include <cstdio>
@@ -217,7 +218,7 @@ std::string environmentKey() {
   // Test hook (tests/python/test_saved_plans.py): VERIFUSE_TEST_CPU_ISA stands in for another CPU.
   const char* foreignIsa = std::getenv("VERIFUSE_TEST_CPU_ISA");
   return std::string(SavedPlan::kFormat) + ";z3=" + verify::solverVersion() + ";onednn=" + kernels::onednnVersion() +
-         ";isa=" + (foreignIsa ? std::string(foreignIsa) : kernels::cpuIsaName()) + ";kernels-isa=" + kernels::cpu::isaName();
+         ";isa=" + (foreignIsa ? std::string(foreignIsa) : kernels::capabilities().onednnIsa) + ";kernels-isa=" + kernels::cpu::isaName();
 }
 
 StatusOr<std::vector<WeightPrint>> fingerprintWeights(const ir::Graph& g, const std::vector<ir::ConstantId>& constants) {

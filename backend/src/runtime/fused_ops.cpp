@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "runtime/row_program_text.h"
+#include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/attention.h"
 #include "verifuse/kernels/cpu_features.h"
 #include "verifuse/kernels/gemm.h"
@@ -1134,7 +1135,7 @@ StatusOr<std::unique_ptr<FusedOp>> createAttentionOp(const ir::Graph& g, const i
   auto ofType = [&](ir::DType t) { return t == want || (!bf16 && t == ir::DType::Undefined); };
   bool ok = options.useOnednn && q.hasStaticShape() && k.hasStaticShape() && v.hasStaticShape() && q.shape.size() == 4 &&
             k.shape.size() == 4 && v.shape.size() == 4 && ofType(q.dtype) && ofType(k.dtype) && ofType(v.dtype) &&
-            op->dropout_ == 0.0 && (!bf16 || kernels::cpuHasBf16());
+            op->dropout_ == 0.0 && (!bf16 || kernels::capabilities().onednnNativeBf16());
   op->dtype_ = bf16 ? at::kBFloat16 : at::kFloat;
   if (ok) {
     // Same batch everywhere; q's heads a multiple of k's and v's (grouped-query attention, as
@@ -1197,7 +1198,7 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
   if (w.scalar_type() == at::kBFloat16 && io != at::kBFloat16) {
     return unsupported(n.op + ": bfloat16 weights with a float32 input (eager raises)");
   }
-  if (io == at::kBFloat16 && !kernels::cpuHasBf16()) {
+  if (io == at::kBFloat16 && !kernels::capabilities().onednnNativeBf16()) {
     // Without native bf16 (avx512_bf16/AMX) oneDNN would run a reference kernel, slower than eager's.
     return unsupported(n.op + ": bfloat16 needs a CPU with native bf16");
   }

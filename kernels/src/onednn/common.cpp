@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include "cpu/weight_memory.h"
+#include "verifuse/kernels/capabilities.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -12,7 +13,8 @@ namespace verifuse::kernels {
 namespace onednn {
 
 const dnnl::engine& engine() {
-  static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  // The capability model caps oneDNN's ISA before oneDNN's first use (capabilities.h).
+  static const dnnl::engine eng = (capabilities(), dnnl::engine(dnnl::engine::kind::cpu, 0));
   return eng;
 }
 
@@ -420,32 +422,6 @@ bool Layout::operator==(const Layout& other) const {
 }
 
 // ---- runtime info --------------------------------------------------------------------------------
-
-std::string cpuIsaName() {
-  using I = dnnl::cpu_isa;
-  switch (dnnl::get_effective_cpu_isa()) {
-    case I::sse41: return "sse41";
-    case I::avx: return "avx";
-    case I::avx2: return "avx2";
-    case I::avx2_vnni: return "avx2_vnni";
-    case I::avx2_vnni_2: return "avx2_vnni_2";
-    case I::avx512_core: return "avx512_core";
-    case I::avx512_core_vnni: return "avx512_core_vnni";
-    case I::avx512_core_bf16: return "avx512_core_bf16";
-    case I::avx512_core_fp16: return "avx512_core_fp16";
-    case I::avx512_core_amx: return "avx512_core_amx";
-    case I::avx512_core_amx_fp16: return "avx512_core_amx_fp16";
-    case I::isa_default: return "default";
-  }
-  return "unknown";
-}
-
-bool cpuHasBf16() {
-  // The ISA values are nested bit masks: each includes the bits of the ISAs it extends.
-  auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-  return (isa & bf16) == bf16;
-}
 
 std::string onednnVersion() {
   const dnnl_version_t* v = dnnl::version();

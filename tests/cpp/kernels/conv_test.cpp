@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "reference.h"
+#include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/ops.h"
 
 namespace verifuse::kernels {
@@ -227,7 +228,7 @@ TEST(Conv, ChainKeepsBlockedLayout) {
 }
 
 TEST(Conv, Bf16ComputeIsCloseToF32) {
-  if (!cpuHasBf16()) GTEST_SKIP() << "CPU has no avx512_bf16 (oneDNN ISA " << cpuIsaName() << ")";
+  VF_SKIP_UNLESS(capabilities().onednnNativeBf16(), "oneDNN on native bf16 (avx512_bf16 or AMX)");
   const Dims xs = {2, 16, 9, 9}, ws = {32, 16, 3, 3}, ds = {2, 32, 9, 9};
   auto x = randomVec(numel(xs), 1);
   auto w = randomVec(numel(ws), 2);
@@ -258,12 +259,11 @@ TEST(Conv, Bf16ComputeIsCloseToF32) {
     for (float& v : exact) v = std::max(v, 0.f);
     expectClose(got, exact, 5e-2f, 2e-2f, "bf16 vs f32");
     // With a plain f32 dst oneDNN v3.2 picks its bf16 GEMM-based conv ("x64:gemm:jit"); with
-    // "any" it picks a brgemm bf16 kernel named after the ISA.
+    // "any" it picks a brgemm bf16 kernel named after the ISA (avx512_core_bf16, or AMX's).
     std::cout << "[ info ] bf16 conv " << (fmt == Format::kAny ? "any" : "plain") << ": "
               << k->implInfo() << "\n";
     if (fmt == Format::kAny) {
-      EXPECT_NE(k->implInfo().find("bf16"), std::string::npos)
-          << "expected a native bf16 implementation, got " << k->implInfo();
+      EXPECT_TRUE(isNativeBf16Impl(k->implInfo())) << "expected a native bf16 implementation, got " << k->implInfo();
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "reference.h"
+#include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/ops.h"
 
 namespace verifuse::kernels {
@@ -110,7 +111,7 @@ TEST(LinearBorrowedWeights, AreReadInPlaceNotCopied) {
 }
 
 TEST(LinearBorrowedWeights, Bf16IsAlwaysPacked) {
-  if (!cpuHasBf16()) GTEST_SKIP() << "no native bf16 on this CPU: oneDNN has no bf16 inner product to create";
+  if (!capabilities().onednnNativeBf16()) GTEST_SKIP() << "no native bf16 on this CPU: oneDNN has no bf16 inner product to create";
   auto w = randomVec(8 * 8, 2);
   LinearParams p{4, 8, 8, w.data(), nullptr, {}, ComputeType::kBF16};
   p.borrowWeights = true;
@@ -195,7 +196,7 @@ TEST(Matmul, InnerDimMismatchIsInvalid) {
 }
 
 TEST(Bf16, LinearAndMatmul) {
-  if (!cpuHasBf16()) GTEST_SKIP() << "CPU has no avx512_bf16 (oneDNN ISA " << cpuIsaName() << ")";
+  VF_SKIP_UNLESS(capabilities().onednnNativeBf16(), "oneDNN on native bf16 (avx512_bf16 or AMX)");
   const int64_t m = 16, kk = 64, n = 32;
   auto x = randomVec(m * kk, 1), w = randomVec(n * kk, 2), b = randomVec(n, 3);
   LinearParams lp{m, kk, n, w.data(), b.data(), {PostOp::geluTanh()}, ComputeType::kBF16};
@@ -206,7 +207,7 @@ TEST(Bf16, LinearAndMatmul) {
   auto want = refLinear(xr, wr, b.data(), m, kk, n);
   for (float& v : want) v = refActivation(Activation::kGeluTanh, v);
   expectClose(runDense(*lin, {x.data()}), want, 1e-3f, 1e-3f, "bf16 linear " + lin->implInfo());
-  EXPECT_NE(lin->implInfo().find("bf16"), std::string::npos) << lin->implInfo();
+  EXPECT_TRUE(isNativeBf16Impl(lin->implInfo())) << lin->implInfo();
 
   Dims ad = {2, 16, 64}, bd = {2, 64, 24};
   auto a = randomVec(numel(ad), 4), bm = randomVec(numel(bd), 5);
@@ -218,7 +219,7 @@ TEST(Bf16, LinearAndMatmul) {
   Dims od;
   auto wantM = refMatmul(ar, ad, br, bd, &od);
   expectClose(runDense(*mm, {a.data(), bm.data()}), wantM, 1e-3f, 1e-3f, "bf16 matmul " + mm->implInfo());
-  EXPECT_NE(mm->implInfo().find("bf16"), std::string::npos) << mm->implInfo();
+  EXPECT_TRUE(isNativeBf16Impl(mm->implInfo())) << mm->implInfo();
 }
 
 }  // namespace

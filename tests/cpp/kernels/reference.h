@@ -14,12 +14,25 @@
 #include <string>
 #include <vector>
 
+#include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/kernel.h"
 #include "verifuse/kernels/ops.h"
 
 namespace verifuse::kernels::testing {
 
 using Dims = std::vector<int64_t>;
+
+/// GTEST_SKIP()s the calling test unless \p have, naming what it needs and the tier this run has
+/// (the capability model: a capped run says so).
+#define VF_SKIP_UNLESS(have, needs)                                                                  \
+  do {                                                                                              \
+    if (!(have)) GTEST_SKIP() << "needs " << (needs) << "; this run: " << capabilities().summary(); \
+  } while (0)
+
+/// oneDNN's name for a kernel on bf16 instructions: avx512_core_bf16 or AMX (whose tiles take bf16).
+inline bool isNativeBf16Impl(const std::string& impl) {
+  return impl.find("bf16") != std::string::npos || impl.find("amx") != std::string::npos;
+}
 
 inline int64_t numel(const Dims& d) {
   return std::accumulate(d.begin(), d.end(), int64_t{1}, std::multiplies<int64_t>());

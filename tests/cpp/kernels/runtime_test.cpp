@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "reference.h"
+#include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/kernel.h"
 #include "verifuse/kernels/ops.h"
 
@@ -33,11 +34,11 @@ struct ConvFixture {
 };
 
 TEST(Runtime, IsaAndVersion) {
-  EXPECT_FALSE(cpuIsaName().empty());
-  EXPECT_NE(cpuIsaName(), "unknown");
+  EXPECT_FALSE(capabilities().onednnIsa.empty());
+  EXPECT_NE(capabilities().onednnIsa, "unknown");
   EXPECT_EQ(onednnVersion().rfind("3.2.", 0), 0u) << onednnVersion();
-  std::cout << "[ info ] oneDNN " << onednnVersion() << ", ISA " << cpuIsaName()
-            << ", bf16 " << cpuHasBf16() << "\n";
+  std::cout << "[ info ] oneDNN " << onednnVersion() << ", ISA " << capabilities().onednnIsa
+            << ", bf16 " << capabilities().onednnNativeBf16() << "\n";
 }
 
 TEST(Runtime, PrimitivesAreCreatedOnceNotPerCall) {
@@ -50,7 +51,7 @@ TEST(Runtime, PrimitivesAreCreatedOnceNotPerCall) {
   for (int i = 0; i < 20; ++i) VF_ASSERT_OK(k->execute({f.x.data()}, out.data()));
   EXPECT_EQ(primitiveCreationCount(), afterCreate);
   // Same for a kernel with a per-call input conversion (bf16 staging) and a runtime-operand one.
-  if (cpuHasBf16()) {
+  if (capabilities().onednnNativeBf16()) {
     VF_ASSERT_OK_AND_ASSIGN(auto kb, f.make(Format::kPlain, ComputeType::kBF16));
     const int64_t c = primitiveCreationCount();
     for (int i = 0; i < 5; ++i) VF_ASSERT_OK(kb->execute({f.x.data()}, out.data()));
@@ -65,7 +66,7 @@ TEST(Runtime, ConcurrentExecuteIsDeterministic) {
     VF_ASSERT_OK_AND_ASSIGN(auto k, f.make(fmt));
     kernels.push_back(std::move(k));
   }
-  if (cpuHasBf16()) {
+  if (capabilities().onednnNativeBf16()) {
     VF_ASSERT_OK_AND_ASSIGN(auto k, f.make(Format::kPlain, ComputeType::kBF16));
     kernels.push_back(std::move(k));
   }
@@ -105,6 +106,29 @@ TEST(Runtime, ExecuteValidatesArguments) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.toString();
 }
 
+TEST(Runtime, TheCapabilityModelCapsOnednnToo) {
+  // VERIFUSE_MAX_ISA alone (no ONEDNN_MAX_CPU_ISA) must reach oneDNN: the model applies it before
+  // oneDNN's first use, so the two never disagree about the tier. In a fresh child process.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto body = [] {
+    setenv("VERIFUSE_MAX_ISA", "avx2", 1);
+    unsetenv("ONEDNN_MAX_CPU_ISA");
+    std::vector<float> w(8 * 8 * 9, 0.1f);
+    ConvParams p;
+    p.srcDims = {1, 8, 5, 5};
+    p.weightDims = {8, 8, 3, 3};
+    p.weights = w.data();
+    auto conv = createConv(p);
+    const Capabilities& c = capabilities();
+    const bool ok = conv.isOk() && c.onednnIsa == "avx2" && c.tier() == cpu::Tier::kAvx2 &&
+                    !c.onednnNativeBf16() && !c.onednnInt8WithoutSaturation() &&
+                    conv.value()->implInfo().find("avx512") == std::string::npos;
+    std::fprintf(stderr, "onednn=%s impl=%s\n", c.onednnIsa.c_str(), conv.isOk() ? conv.value()->implInfo().c_str() : "-");
+    std::exit(ok ? 0 : 1);
+  };
+  EXPECT_EXIT(body(), ::testing::ExitedWithCode(0), "onednn=avx2 impl=");
+}
+
 TEST(Runtime, NoImplementationMapsToUnimplemented) {
   // bf16 compute on a CPU without avx512_core has no oneDNN v3.2 implementation: the factories
   // must say kUnimplemented (the caller falls back to ATen), not crash or report an internal
@@ -125,11 +149,11 @@ TEST(Runtime, NoImplementationMapsToUnimplemented) {
                             ComputeType::kBF16});
     p.compute = ComputeType::kF32;
     auto f32 = createConv(p);  // still fine on the capped ISA
-    const bool ok = cpuIsaName() == "avx2" && !cpuHasBf16() &&
+    const bool ok = capabilities().onednnIsa == "avx2" && !capabilities().onednnNativeBf16() &&
                     conv.status().code() == StatusCode::kUnimplemented &&
                     lin.status().code() == StatusCode::kUnimplemented &&
                     mm.status().code() == StatusCode::kUnimplemented && f32.isOk();
-    std::fprintf(stderr, "isa=%s conv=%s\n", cpuIsaName().c_str(), conv.status().toString().c_str());
+    std::fprintf(stderr, "isa=%s conv=%s\n", capabilities().onednnIsa.c_str(), conv.status().toString().c_str());
     std::exit(ok ? 0 : 1);
   };
   EXPECT_EXIT(body(), ::testing::ExitedWithCode(0), "isa=avx2 conv=Unimplemented");

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "reference.h"
+#include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/cpu_features.h"
 #include "verifuse/kernels/kernel.h"
 #include "verifuse/kernels/tuning_db.h"
@@ -342,7 +343,7 @@ TEST(TuningKey, ThreadCountAndIsaSeparateDecisions) {
 
 TEST(TuningKey, ForThisMachineFillsIsaAndVersion) {
   TuningKey k = TuningKey::forThisMachine("sig", {{1, 2}}, "f32", 3);
-  EXPECT_EQ(k.isa, cpuIsaName());
+  EXPECT_EQ(k.isa, capabilities().onednnIsa);
   EXPECT_EQ(k.onednnVersion, onednnVersion());
   EXPECT_EQ(k.threads, 3);
   EXPECT_EQ(k.cpuKernelsIsa, cpu::isaName() + ":" + cpu::kernelsRevision());

@@ -60,10 +60,6 @@ class Kernel {
   bool borrowsWeights_ = false;
 };
 
-/// The effective ISA oneDNN dispatches to, e.g. "avx512_core_bf16" (part of tuning-DB keys).
-std::string cpuIsaName();
-/// True if oneDNN will use native bf16 instructions (avx512_bf16 or AMX) on this CPU.
-bool cpuHasBf16();
 /// "3.2.0 (40112196...)".
 std::string onednnVersion();
 /// Number of oneDNN primitives (incl. reorders) verifuse created in this process. Grows at kernel

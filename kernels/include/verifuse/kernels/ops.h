@@ -65,7 +65,7 @@ struct PostOp {
 };
 
 /// Compute precision. kBF16: inputs/outputs stay f32; weights are prepacked in bf16, activations
-/// converted to bf16 on entry, accumulation and post-ops in f32. Needs cpuHasBf16() for speed
+/// converted to bf16 on entry, accumulation and post-ops in f32. Needs capabilities().onednnNativeBf16() for speed
 /// (oneDNN may fall back to a slow reference implementation otherwise).
 enum class ComputeType { kF32, kBF16 };
 

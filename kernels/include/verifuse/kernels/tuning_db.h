@@ -35,7 +35,7 @@ struct TuningKey {
   std::vector<std::vector<int64_t>> inputShapes;
   /// Compute dtype, "f32" or "bf16".
   std::string dtype = "f32";
-  /// cpuIsaName() of the machine that timed it (oneDNN's view of the CPU).
+  /// capabilities().onednnIsa of the machine that timed it (oneDNN's view of the CPU).
   std::string isa;
   /// Intra-op threads the timing ran with (torch.get_num_threads()).
   int threads = 1;

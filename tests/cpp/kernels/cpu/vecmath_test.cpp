@@ -301,9 +301,13 @@ TEST(Vecmath, GeluErfAvx512) {
     }
     worst = std::max(worst, u);
     if (same(wide[i], narrow[i])) continue;  // (inf, NaN included)
-    // 2 ulp, plus the denormal slack of the far negative tail (x times a subnormal Phi(x)).
+    // 4 ulp, plus the denormal slack of the far negative tail (x times a subnormal Phi(x)). The
+    // two forms refine different reciprocal estimates (rcpps here, vrcp14ps there), and rcpps's
+    // bits are the CPU vendor's: 2 ulp held on AMD Zen 4, an Intel Sapphire Rapids gave 2.08 ulp
+    // at x = -9.32. Each form is within its own accuracy bound of the reference (checked above and
+    // in GeluErf), so they may differ by up to the sum of the two.
     const double apart = std::fabs(static_cast<double>(wide[i]) - narrow[i]);
-    const double allowed = 2.0 * std::ldexp(std::fabs(narrow[i]), -23) + 2.0 * kDenormalFactor(xs[i]);
+    const double allowed = 4.0 * std::ldexp(std::fabs(narrow[i]), -23) + 2.0 * kDenormalFactor(xs[i]);
     EXPECT_LE(apart, allowed) << "x=" << xs[i] << " avx512 " << wide[i] << " avx2 " << narrow[i];
   }
   EXPECT_LE(worst, 4.5);
