@@ -4,7 +4,7 @@ PYTHON ?= python
 BUILD_DIR ?= build/cmake
 JOBS ?= 2
 
-.PHONY: install deps demo test test-cpp test-python test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic
+.PHONY: install deps demo test test-cpp test-python test-tiers test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic
 
 deps:
 	@# GoogleTest from Debian (docs/dependencies.md); everything else from PyPI, pinned.
@@ -22,6 +22,13 @@ test-cpp:
 
 test-python:
 	$(PYTHON) -m pytest -q tests/python
+
+# The ISA-sensitive tests again with the capability model capped below this machine's tier (avx2, and
+# avx512 without VNNI/bf16 where the host has more), eager capped alike; lists every skip per tier
+# with its reason (tests/run_tiers.py). TIERS=avx2,avx512_vnni picks others.
+TIERS ?= auto
+test-tiers:
+	$(PYTHON) tests/run_tiers.py --tiers $(TIERS) --build-dir $(BUILD_DIR) --jobs $(JOBS)
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the torch-free C++ tests (its own build
 # dir; -O1 -g1 and only the test targets below keep it lean). The LibTorch targets (executor,
@@ -49,6 +56,7 @@ test-sanitize: deps
 test: install
 	$(MAKE) --no-print-directory test-cpp
 	$(MAKE) --no-print-directory test-python
+	$(MAKE) --no-print-directory test-tiers
 	$(MAKE) --no-print-directory test-sanitize
 
 # ---- serving (issue 18; examples/ray_serve/README.md) --------------------------------------------

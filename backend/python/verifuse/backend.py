@@ -135,6 +135,24 @@ def _input_names(gm: torch.fx.GraphModule) -> list[str]:
     return names
 
 
+_cap_checked = False
+
+
+def _warn_about_an_unknown_cap() -> None:
+    """A VERIFUSE_MAX_ISA / ONEDNN_MAX_CPU_ISA value that names no tier is ignored by the capability
+    model (the CPU's own tier runs): say so once, so a typo does not pass for a tested tier."""
+    global _cap_checked
+    if _cap_checked:
+        return
+    _cap_checked = True
+    from . import _C
+
+    error = _C.capabilities()["cap_error"]
+    if error:
+        warnings.warn(f"verifuse: {error} (tiers: baseline, avx2, avx2_vnni, avx512, avx512_vnni, avx512_bf16, "
+                      f"amx); running as the CPU's own tier", stacklevel=3)
+
+
 def verifuse_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Optional[dict] = None,
                      mode: Optional[str] = None) -> Callable:
     """Dynamo backend entry point (registered as "verifuse" through the torch_dynamo_backends
@@ -142,6 +160,7 @@ def verifuse_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options:
     from .saved import SavedGraph, SaveState
 
     opts = Options.parse(options)  # an unknown option is the user's error, even when not strict
+    _warn_about_an_unknown_cap()
     start = time.perf_counter()
     graph_report = _report.GraphReport(graph_id=_report.next_graph_id())
     names = _input_names(gm)
