@@ -248,6 +248,15 @@ def _git_commit() -> str | None:
         return None
 
 
+def _tier() -> dict[str, Any] | None:
+    try:
+        from verifuse.env import capabilities
+    except ImportError:
+        return None
+    caps = capabilities()
+    return {k: caps[k] for k in ("tier", "cpu_tier", "cap", "cap_source", "onednn_isa", "summary")}
+
+
 def environment_info() -> dict[str, Any]:
     ci = _cpuinfo()
     flags = _cpu_flags()
@@ -271,6 +280,12 @@ def environment_info() -> dict[str, Any]:
         "mkl_available": bool(torch.backends.mkl.is_available()),
         "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
         "git_commit": _git_commit(),
+        # The tier the run measured (verifuse's capability model: the CPU's own, or capped by
+        # VERIFUSE_MAX_ISA), and the caps the peers saw: ONEDNN_MAX_CPU_ISA reaches oneDNN in
+        # torch, OpenVINO and verifuse; ATEN_CPU_CAPABILITY eager's kernels and inductor's code.
+        "tier": _tier(),
+        "isa_caps": {k: os.environ[k] for k in ("VERIFUSE_MAX_ISA", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+                     if os.environ.get(k)},
     }
     try:
         import torch._inductor.config as ic

@@ -55,6 +55,19 @@ def _ms(v: float | None) -> str:
     return f"{v:.2f}" if v < 100 else f"{v:.1f}" if v < 1000 else f"{v:.0f}"
 
 
+def _tier_line(env: dict[str, Any]) -> str:
+    """Which tier the numbers are: the CPU's own, or capped (and then what each peer saw)."""
+    tier = env.get("tier") or {}
+    if not tier:
+        return "not recorded (a run before the capability model)"
+    if not tier.get("cap"):
+        return f"`{tier.get('tier')}`, the CPU's own (oneDNN `{tier.get('onednn_isa')}`)"
+    caps = ", ".join(f"{k}={v}" for k, v in (env.get("isa_caps") or {}).items())
+    return (f"`{tier.get('tier')}`, **capped** on a `{tier.get('cpu_tier')}` CPU ({caps}): verifuse, eager, inductor "
+            "and OpenVINO's oneDNN kernels run that tier's code; OpenVINO's own (non-oneDNN) kernels and "
+            "zentorch cannot be capped")
+
+
 def _header(report: dict[str, Any]) -> list[str]:
     env = report["environment"]
     s = report["settings"]
@@ -74,6 +87,7 @@ def _header(report: dict[str, Any]) -> list[str]:
         f"- **CPU**: {cpu} ({'; '.join(bits)}), {env.get('cpu_count')} logical CPUs. "
         f"ISA: {(env.get('isa_summary') or ', '.join(env.get('cpu_flags') or [])).replace('no AVX-512', '**no AVX-512**')} "
         f"(flags seen: {', '.join(env.get('cpu_flags') or []) or 'none'})",
+        f"- **tier measured**: {_tier_line(env)}",
         f"- torch {env.get('torch_version')}, python {env.get('python_version')}, commit {env.get('git_commit')}; "
         f"{env.get('isolation', '')}",
         f"- load average at start {env.get('load_avg')}, at end {env.get('load_avg_end')} "
