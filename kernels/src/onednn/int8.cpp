@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common.h"
+#include "verifuse/kernels/capabilities.h"
 
 namespace verifuse::kernels {
 using namespace onednn;
@@ -217,73 +218,112 @@ double applyPostOps(const Int8Params& p, double y, double residualCode) {
 
 }  // namespace
 
-Status probeInt8Kernel(const Int8Params& p, const Kernel& k) {
-  const std::vector<int64_t> out = int8OutputDims(p);
-  if (out.empty() || p.srcDims.size() != p.srcStrides.size()) return invalidArgument("int8 probe: invalid geometry");
-  // The src buffer spans the caller's (dense) strides.
-  int64_t srcSpan = 1;
-  for (size_t d = 0; d < p.srcDims.size(); ++d) srcSpan += (p.srcDims[d] - 1) * p.srcStrides[d];
-  ProbeCodes rng;
-  std::vector<uint8_t> src(static_cast<size_t>(srcSpan));
-  for (auto& b : src) b = rng.next();
+namespace {
+
+/// Where one output element of each channel is checked and how its products are laid out: the
+/// probe's geometry, derived once from the parameters.
+struct ProbeGeometry {
+  std::vector<int64_t> out, outStrides;
+  size_t spatial = 0;
+  int64_t cg = 0, og = 0, kernelVolume = 1;
+};
+
+ProbeGeometry probeGeometry(const Int8Params& p, std::vector<int64_t> out) {
+  ProbeGeometry g;
+  g.out = std::move(out);
+  g.outStrides = denseStrides(g.out, p.conv && p.dstChannelsLast && g.out.size() >= 4);
+  g.spatial = p.conv ? p.srcDims.size() - 2 : 0;
+  const int64_t groups = p.conv ? p.groups : 1;
+  g.cg = p.weightDims[1];
+  g.og = p.weightDims[0] / groups;
+  g.kernelVolume = numelOf(std::vector<int64_t>(p.weightDims.begin() + 2, p.weightDims.end()));
+  return g;
+}
+
+/// The checked element of channel o: batch row o mod N, a spatial position near the centre (every
+/// weight of the channel in bounds for a padded conv), linear row o mod M.
+std::vector<int64_t> probePosition(const ProbeGeometry& g, int64_t o) {
+  std::vector<int64_t> pos(g.out.size(), 0);
+  pos[0] = o % g.out[0];
+  pos[1] = o;
+  for (size_t d = 0; d < g.spatial; ++d) pos[2 + d] = std::min(g.out[2 + d] - 1, g.out[2 + d] / 2 + (o % 2));
+  return pos;
+}
+
+/// Calls tap(srcOffset, weightIndex) for every product of output element \p pos of channel \p o
+/// whose source is inside the input (padding contributes nothing).
+template <typename Tap>
+void forEachProduct(const Int8Params& p, const ProbeGeometry& g, const std::vector<int64_t>& pos, int64_t o, Tap tap) {
+  auto at = [](const std::vector<int64_t>& v, size_t i, int64_t dflt) { return i < v.size() ? v[i] : dflt; };
+  const int64_t grp = o / g.og;
+  for (int64_t c = 0; c < g.cg; ++c) {
+    for (int64_t kk = 0; kk < g.kernelVolume; ++kk) {
+      int64_t srcOffset = pos[0] * p.srcStrides[0] + (p.conv ? (grp * g.cg + c) * p.srcStrides[1] : c * p.srcStrides[1]);
+      bool inside = true;
+      int64_t rem = kk;
+      for (size_t d = g.spatial; d-- > 0;) {
+        const int64_t kd = p.weightDims[2 + d];
+        const int64_t kIndex = rem % kd;
+        rem /= kd;
+        const int64_t in = pos[2 + d] * at(p.stride, d, 1) - at(p.padL, d, 0) + kIndex * at(p.dilation, d, 1);
+        if (in < 0 || in >= p.srcDims[2 + d]) inside = false;
+        srcOffset += in * p.srcStrides[2 + d];
+      }
+      if (inside) tap(srcOffset, (o * g.cg + c) * g.kernelVolume + kk);
+    }
+  }
+}
+
+/// The channel whose two largest same-sign weights sum highest in magnitude: where a kernel that
+/// adds products in saturating pairs is most likely to clamp.
+int64_t channelWithTheLargestPairs(const Int8Params& p, const ProbeGeometry& g) {
+  const int64_t outC = p.weightDims[0], perChannel = g.cg * g.kernelVolume;
+  int64_t best = 0, bestSum = -1;
+  for (int64_t o = 0; o < outC; ++o) {
+    int64_t pos1 = 0, pos2 = 0, neg1 = 0, neg2 = 0;  // the two largest positive and |negative| weights
+    for (int64_t i = 0; i < perChannel; ++i) {
+      const int64_t w = p.weights[o * perChannel + i];
+      if (w > pos1) { pos2 = pos1; pos1 = w; }
+      else if (w > pos2) { pos2 = w; }
+      if (-w > neg1) { neg2 = neg1; neg1 = -w; }
+      else if (-w > neg2) { neg2 = -w; }
+    }
+    const int64_t sum = std::max(pos1 + pos2, neg1 + neg2);
+    if (sum > bestSum) {
+      bestSum = sum;
+      best = o;
+    }
+  }
+  return best;
+}
+
+/// Runs \p k on \p src (and the residual codes \p residual for a sum post-op) and checks the
+/// element probePosition(o) of every channel in \p channels against the formula.
+Status runAndCheck(const Int8Params& p, const Kernel& k, const ProbeGeometry& g, const std::vector<uint8_t>& src,
+                   const std::vector<uint8_t>& residual, const std::vector<int64_t>& channels, const char* run) {
   auto srcCode = [&](int64_t offset) -> int64_t {
     const uint8_t b = src[static_cast<size_t>(offset)];
     return p.srcType == Int8Type::kU8 ? int64_t(b) : int64_t(static_cast<int8_t>(b));
   };
   const bool quantOut = p.dstType == Int8Type::kU8 || p.dstType == Int8Type::kS8;
   const bool accOut = p.dstType == Int8Type::kS32;
-  const int64_t outNumel = numelOf(out);
-  std::vector<uint8_t> dst(static_cast<size_t>(outNumel) * (quantOut ? 1 : 4));
   const bool sum = std::find(p.postOps.begin(), p.postOps.end(), Int8Params::PostOp::kSum) != p.postOps.end();
-  if (sum) {
-    for (auto& b : dst) b = rng.next();  // the residual's codes
-  }
-  const std::vector<uint8_t> residual = dst;
+  std::vector<uint8_t> dst = residual;
   VF_RETURN_IF_ERROR(k.execute({src.data()}, dst.data()));
   auto dstCode = [&](const std::vector<uint8_t>& buf, int64_t offset) -> double {
     const uint8_t b = buf[static_cast<size_t>(offset)];
     return p.dstType == Int8Type::kU8 ? double(b) : double(static_cast<int8_t>(b));
   };
-
-  const int64_t outC = p.weightDims[0];
-  const std::vector<int64_t> outStrides = denseStrides(out, p.conv && p.dstChannelsLast && out.size() >= 4);
-  const size_t spatial = p.conv ? p.srcDims.size() - 2 : 0;
-  const int64_t groups = p.conv ? p.groups : 1;
-  const int64_t cg = p.weightDims[1], og = outC / groups;
-  const int64_t kernelVolume = numelOf(std::vector<int64_t>(p.weightDims.begin() + 2, p.weightDims.end()));
-  auto at = [](const std::vector<int64_t>& v, size_t i, int64_t dflt) { return i < v.size() ? v[i] : dflt; };
-  for (int64_t o = 0; o < outC; ++o) {
-    // One output element of channel o: batch row o mod N, spatial position near the centre (every
-    // weight of the channel in bounds for a padded conv), linear row o mod M.
-    std::vector<int64_t> pos(out.size(), 0);
-    pos[0] = o % out[0];
-    pos[1] = o;
-    for (size_t d = 0; d < spatial; ++d) pos[2 + d] = std::min(out[2 + d] - 1, out[2 + d] / 2 + (o % 2));
-    const int64_t g = o / og;
+  for (int64_t o : channels) {
+    const std::vector<int64_t> pos = probePosition(g, o);
     int64_t acc = 0;
-    for (int64_t c = 0; c < cg; ++c) {
-      for (int64_t kk = 0; kk < kernelVolume; ++kk) {
-        int64_t srcOffset = pos[0] * p.srcStrides[0] + (p.conv ? (g * cg + c) * p.srcStrides[1] : c * p.srcStrides[1]);
-        bool inside = true;
-        int64_t rem = kk;
-        for (size_t d = spatial; d-- > 0;) {
-          const int64_t kd = p.weightDims[2 + d];
-          const int64_t kIndex = rem % kd;
-          rem /= kd;
-          const int64_t in = pos[2 + d] * at(p.stride, d, 1) - at(p.padL, d, 0) + kIndex * at(p.dilation, d, 1);
-          if (in < 0 || in >= p.srcDims[2 + d]) inside = false;
-          srcOffset += in * p.srcStrides[2 + d];
-        }
-        if (!inside) continue;
-        const int64_t w = p.weights[(o * cg + c) * kernelVolume + kk];
-        const int64_t x = srcCode(srcOffset) - p.srcZeroPoint;
-        acc += w * x;
-      }
-    }
+    forEachProduct(p, g, pos, o, [&](int64_t srcOffset, int64_t wi) {
+      acc += int64_t(p.weights[wi]) * (srcCode(srcOffset) - p.srcZeroPoint);
+    });
     const double scale = double(p.srcScale) * double(p.weightScales[static_cast<size_t>(o)]);
     const double bias = p.bias ? double(p.bias[o]) : 0.0;
     int64_t offset = 0;
-    for (size_t d = 0; d < out.size(); ++d) offset += pos[d] * outStrides[d];
+    for (size_t d = 0; d < g.out.size(); ++d) offset += pos[d] * g.outStrides[d];
     const double y = applyPostOps(p, scale * double(acc) + bias, sum ? dstCode(residual, offset) : 0.0);
     double got, want, tol;
     if (accOut) {
@@ -312,11 +352,57 @@ Status probeInt8Kernel(const Int8Params& p, const Kernel& k) {
             1e-30;
     }
     if (!(std::abs(got - want) <= tol)) {
-      char buf[200];
-      std::snprintf(buf, sizeof buf, "output channel %lld: kernel %.9g, integer formula %.9g (tolerance %.3g)",
-                    static_cast<long long>(o), got, want, tol);
+      char buf[240];
+      std::snprintf(buf, sizeof buf, "%s codes, output channel %lld: kernel %.9g, integer formula %.9g (tolerance %.3g)",
+                    run, static_cast<long long>(o), got, want, tol);
       return internalError(std::string("int8 probe: the prepacked kernel does not reproduce the formula: ") + buf);
     }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+IntDotArithmetic onednnInt8Arithmetic(Int8Type srcType) {
+  return onednnInt8Arithmetic(srcType, capabilities().onednnInt8WithoutSaturation());
+}
+
+Status probeInt8Kernel(const Int8Params& p, const Kernel& k) {
+  const std::vector<int64_t> out = int8OutputDims(p);
+  if (out.empty() || p.srcDims.size() != p.srcStrides.size()) return invalidArgument("int8 probe: invalid geometry");
+  const ProbeGeometry g = probeGeometry(p, out);
+  // The src buffer spans the caller's (dense) strides.
+  int64_t srcSpan = 1;
+  for (size_t d = 0; d < p.srcDims.size(); ++d) srcSpan += (p.srcDims[d] - 1) * p.srcStrides[d];
+  ProbeCodes rng;
+  std::vector<uint8_t> src(static_cast<size_t>(srcSpan));
+  for (auto& b : src) b = rng.next();
+  const bool quantOut = p.dstType == Int8Type::kU8 || p.dstType == Int8Type::kS8;
+  std::vector<uint8_t> residual(static_cast<size_t>(numelOf(out)) * (quantOut ? 1 : 4));
+  if (std::find(p.postOps.begin(), p.postOps.end(), Int8Params::PostOp::kSum) != p.postOps.end()) {
+    for (auto& b : residual) b = rng.next();  // the residual's codes
+  }
+  std::vector<int64_t> every(static_cast<size_t>(p.weightDims[0]));
+  for (size_t o = 0; o < every.size(); ++o) every[o] = static_cast<int64_t>(o);
+  VF_RETURN_IF_ERROR(runAndCheck(p, k, g, src, residual, every, "random"));
+
+  // The extremes, as bytes of the source type: every product of the target element at its
+  // largest (the top code where the weight is positive, the bottom one where it is negative), at
+  // its smallest, and the top code everywhere.
+  const int64_t target = channelWithTheLargestPairs(p, g);
+  const std::vector<int64_t> pos = probePosition(g, target);
+  const uint8_t top = p.srcType == Int8Type::kU8 ? 255 : 127, bottom = p.srcType == Int8Type::kU8 ? 0 : 0x80;
+  const struct {
+    const char* name;
+    bool maxWherePositive, maxWhereNegative;
+  } runs[] = {{"largest-sum", true, false}, {"smallest-sum", false, true}, {"top", true, true}};
+  for (const auto& r : runs) {
+    std::vector<uint8_t> extreme = src;
+    forEachProduct(p, g, pos, target, [&](int64_t srcOffset, int64_t wi) {
+      const bool positive = p.weights[wi] >= 0;
+      extreme[static_cast<size_t>(srcOffset)] = (positive ? r.maxWherePositive : r.maxWhereNegative) ? top : bottom;
+    });
+    VF_RETURN_IF_ERROR(runAndCheck(p, k, g, extreme, residual, {target}, r.name));
   }
   return Status::ok();
 }

@@ -10,10 +10,19 @@
 #include <random>
 #include <vector>
 
+#include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/int8.h"
 
 namespace verifuse::kernels {
 namespace {
+
+/// The weights these tests give oneDNN's kernels: every s8 where the tier's kernels sum u8 x s8
+/// products without an s16 step (VNNI, AMX); below, [-64, 63], where two products of codes up to 255
+/// stay inside s16 (255 * 128 = 32640), so the kernel computes what int8.h says. Full-range weights
+/// below VNNI are the saturation tests' (OnednnBelowVnniSaturatesAsDeclared) and the widening
+/// kernel's (cpu/int8_widening_test.cpp).
+bool fullRangeWeights() { return capabilities().onednnInt8WithoutSaturation(); }
+int8_t weightOf(int v) { return static_cast<int8_t>(fullRangeWeights() ? v : (v + 128) / 2 - 64); }
 
 struct Case {
   bool conv = true;
@@ -76,7 +85,7 @@ void run(const Case& t) {
   std::vector<uint8_t> x(static_cast<size_t>(t.conv ? t.n * t.c * t.h * t.w : t.n * t.c));
   for (auto& v : x) v = static_cast<uint8_t>(u8(rng));
   std::vector<int8_t> w(static_cast<size_t>(t.conv ? t.o * cg * t.k * t.k : t.o * t.c));
-  for (auto& v : w) v = static_cast<int8_t>(s8(rng));
+  for (auto& v : w) v = weightOf(s8(rng));
   std::vector<float> b(static_cast<size_t>(t.o)), ws(static_cast<size_t>(t.o));
   for (int64_t o = 0; o < t.o; ++o) {
     b[o] = 0.01f * static_cast<float>(o % 7 - 3);
@@ -185,7 +194,7 @@ TEST(Int8KernelTest, ProbeRefusesAKernelWhosePackedWeightsDifferFromTheFormula) 
     for (Int8Type dst : {Int8Type::kF32, Int8Type::kU8}) {
       const int64_t o = 16, c = 32;
       std::vector<int8_t> w(static_cast<size_t>(conv ? o * c * 9 : o * c));
-      for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<int8_t>((i * 37) % 255 - 127);
+      for (size_t i = 0; i < w.size(); ++i) w[i] = weightOf(static_cast<int>((i * 37) % 255) - 127);
       Int8Params p;
       p.conv = conv;
       p.srcDims = conv ? std::vector<int64_t>{1, c, 6, 6} : std::vector<int64_t>{4, c};
@@ -227,7 +236,7 @@ TEST(Int8KernelTest, S32AccumulatorIsExact) {
     std::vector<uint8_t> x(static_cast<size_t>(m * k));
     std::vector<int8_t> w(static_cast<size_t>(n * k));
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>(src == Int8Type::kU8 ? 255 - i % 7 : 127 - i % 5);
-    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<int8_t>(i % 3 == 0 ? -128 : 127);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = weightOf(i % 3 == 0 ? -128 : 127);
     Int8Params p;
     p.conv = false;
     p.srcDims = {m, k};
@@ -258,6 +267,57 @@ TEST(Int8KernelTest, S32AccumulatorIsExact) {
   bad.dstType = Int8Type::kS32;
   bad.weightScales = {1, 1, 2, 1};
   EXPECT_FALSE(createInt8(bad).isOk());
+}
+
+TEST(Int8KernelTest, OnednnArithmeticFollowsTheTier) {
+  for (Int8Type src : {Int8Type::kU8, Int8Type::kS8}) {
+    const IntDotArithmetic a = onednnInt8Arithmetic(src);
+    EXPECT_EQ(a.source, src == Int8Type::kS8 ? IntDotArithmetic::Source::kCodesPlus128 : IntDotArithmetic::Source::kCodes);
+    if (capabilities().onednnInt8WithoutSaturation()) {
+      EXPECT_EQ(a.variant, "onednn:vpdpbusd");
+      EXPECT_EQ(a.groupSize, 4);
+      EXPECT_FALSE(a.groupSaturates);
+    } else {
+      EXPECT_EQ(a.variant, "onednn:vpmaddubsw");
+      EXPECT_EQ(a.groupSize, 2);
+      EXPECT_EQ(a.groupBits, 16);
+      EXPECT_TRUE(a.groupSaturates);
+    }
+  }
+}
+
+TEST(Int8KernelTest, OnednnBelowVnniSaturatesAsDeclaredAndTheProbeSeesIt) {
+  // Weights +127 next to +127 and codes 255: two products sum to 64770. oneDNN's kernels below VNNI
+  // clamp that to 32767 (what onednnInt8Arithmetic declares there); with VNNI or AMX they are
+  // exact. The probe's extreme codes must see the difference: a kernel that saturates is refused.
+  const int64_t k = 64, n = 16;
+  std::vector<int8_t> w(static_cast<size_t>(n * k), 127);
+  for (size_t i = 0; i < w.size(); i += 4) w[i] = -128;
+  Int8Params p;
+  p.conv = false;
+  p.srcDims = {4, k};
+  p.srcStrides = {k, 1};
+  p.weightDims = {n, k};
+  p.dstType = Int8Type::kS32;
+  p.weights = w.data();
+  p.weightScales.assign(static_cast<size_t>(n), 1.f);
+  auto unprobed = createInt8Unprobed(p);
+  ASSERT_TRUE(unprobed.isOk()) << unprobed.status().toString();
+  std::vector<uint8_t> x(static_cast<size_t>(4 * k), 255);
+  std::vector<int32_t> out(static_cast<size_t>(4 * n));
+  ASSERT_TRUE((*unprobed)->execute({x.data()}, out.data()).isOk());
+  int64_t exact = 0;
+  for (int64_t i = 0; i < k; ++i) exact += 255 * int64_t(w[static_cast<size_t>(i)]);
+  const Status probed = probeInt8Kernel(p, **unprobed);
+  if (capabilities().onednnInt8WithoutSaturation()) {
+    EXPECT_EQ(out[0], exact);
+    EXPECT_TRUE(probed.isOk()) << probed.toString();
+  } else {
+    EXPECT_LT(out[0], exact) << "below VNNI the s16 pair sums clamp at 32767";
+    EXPECT_FALSE(probed.isOk());
+    EXPECT_NE(probed.toString().find("int8 probe"), std::string::npos) << probed.toString();
+    EXPECT_FALSE(createInt8(p).isOk());
+  }
 }
 
 TEST(Int8KernelTest, RefusesBadScales) {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "verifuse/kernels/int_arithmetic.h"
 #include "verifuse/kernels/kernel.h"
 #include "verifuse/support/status.h"
 
@@ -57,15 +58,31 @@ struct Int8Params {
 /// Output dims of \p p (conv: N, O, spatial; linear: M, N); empty when the geometry is invalid.
 std::vector<int64_t> int8OutputDims(const Int8Params& p);
 
-/// Runs \p k (made from \p p) once on deterministic pseudo-random codes and checks one output
-/// element of every output channel against the integer formula above computed here from the plain
-/// (unpacked) weights \p p.weights: the s32 accumulator exactly, then scales, bias and post-ops in
-/// double. f32 outputs must agree within float32 rounding of the scaled accumulator (so a wrong
-/// packed weight shows wherever its source value differs from the zero point); u8/s8 outputs
-/// within one quantization step (a scrambled layout or a wrong scale shows; a single weight off by
-/// one may not). kInternal naming the first mismatch. createInt8 calls it on every kernel it makes
-/// (once per configuration: about one multiply-add per weight), so an instance whose prepacked
-/// weights do not reproduce the formula never runs.
+/// What oneDNN's int8 convolutions and matmuls compute on the tier the capability model gives
+/// (capabilities.h): with VNNI or AMX, u8 x s8 products summed four at a time into s32 (vpdpbusd,
+/// tdpbusd): exact; below (AVX2, AVX-512 without VNNI), pairs summed into an s16 that saturates
+/// (vpmaddubsw; oneDNN's doc/advanced/int8_computations.md). The codes enter raw and the zero point
+/// is compensated after the sum; s8 sources are shifted by +128 into u8 first. The verifier proves an
+/// instance exact under this declaration before the kernel may run (backend's int8 kernel choice).
+IntDotArithmetic onednnInt8Arithmetic(Int8Type srcType);
+/// The same for a given tier class: \p withoutSaturation = VNNI or AMX (no oneDNN needed).
+IntDotArithmetic onednnInt8Arithmetic(Int8Type srcType, bool withoutSaturation);
+/// Every integer arithmetic an int8 kernel variant of any tier declares (oneDNN's with and without
+/// VNNI, for u8 and s8 sources; verifuse's own widening kernel): what `python -m verifuse prove`
+/// proves and mutates (verifier/int_dot.h), whatever the machine.
+std::vector<IntDotArithmetic> int8ArithmeticDeclarations();
+
+/// A second check after the proof, never instead of it: runs \p k (made from \p p) on
+/// deterministic codes and checks output elements against the integer formula above computed here
+/// from the plain (unpacked) weights \p p.weights: the s32 accumulator exactly, then scales, bias
+/// and post-ops in double. f32 outputs must agree within float32 rounding of the scaled
+/// accumulator; u8/s8 outputs within one quantization step; s32 exactly. Four runs: pseudo-random
+/// codes checking one element of every output channel (a scrambled layout, a wrong packed weight or
+/// scale shows), then, for the channel whose weights make the largest pair sums, its receptive field
+/// set to the code extremes that drive every partial sum to its maximum, to its minimum, and to the
+/// top code everywhere (where a kernel that saturates partial sums loses the most). kInternal naming
+/// the first mismatch. createInt8 calls it on every kernel it makes (about one multiply-add per
+/// weight per run).
 Status probeInt8Kernel(const Int8Params& p, const Kernel& k);
 
 /// Creates the kernel: one input (src in the caller's layout, converted on entry when the
