@@ -14,6 +14,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -472,6 +473,9 @@ class CompiledGraphRunner:
         self._plans = [(self._plan, self.shape_check)]
         self._note_plan(cpp_report, saved_plan is not None)
         _fill_report(graph_report, cpp_report)
+        # int8 ops choose their kernels at their first run: the report asks the current plan then.
+        runner = weakref.ref(self)
+        graph_report.int8_kernels_of = lambda: runner()._plan.int8_kernels() if runner() is not None else []
 
     def _note_plan(self, cpp_report: dict, loading: bool) -> None:
         # The plan as a record (saved.py serializes it), and why it was not saved or was refused.

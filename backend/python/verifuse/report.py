@@ -56,6 +56,9 @@ class GraphReport:
     # name, reason}); explain(..., verbose=True) prints them.
     near_misses: list[dict[str, str]] = dataclasses.field(default_factory=list)
     near_misses_omitted: int = 0
+    # The int8 ops' kernel choices (variant, kernel, each candidate's exactness verdict), asked of
+    # the plan when the report is read: int8 ops choose at their first run.
+    int8_kernels_of: Any = dataclasses.field(default=None, repr=False, compare=False)
     trace_seconds: float = 0.0     # Dynamo's graph to the ATen graph (one trace, or AOT's)
     pipeline_seconds: float = 0.0  # rules, proofs and instance validation
     plan_seconds: float = 0.0      # executor plan: kernels created, weights prepacked
@@ -167,6 +170,7 @@ class Report:
             "compile_seconds": self.compile_seconds,
             # The tier the plans were made for (the capability model; VERIFUSE_MAX_ISA caps it).
             "cpu": _cpu_row(),
+            "int8_kernels": [dict(r, graph=g.graph_id) for g in self.graphs for r in _int8_rows(g)],
             "graphs": [
                 {"graph": g.graph_id, "engine": g.engine, "nodes": g.num_nodes, "constants": g.num_constants,
                  "ops": dict(g.ops), "compile_seconds": g.compile_seconds, "reorders": g.reorders,
@@ -231,6 +235,11 @@ class Report:
             [[p["graph"], p["id"], _nodes_cell(p["nodes"]), p["engine"], p.get("dtype") or "-", p.get("layout", "-"),
               f"{p.get('input_conversions', 0)}/{p.get('output_conversions', 0)}", _weights_cell(p),
               _candidates_cell(p), p.get("how", "-")] for p in data["partitions"]]))
+        int8 = data["int8_kernels"]
+        if int8:
+            lines.append(f"  int8 kernels: {len(int8)} (each variant runs only where its integer arithmetic is "
+                         f"proved exact for the layer's weights and code range)")
+            lines.extend(f"    node {r['node']} {r['op']}: {r['summary']}" for r in int8)
         if self.verbose:
             misses = data["near_misses"]
             omitted = sum(g.near_misses_omitted for g in self.graphs)
@@ -282,6 +291,10 @@ def _shape_guard_lines(graphs: list[GraphReport]) -> list[str]:
         for e in by_type.get("error", []):
             lines.append(f"    error:    {e['text']}")
     return lines
+
+
+def _int8_rows(g: GraphReport) -> list[dict[str, Any]]:
+    return list(g.int8_kernels_of()) if g.int8_kernels_of is not None else []
 
 
 def _cpu_row() -> dict[str, Any]:

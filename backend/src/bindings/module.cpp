@@ -8,6 +8,7 @@
 #include <map>
 
 #include "bindings/registry.h"
+#include "runtime/int8_kernel_choice.h"
 #include "verifuse/ir/graph.h"
 #include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/kernel.h"
@@ -95,6 +96,40 @@ py::dict statsDict(const runtime::CompiledGraph& cg) {
 }
 
 namespace {
+
+py::list int8KernelRows(const runtime::CompiledGraph& cg) {
+  py::list rows;
+  for (const runtime::Int8KernelReport& r : cg.int8Kernels()) {
+    py::dict d;
+    d["node"] = r.node;
+    d["op"] = r.op;
+    d["variant"] = r.variant;
+    d["impl"] = r.impl;
+    d["summary"] = r.summary;
+    py::list candidates;
+    for (const auto& c : r.candidates) {
+      py::dict x;
+      x["variant"] = c.variant;
+      x["proof"] = c.proof;
+      x["proof_detail"] = c.proofDetail;
+      x["counterexample"] = c.counterexample;
+      x["made"] = c.made;
+      candidates.append(x);
+    }
+    d["candidates"] = candidates;
+    rows.append(d);
+  }
+  return rows;
+}
+
+void setInt8TestHook(const std::string& hook) {
+  using H = runtime::Int8TestHook;
+  if (hook.empty()) return runtime::setInt8TestHook(H::kNone);
+  if (hook == "no-proof") return runtime::setInt8TestHook(H::kNoProof);
+  if (hook == "no-checks") return runtime::setInt8TestHook(H::kNoChecks);
+  if (hook == "onednn-declared-exact") return runtime::setInt8TestHook(H::kOnednnDeclaredExact);
+  throw py::value_error("unknown int8 test hook '" + hook + "' (\"\", no-proof, no-checks, onednn-declared-exact)");
+}
 
 py::dict featuresDict(const kernels::cpu::CpuFeatures& f) {
   py::dict d;
@@ -222,8 +257,15 @@ void registerCore(py::module_& m) {
            },
            "True if the frozen arguments are the tensors (and versions) the plan was built for.")
       .def("graph_text", [](const runtime::CompiledGraph& cg) { return ir::printGraph(cg.graph()); })
-      .def("stats", &statsDict);
+      .def("stats", &statsDict)
+      .def("int8_kernels", &int8KernelRows,
+           "The int8 ops' kernel choices made so far (at their first run): variant, kernel and every "
+           "candidate's exactness verdict.");
 
+  m.def("_set_int8_test_hook", &setInt8TestHook,
+        "Tests only: switch the int8 kernel checks off (\"no-proof\", \"no-checks\") or declare oneDNN's "
+        "int8 kernels exact on every tier (\"onednn-declared-exact\"); \"\" restores them. Process-wide; "
+        "kernels already made keep their choice.");
   m.def("capabilities", &capabilitiesDict,
         "The capability model (kernels/capabilities.h): the tier verifuse runs as, the cap, the CPU's "
         "and the usable features, oneDNN's effective ISA and the predicates kernels and tests use.");

@@ -1565,6 +1565,32 @@ const std::vector<int32_t>& CompiledGraph::nodePartition() const { return impl_-
 const std::vector<PartitionDecision>& CompiledGraph::partitions() const { return impl_->partitions; }
 int64_t CompiledGraph::timingsRun() const { return impl_->timingsRun; }
 
+std::vector<Int8KernelReport> CompiledGraph::int8Kernels() const {
+  std::vector<Int8KernelReport> rows;
+  const ir::Graph& g = graph();
+  for (size_t k = 0; k < g.nodes().size(); ++k) {
+    const ir::Node& n = g.nodes()[k];
+    if (n.erased || (n.op != "verifuse::qconv" && n.op != "verifuse::qlinear" && n.op != "verifuse::int_mm")) continue;
+    if (n.args.size() < 2 || !n.args[1].isConstant()) continue;
+    const at::Tensor& w = impl_->constants[static_cast<size_t>(n.args[1].i)];
+    for (const auto& d : int8DecisionsFor(w.unsafeGetTensorImpl())) {
+      Int8KernelReport r;
+      r.node = static_cast<int32_t>(k);
+      r.op = d->op;
+      r.variant = d->variant;
+      r.impl = d->impl;
+      r.summary = d->summary;
+      for (const Int8Candidate& c : d->candidates) {
+        r.candidates.push_back({c.variant, verify::verdictKindName(c.proof.kind), c.proof.summary(),
+                                c.proof.counterexample.empty() ? "" : c.proof.counterexample.toString(),
+                                c.made.isOk() ? "OK" : c.made.toString()});
+      }
+      rows.push_back(std::move(r));
+    }
+  }
+  return rows;
+}
+
 Status CompiledGraph::checkFrozenInputs(const std::vector<c10::IValue>& args) const {
   for (const FrozenCheck& f : impl_->frozen) {
     const c10::IValue& v = args[static_cast<size_t>(f.argIndex)];

@@ -107,7 +107,8 @@ at::Tensor finish(at::Tensor y, c10::string_view postOps, double yScale, int64_t
 
 struct KernelEntry {
   c10::weak_intrusive_ptr<c10::TensorImpl> weight;  ///< the prepacked weights' source
-  std::shared_ptr<kernels::Kernel> kernel;           ///< null: oneDNN refused this configuration
+  std::shared_ptr<const kernels::Kernel> kernel;     ///< null: no kernel qualified (the reference runs)
+  std::shared_ptr<const Int8Decision> decision;      ///< which variant and why (the report's)
 };
 
 /// Kernels by (weight address, src shape/strides/dtype, parameters): created (and the weights
@@ -153,21 +154,33 @@ void dropStaleEntries(std::map<std::string, KernelEntry>& entries, const std::st
   }
 }
 
-/// createInt8, or null when oneDNN has no kernel for \p p. A kernel the probe (kernels/int8.h)
-/// found disagreeing with the integer formula, or a oneDNN failure, is said once per
-/// configuration: \p instead names what runs in its place.
-std::shared_ptr<kernels::Kernel> makeInt8Kernel(const kernels::Int8Params& p, const char* instead) {
-  auto made = kernels::createInt8(p);
-  if (made.isOk()) return std::shared_ptr<kernels::Kernel>(std::move(made).value());
-  const StatusCode code = made.status().code();
-  if (code != StatusCode::kUnimplemented && code != StatusCode::kInvalidArgument) {
-    TORCH_WARN("verifuse: int8 kernel not used, ", instead, " instead: ", made.status().toString());
+/// The kernel the choice (int8_kernel_choice.h) settles on for \p p, or null. A configuration for
+/// which every candidate was refused by its proof or its probe, or failed for another reason than
+/// having no implementation, is said once: \p instead names what runs in its place.
+KernelEntry makeInt8Kernel(const c10::intrusive_ptr<c10::TensorImpl>& weight, const kernels::Int8Params& p,
+                           const char* op, const char* instead) {
+  Int8Choice choice = chooseInt8Kernel(p);
+  if (!choice.kernel) {
+    bool noisy = false;
+    for (const Int8Candidate& c : choice.candidates) {
+      const StatusCode code = c.made.code();
+      noisy = noisy || !c.proof.proved() ||
+              (code != StatusCode::kUnimplemented && code != StatusCode::kInvalidArgument);
+    }
+    if (noisy) TORCH_WARN("verifuse: int8 kernel not used, ", instead, " instead: ", choice.summary());
   }
-  return nullptr;
+  auto decision = std::make_shared<Int8Decision>();
+  decision->op = op;
+  decision->weight = weight.get();
+  decision->variant = choice.variant;
+  decision->impl = choice.kernel ? choice.kernel->implInfo() : "";
+  decision->summary = choice.summary();
+  decision->candidates = choice.candidates;
+  return KernelEntry{c10::weak_intrusive_ptr<c10::TensorImpl>(weight), std::move(choice.kernel), std::move(decision)};
 }
 
 /// The kernel for this call, or null (run the reference).
-std::shared_ptr<kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b,
+std::shared_ptr<const kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b,
                                            bool conv, at::IntArrayRef stride, at::IntArrayRef padding,
                                            at::IntArrayRef dilation, int64_t groups, c10::string_view postOps,
                                            double xScale, int64_t xZp, const at::Tensor& wScales, const at::Tensor& wZps,
@@ -243,8 +256,8 @@ std::shared_ptr<kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor
   }
   p.sumScale = static_cast<float>(rScale);
   p.sumZeroPoint = static_cast<int32_t>(rZp);
-  KernelEntry entry{c10::weak_intrusive_ptr<c10::TensorImpl>(w.getIntrusivePtr()),
-                    makeInt8Kernel(p, "the quantized graph's ATen ops run")};
+  KernelEntry entry = makeInt8Kernel(w.getIntrusivePtr(), p, conv ? "verifuse::qconv" : "verifuse::qlinear",
+                                     "the quantized graph's ATen ops run");
   entries.insert_or_assign(key, entry);
   return entry.kernel;
 }
@@ -340,7 +353,7 @@ at::Tensor intMm(const at::Tensor& a, const at::Tensor& w) {
       a.size(1) == w.size(1) && a.numel() > 0 && w.numel() > 0 && (a.stride(1) == 1 || a.stride(0) == 1)) {
     const std::string key = "int_mm|" + std::to_string(reinterpret_cast<uintptr_t>(w.data_ptr())) + "|" +
                             c10::str(w._version(), "|", a.sizes(), a.strides(), a.scalar_type(), w.sizes());
-    std::shared_ptr<kernels::Kernel> k;
+    std::shared_ptr<const kernels::Kernel> k;
     {
       std::lock_guard<std::mutex> lock(cacheMutex());
       auto& entries = cache();
@@ -359,8 +372,9 @@ at::Tensor intMm(const at::Tensor& a, const at::Tensor& w) {
         p.dstType = kernels::Int8Type::kS32;
         p.weights = static_cast<const int8_t*>(w.data_ptr());
         p.weightScales.assign(static_cast<size_t>(w.size(0)), 1.f);
-        k = makeInt8Kernel(p, "ATen's _int_mm runs");
-        entries.insert_or_assign(key, KernelEntry{c10::weak_intrusive_ptr<c10::TensorImpl>(w.getIntrusivePtr()), k});
+        KernelEntry entry = makeInt8Kernel(w.getIntrusivePtr(), p, "verifuse::int_mm", "ATen's _int_mm runs");
+        k = entry.kernel;
+        entries.insert_or_assign(key, std::move(entry));
       }
     }
     if (k) {
@@ -428,6 +442,15 @@ at::Tensor qmaxPool(const at::Tensor& x, at::IntArrayRef kernel, at::IntArrayRef
 }
 
 }  // namespace
+
+std::vector<std::shared_ptr<const Int8Decision>> int8DecisionsFor(const c10::TensorImpl* weight) {
+  std::vector<std::shared_ptr<const Int8Decision>> out;
+  std::lock_guard<std::mutex> lock(cacheMutex());
+  for (const auto& [key, entry] : cache()) {
+    if (entry.decision && entry.decision->weight == weight && !entry.weight.expired()) out.push_back(entry.decision);
+  }
+  return out;
+}
 
 void registerInt8Ops() {
   static std::once_flag once;

@@ -158,6 +158,24 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph,
 /// created it, else a view over the host buffer that keeps it alive).
 at::Tensor constantToTensor(const ir::ConstantTensor& c);
 
+/// One int8 op's kernel choice for one configuration (int8 ops choose at their first run): the
+/// variant that runs and every candidate's exactness verdict (runtime/int8_kernel_choice.h).
+struct Int8KernelReport {
+  int32_t node = -1;
+  std::string op;
+  std::string variant;  ///< "onednn:vpdpbusd", "onednn:vpmaddubsw", "own:vpmaddwd", or "" (ATen reference)
+  std::string impl;     ///< the kernel's implementation name
+  std::string summary;  ///< one line: the choice and why the others were not used
+  struct Candidate {
+    std::string variant;
+    std::string proof;           ///< the verdict's kind: "Proved", "Refuted", ...
+    std::string proofDetail;     ///< Verdict::summary()
+    std::string counterexample;  ///< Counterexample::toString() of a Refuted verdict, else ""
+    std::string made;            ///< "OK" or why the kernel was not made or not used
+  };
+  std::vector<Candidate> candidates;
+};
+
 class CompiledGraph {
  public:
   struct Impl;
@@ -186,6 +204,8 @@ class CompiledGraph {
   const std::vector<PartitionDecision>& partitions() const;
   /// Autotuner timings this plan ran (0 with a warm tuning database).
   int64_t timingsRun() const;
+  /// The int8 kernel choices of the plan's int8 ops made so far (empty before their first run).
+  std::vector<Int8KernelReport> int8Kernels() const;
 
  private:
   std::unique_ptr<Impl> impl_;
