@@ -1,5 +1,6 @@
 // verifuse._C.prove_all: proves every rule the pass pipeline uses (passes::pipelineRuleProofs(),
-// declared with their rules in backend/src/rules/) and refutes every mutant.
+// declared with their rules in backend/src/rules/) and every int8 kernel variant's arithmetic
+// (passes::kernelArithmeticProofs()), and refutes every mutant.
 // pybind11 only (no LibTorch, no Z3: the verifier's public headers are Z3-free).
 #include <optional>
 #include <stdexcept>
@@ -28,6 +29,9 @@ void registerVerifier(py::module_& m) {
         }
         auto proofs = verifuse::passes::pipelineRuleProofs();
         if (!proofs.isOk()) throw std::runtime_error(proofs.status().toString());
+        auto kernelProofs = verifuse::passes::kernelArithmeticProofs();
+        if (!kernelProofs.isOk()) throw std::runtime_error(kernelProofs.status().toString());
+        proofs->insert(proofs->end(), kernelProofs->begin(), kernelProofs->end());
         verifuse::verify::ProveReport report;
         {
           py::gil_scoped_release release;

@@ -5,6 +5,9 @@
 #include <map>
 #include <set>
 
+#include "verifuse/kernels/int8.h"
+#include "verifuse/verify/int_dot.h"
+
 namespace verifuse::passes {
 
 using ir::Graph;
@@ -257,6 +260,10 @@ StatusOr<std::vector<Rule>> pipelineRules() { return rules::builtinRules(); }
 StatusOr<std::vector<verify::RuleProof>> pipelineRuleProofs() {
   VF_ASSIGN_OR_RETURN(std::vector<Rule> rules, pipelineRules());
   return rules::proofsOf(rules);
+}
+
+StatusOr<std::vector<verify::RuleProof>> kernelArithmeticProofs() {
+  return verify::intDotProofs(kernels::int8ArithmeticDeclarations());
 }
 
 StatusOr<bool> canonicalizeFusedOps(Graph& g) { return runUngated(g, {Phase::kCanonicalize, Phase::kCanonicalizeViews}); }

@@ -79,6 +79,10 @@ StatusOr<PipelineResult> runPipeline(ir::Graph& graph, const PipelineOptions& op
 StatusOr<std::vector<rules::Rule>> pipelineRules();
 /// Their proofs, same order: exactly what `python -m verifuse prove` proves.
 StatusOr<std::vector<verify::RuleProof>> pipelineRuleProofs();
+/// The lemmas of every int8 kernel variant's declared integer arithmetic (any tier's), with their
+/// mutants: kernels::int8ArithmeticDeclarations() through verify::intDotProofs. `python -m verifuse
+/// prove` proves these after the rules.
+StatusOr<std::vector<verify::RuleProof>> kernelArithmeticProofs();
 
 // Individual passes, their rules applied without proof gates (tests and tools; each returns
 // whether it changed the graph).
