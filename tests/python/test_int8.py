@@ -17,10 +17,20 @@ import torch.nn.functional as F
 import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_decomposed ops
 
 import verifuse
+from verifuse import _C
 
 from quant_models import CatNet, ConvNet, InvertedResidualNet, LinearNet, quantize_pt2e
 
 qd = torch.ops.quantized_decomposed
+
+# The capability model: oneDNN's int8 kernels sum u8 x s8 products exactly (VNNI, AMX) or in s16 pairs
+# that saturate (AVX2, AVX-512 without VNNI). Every test here must hold on both; tests/run_tiers.py
+# reruns this file capped to AVX2 and to AVX-512 without VNNI.
+from tiers import CAPS, lacks  # noqa: E402
+
+EXACT_ONEDNN = CAPS["onednn_int8_without_saturation"]
+needs_saturating_onednn = lacks("onednn_int8_without_saturation",
+                                "VNNI (oneDNN's int8 kernels saturate s16 pair sums only below it)")
 
 
 def ops_of(report):
@@ -373,7 +383,12 @@ def test_torchao_dynamic_configs_run_on_verifuse(config):
     tq.quantize_(model, getattr(tq, config)())
     x = torch.randn(4, 64)
     with torch.no_grad():
-        ref = model(x)
+        ref = _with_exact_int_mm(model, x)
+        if EXACT_ONEDNN:
+            # eager's own _int_mm is exact here; below VNNI torch's bundled oneDNN saturates its
+            # s16 pair sums too (torch 2.13: errors of 10^5 in the s32 result), and verifuse keeps
+            # _int_mm's exact meaning rather than that.
+            assert torch.equal(model(x), ref)
         report = verifuse.explain(model, x, strict=True)
         compiled = torch.compile(model, backend="verifuse", options={"strict": True})
         assert torch.equal(compiled(x), ref)
@@ -386,7 +401,20 @@ def test_torchao_dynamic_configs_run_on_verifuse(config):
         attrs, _ = weight.__tensor_flatten__()
         data = next(getattr(weight, a) for a in attrs if getattr(weight, a).dtype == torch.int8)
         data.copy_(torch.flip(data, [0]))
-        assert torch.equal(compiled(x), model(x))
+        assert torch.equal(compiled(x), _with_exact_int_mm(model, x))
+
+
+def _with_exact_int_mm(model, x):
+    """model(x) with aten::_int_mm computed exactly (int64, then int32: its contract), whatever the
+    CPU: eager's own CPU kernel is torch's oneDNN, which saturates below VNNI."""
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+        lib.impl("_int_mm", lambda a, b: (a.to(torch.int64) @ b.to(torch.int64)).to(torch.int32), "CPU")
+    try:
+        return model(x)
+    finally:
+        lib._destroy()
 
 
 class QuantizeOnly(nn.Module):
@@ -415,3 +443,100 @@ def test_quantize_kernel_is_bit_exact(args):
         got = torch.compile(model, backend="verifuse", options={"strict": True})(x)
     assert "verifuse::quantize" in ops_of(report), sorted(ops_of(report))
     assert torch.equal(got, ref)
+
+
+# ---- saturation: the instances where oneDNN's kernels below VNNI are wrong (issue 39) -------------
+
+def _saturating(kind):
+    """A q -> dq -> conv/linear -> q model and an input whose codes hit the extremes where the weights
+    are large and of one sign in adjacent pairs (+127, +127, -128, +3, ...): without VNNI, oneDNN's
+    s16 pair sums clamp there (255 * 127 * 2 = 64770 > 32767), so its codes would be far off."""
+    torch.manual_seed(1)
+    if kind.startswith("conv"):
+        zx = 128 if kind == "conv-u8-zp128" else 0
+        model = QConvCodes(cin=16, cout=8, sx=0.02, zx=zx, sy=1.0, zy=0, relu=False)
+        shape = model.wq.shape
+        pattern = torch.tensor([127, 127, -128, 3], dtype=torch.int8).repeat(shape.numel() // 4 + 1)[:shape.numel()]
+        model.wq.copy_(pattern.view(shape))
+        # codes 255 everywhere but a few (zero point 128: x - zx = 127; zero point 0: 255)
+        x = torch.full((1, 16, 8, 8), (255 - zx) * 0.02)
+        x[:, :, ::3] = -zx * 0.02
+    else:
+        model = QLinearCodes(k=64, n=16, sx=0.02, zx=-128, sy=1.0, zy=0)
+        pattern = torch.tensor([127, 127, -128, 3], dtype=torch.int8).repeat(16 * 64 // 4)
+        model.wq.copy_(pattern.view(16, 64))
+        x = torch.full((4, 64), 255 * 0.02)  # s8 codes 127 (255 steps above the zero point -128)
+        x[:, ::5] = 0.0
+    # the output scale spreads eager's exact results over the codes, so a wrong sum shows
+    with torch.no_grad():
+        xd = qd.dequantize_per_tensor(qd.quantize_per_tensor(x, model.sx, model.zx, *_range(model, kind)), model.sx,
+                                      model.zx, *_range(model, kind))
+        wd = qd.dequantize_per_channel(model.wq, model.ws, model.wz, 0, -128, 127, torch.int8)
+        y = F.conv2d(xd, wd, model.b, padding=1) if kind.startswith("conv") else F.linear(xd, wd, model.b)
+    lo, hi = y.min().item(), y.max().item()
+    model.sy = (hi - lo) / 250
+    model.zy = int(round(-lo / model.sy)) + 2 if kind.startswith("conv") else int(round(-lo / model.sy)) - 126
+    return model.eval(), x
+
+
+def _range(model, kind):
+    return (0, 255, torch.uint8) if kind.startswith("conv") else (-128, 127, torch.int8)
+
+
+def _int8_rows(model, x):
+    report = verifuse.explain(model, x, strict=True)
+    rows = report.to_dict()["int8_kernels"]
+    assert rows, "the int8 op chose no kernel record"
+    return report, rows
+
+
+@pytest.mark.parametrize("kind", ["conv-u8-zp128", "conv-u8-zp0", "linear-s8"])
+def test_saturating_instances_get_eagers_codes_and_the_report_says_which_proof_decided(kind):
+    model, x = _saturating(kind)
+    _, exact = compile_and_compare_codes(model, x)
+    report, rows = _int8_rows(model, x)
+    for row in rows:
+        onednn = row["candidates"][0]
+        if EXACT_ONEDNN:
+            assert row["variant"] == "onednn:vpdpbusd" and onednn["proof"] == "Proved", row
+        else:
+            # refused by the proof (not by the probe), with codes and weights that saturate
+            assert onednn["variant"] == "onednn:vpmaddubsw" and onednn["proof"] == "Refuted", row
+            assert "group (s16, saturating)" in onednn["counterexample"] and "w[" in onednn["counterexample"], onednn
+            assert "not tried" in onednn["made"], onednn
+            assert row["variant"] == "own:vpmaddwd" and row["candidates"][1]["proof"] == "Proved", row
+            assert "avx2_vpmaddwd" in row["impl"], row
+    assert "int8 kernels:" in str(report)
+
+
+@needs_saturating_onednn
+@pytest.mark.parametrize("kind", ["conv-u8-zp128", "conv-u8-zp0"])
+def test_without_the_checks_the_saturating_kernel_is_silently_wrong(kind):
+    # The mutant of the whole mechanism: proof and probe off, oneDNN's vpmaddubsw kernel runs the
+    # instance above and its codes are far from eager's. This is what the tests above guard.
+    model, x = _saturating(kind)
+    _C._set_int8_test_hook("no-checks")
+    try:
+        with torch.no_grad():
+            ref = model(x)
+            got = torch.compile(model, backend="verifuse", options={"strict": True})(x)
+    finally:
+        _C._set_int8_test_hook("")
+    assert (got.to(torch.int32) - ref.to(torch.int32)).abs().max().item() > 10
+
+
+@needs_saturating_onednn
+def test_a_variant_declared_exact_that_saturates_is_refused_by_the_probe():
+    # A lying declaration (oneDNN's kernels declared vpdpbusd below VNNI) passes the proof; the
+    # probe's extreme codes catch the kernel, and the widening kernel runs instead.
+    model, x = _saturating("conv-u8-zp128")
+    _C._set_int8_test_hook("onednn-declared-exact")
+    try:
+        _, rows = _int8_rows(model, x)
+        compile_and_compare_codes(model, x)
+    finally:
+        _C._set_int8_test_hook("")
+    onednn = rows[0]["candidates"][0]
+    assert onednn["variant"] == "onednn:vpdpbusd" and onednn["proof"] == "Proved", onednn
+    assert "int8 probe" in onednn["made"], onednn
+    assert rows[0]["variant"] == "own:vpmaddwd", rows[0]
