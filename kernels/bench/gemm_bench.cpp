@@ -3,7 +3,7 @@
 //
 //   verifuse_gemm_bench [--threads 1,2] [--samples 40] [--only NAME_SUBSTRING] [--no-onednn]
 //                       [--epilogue bias|bias_relu|bias_gelu|bias_sum] [--cpu-time] [--bf16]
-//                       [--shape MxKxN[,MxKxN...]]
+//                       [--isa avx2] [--shape MxKxN[,MxKxN...]]
 //
 // Per (shape, threads): one warm-up call of each kernel, then `samples` rounds; a round times one
 // sample of every kernel in turn (interleaved, so a change of machine load hits all of them
@@ -13,6 +13,11 @@
 // read of the packed weights with the same threads (the streaming limit).
 // --cpu-time: time with the calling thread's CPU clock (1 thread only): preemption by other
 // processes is not counted, cache and memory-bandwidth interference still is.
+// --bf16: bf16 activations in and out (gemm::runBf16, the variant the CPU has: AVX512-BF16, or the
+// widening AVX2 one; --isa avx2 forces the AVX2 variants of both kernels), and a last column with
+// the own float32 GEMM on the same shape (what the bf16 kernel is measured against on CPUs without
+// bf16 instructions). Where oneDNN has no bf16 instructions (e.g. VERIFUSE_MAX_ISA=avx2) its bf16
+// inner product is reference code: the oneDNN columns are then its float32 inner product.
 // Run it alone (`taskset -c 0` for one thread); quote medians together with `uptime`.
 #include <immintrin.h>
 #include <omp.h>
@@ -30,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/gemm.h"
 #include "verifuse/kernels/kernel.h"
 #include "verifuse/kernels/ops.h"
@@ -214,6 +220,10 @@ int main(int argc, char** argv) {
     else if (a == "--epilogue" && i + 1 < argc) epi = argv[++i];
     else if (a == "--cpu-time") gCpuTime = true;
     else if (a == "--bf16") bf16 = true;
+    else if (a == "--isa" && i + 1 < argc && std::string(argv[i + 1]) == "avx2") {
+      gemm::setMaxIsa(gemm::Isa::kAvx2);
+      ++i;
+    }
     else if (a == "--shape" && i + 1 < argc) {
       std::string list = argv[++i];
       for (size_t at = 0; at < list.size();) {
@@ -224,7 +234,7 @@ int main(int argc, char** argv) {
     }
     else {
       std::fprintf(stderr, "usage: %s [--threads 1,2] [--samples N] [--only SUBSTR] [--no-onednn] "
-                   "[--epilogue bias|bias_relu|bias_gelu|bias_sum] [--cpu-time] [--bf16] "
+                   "[--epilogue bias|bias_relu|bias_gelu|bias_sum] [--cpu-time] [--bf16] [--isa avx2] "
                    "[--shape MxKxN[,MxKxN...]]\n", argv[0]);
       return 2;
     }
@@ -246,15 +256,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (bf16 && !gemm::availableBf16()) {
-    std::fprintf(stderr, "no AVX512-BF16 on this CPU\n");
+    std::fprintf(stderr, "no AVX2+FMA on this CPU\n");
     return 1;
   }
-  std::printf("# verifuse_gemm_bench: epilogue=%s samples=%d clock=%s dtype=%s; GFLOP/s and GB/s at "
-              "the median [GFLOP/s of the best sample]\n",
-              epi.c_str(), samples, gCpuTime ? "thread-cpu" : "wall", bf16 ? "bf16" : "f32");
-  std::printf("%-26s %3s | %-22s | %-22s | %-22s | %-9s | %s\n", "shape M,K,N", "thr",
+  // oneDNN's bf16 inner product only where it has bf16 instructions (else: its float32 one).
+  const bool onednnBf16 = bf16 && capabilities().onednnNativeBf16();
+  std::printf("# verifuse_gemm_bench: epilogue=%s samples=%d clock=%s dtype=%s%s%s; own f32 %s; GFLOP/s and "
+              "GB/s at the median [GFLOP/s of the best sample]\n",
+              epi.c_str(), samples, gCpuTime ? "thread-cpu" : "wall", bf16 ? "bf16" : "f32",
+              !bf16 ? ""
+              : gemm::activeBf16Variant() == gemm::Bf16Variant::kAvx512Bf16 ? " (own: avx512_bf16"
+                                                                            : " (own: avx2 widening",
+              !bf16 ? "" : onednnBf16 ? ", oneDNN bf16)" : ", oneDNN f32)",
+              gemm::activeIsa() == gemm::Isa::kAvx512 ? "avx512" : "avx2");
+  std::printf("%-26s %3s | %-22s | %-22s | %-22s | %-9s | %-9s%s\n", "shape M,K,N", "thr",
               "verifuse GFLOP/s  GB/s", "oneDNN packed", "oneDNN borrowed", "read GB/s",
-              "max|diff|");
+              "max|diff|", bf16 ? " | own f32 GFLOP/s GB/s" : "");
 
   volatile float sink = 0;
   std::mt19937 rng(42);
@@ -303,7 +320,7 @@ int main(int argc, char** argv) {
     const bool sum = epi == "bias_sum";
 
     const double flops = 2.0 * s.m * s.k * s.n;
-    const double bytes = 4.0 * (static_cast<double>(s.k) * s.n + s.m * s.k + s.m * s.n);
+    const double bytes = (bf16 ? 2.0 : 4.0) * (static_cast<double>(s.k) * s.n + s.m * s.k + s.m * s.n);
     const gemm::PackedWeights& pw = *packed.value();
     for (int t : threads) {
       omp_set_num_threads(t);
@@ -316,7 +333,7 @@ int main(int argc, char** argv) {
         lp.weights = w.data();
         lp.bias = bias.data();
         lp.postOps = postOps;
-        if (bf16) {
+        if (onednnBf16) {
           lp.compute = ComputeType::kBF16;
           lp.io = DataType::kBF16;
         }
@@ -356,7 +373,7 @@ int main(int argc, char** argv) {
       for (const Kernel* kern : {dnnlPacked.get(), dnnlBorrowed.get()}) {
         if (kern == nullptr) continue;
         calls.push_back([&, kern] {
-          if (bf16) {
+          if (onednnBf16) {
             if (sum) std::memcpy(yRefb.data(), residualb.data(), yRefb.size() * 2);
             Status st = kern->execute({xb.data()}, yRefb.data());
             if (!st.isOk()) die(st, "onednn execute");
@@ -367,16 +384,31 @@ int main(int argc, char** argv) {
           if (!st.isOk()) die(st, "onednn execute");
         });
       }
+      // --bf16: the own float32 GEMM on the same shape, last.
+      const size_t f32Call = calls.size();
+      if (bf16) {
+        calls.push_back([&] {
+          if (sum) std::memcpy(y.data(), residual.data(), y.size() * 4);
+          Status st = gemm::run(x.data(), s.m, s.k, pw, y.data(), s.n, ep, sum ? y.data() : nullptr, s.n);
+          if (!st.isOk()) die(st, "gemm::run");
+        });
+      }
       const std::vector<Result> r = timeInterleaved(calls, samples);
       char cell[3][64] = {"-", "-", "-"};
       const int cellOf[] = {0, -1, 1, 2};
-      for (size_t c = 0; c < r.size(); ++c) {
+      for (size_t c = 0; c < r.size() && c < f32Call; ++c) {
         if (cellOf[c] < 0) continue;
         std::snprintf(cell[cellOf[c]], sizeof cell[0], "%6.1f %6.1f [%5.1f]", flops / r[c].median / 1e9,
                       bytes / r[c].median / 1e9, flops / r[c].min / 1e9);
       }
       char readCell[32];
       std::snprintf(readCell, sizeof readCell, "%6.1f", pw.bytes() / r[1].median / 1e9);
+      char f32Cell[64] = "";
+      if (bf16) {
+        const double f32Bytes = 4.0 * (static_cast<double>(s.k) * s.n + s.m * s.k + s.m * s.n);
+        std::snprintf(f32Cell, sizeof f32Cell, " | %6.1f %6.1f [%5.1f]", flops / r[f32Call].median / 1e9,
+                      f32Bytes / r[f32Call].median / 1e9, flops / r[f32Call].min / 1e9);
+      }
       double maxDiff = 0;
       if (onednn) {
         calls[0]();
@@ -384,15 +416,15 @@ int main(int argc, char** argv) {
         if (bf16) {
           for (size_t i = 0; i < y.size(); ++i) {
             y[i] = fromBf16(yb[i]);
-            yRef[i] = fromBf16(yRefb[i]);
+            if (onednnBf16) yRef[i] = fromBf16(yRefb[i]);
           }
         }
         for (size_t i = 0; i < y.size(); ++i) {
           maxDiff = std::max<double>(maxDiff, std::fabs(y[i] - yRef[i]));
         }
       }
-      std::printf("%-26s %3d | %-22s | %-22s | %-22s | %-9s | %.2g\n", s.name, t, cell[0], cell[1],
-                  cell[2], readCell, maxDiff);
+      std::printf("%-26s %3d | %-22s | %-22s | %-22s | %-9s | %-9.2g%s\n", s.name, t, cell[0], cell[1],
+                  cell[2], readCell, maxDiff, f32Cell);
       std::fflush(stdout);
     }
   }

@@ -1,10 +1,19 @@
 """bf16 models (issue 19): `model.to(torch.bfloat16)` runs on verifuse's bf16 kernels instead of
-falling back to eager.
+falling back to eager, on every tier with AVX2: with bf16 instructions (avx512_bf16, AMX) the
+kernels compute in bf16 ("native"); without them (AVX2 CPUs, AVX-512 without bf16) they keep bf16
+storage and compute in float32 ("widened": the own GEMM's widening variant, oneDNN's float32
+convolutions and attention matmuls on widened data, implementations marked "bf16io"), rounding to
+bf16 at the same points. Every test here runs on both kinds of tier (`make test` reruns this file
+capped to avx2 and avx512); what it expects of the kernels follows the tier (_runs_bf16_kernel).
+
+Tests that count which engine ran compile with autotune=False: the planner's heuristic then decides
+(oneDNN or the own GEMM for bf16 linears), where timing on a loaded 2-core machine can hand a tiny
+partition to ATen by noise (eager's bf16 kernels are competitive at these sizes on some tiers).
 
 What each test pins down, so that it fails when the feature is off:
 - the plan really computes in bf16: the linears run on a bf16 kernel, oneDNN's or the own bf16
   GEMM (profiler events "verifuse::linear@onednn" / "@gemm"), SDPA on the attention kernel ("...@onednn" with
-  VERIFUSE_ATTENTION=onednn), the report's partitions say dtype "bf16" with a bf16 oneDNN
+  VERIFUSE_ATTENTION=onednn), the report's partitions say dtype "bf16" with the tier's bf16
   implementation, and the outputs are bf16;
 - the results are as close to the exact value as eager's own bf16 computation is. The tolerance is
   derived, not guessed: `reference` is the same model evaluated in float32 (its bf16 weights widened,
@@ -14,9 +23,17 @@ What each test pins down, so that it fails when the feature is off:
   attention), so its deviation must be of the same size: at most 2 * e_eager (and by the triangle
   inequality it is then within 3 * e_eager of eager bf16 itself).
 - float16 models fall back to eager with one warning naming the reason; a bf16 model fed a float32
-  input gets eager's own error.
+  input gets eager's own error;
+- without bf16 instructions a bf16 model does not fall back (strict), and its partitions name the
+  widened kernels (test_bf16_models_run_widened_without_native_bf16, in a process capped to avx2
+  when this one has a higher tier).
 """
 import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
 from collections import Counter
 
@@ -27,9 +44,26 @@ import torch.nn.functional as F
 from torch.profiler import profile
 
 import verifuse
-from tiers import is_native_bf16_impl, lacks, requires
+from tiers import CAPS, TIER, is_native_bf16_impl, lacks, requires
 
-native_bf16 = requires("onednn_native_bf16", "native bf16 (avx512_bf16 or AMX)")
+NATIVE = bool(CAPS["onednn_native_bf16"])
+# bf16 models run on verifuse's kernels: natively, or widened (float32 arithmetic on bf16 data) on
+# any CPU with AVX2.
+bf16_kernels = requires("own_avx2", "AVX2 (widened bf16 kernels) or native bf16")
+
+
+def _runs_bf16_kernel(impl: str) -> bool:
+    """The tier's kernel for a bf16 partition: one on bf16 instructions (oneDNN's avx512_core_bf16 or
+    AMX ones, the own AVX512-BF16 GEMM) where oneDNN has them, else a widened one (float32
+    arithmetic on bf16 data: "bf16io" in its name, e.g. "verifuse gemm:avx2_bf16io",
+    "brgconv:avx2 f32 on bf16io")."""
+    if NATIVE:
+        return is_native_bf16_impl(impl) and "bf16io" not in impl
+    return "bf16io" in impl
+
+
+def _own_bf16_gemm_impl() -> str:
+    return "verifuse gemm:avx512_bf16" if CAPS["own_avx512_bf16"] else "verifuse gemm:avx2_bf16io"
 
 
 def _engine_events(compiled, args, kwargs=None):
@@ -96,26 +130,28 @@ def _block_inputs(b=2, s=24, d=64):
     return x, mask.bfloat16()
 
 
-@native_bf16
+@bf16_kernels
 def test_bf16_block_runs_bf16_kernels_with_eager_sized_error(monkeypatch):
     monkeypatch.setenv("VERIFUSE_ATTENTION", "onednn")  # the attention partition without timing
     torch.manual_seed(0)
     model = Block().eval().bfloat16()
     x, mask = _block_inputs()
     with torch.no_grad():
-        compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True, "autotune": False})
         compiled(x, mask)
         got, events = _engine_events(compiled, (x, mask))
     assert got.dtype == torch.bfloat16
     # bf16 linears: oneDNN's bf16 inner product or the own bf16 GEMM, as the tuner timed them; q, k
     # and v are one GEMM over their concatenated bf16 weights (qkv-concat), then o, up, down
     assert events["verifuse::linear@onednn"] + events["verifuse::linear@gemm"] == 4, events
+    if not NATIVE:  # oneDNN's bf16 inner product is reference code here: the widening GEMM runs them
+        assert events["verifuse::linear@gemm"] == 4, events
     assert events["aten::_scaled_dot_product_flash_attention_for_cpu@onednn"] == 1, events
     assert events["verifuse::rowwise@rowwise"] == 2, events  # the two layer norms, in bf16
     _check_bf16_accuracy(model, (x, mask), {}, got)
 
 
-@native_bf16
+@bf16_kernels
 def test_bf16_attention_with_a_padding_mask_expanded_over_the_query_rows(monkeypatch):
     """transformers' padding mask [b, 1, 1, kv] expanded to [b, 1, q, kv] (query-row stride 0): the
     oneDNN attention widens its bf16 row once per block and uses it for every query row."""
@@ -154,7 +190,7 @@ class PermutedBiasBlock(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-@native_bf16
+@bf16_kernels
 def test_bf16_attention_gathers_a_permuted_mask(monkeypatch):
     """The oneDNN attention reads a bf16 mask whose keys are not adjacent (widened per query row)
     instead of handing the call to ATen."""
@@ -173,7 +209,7 @@ def test_bf16_attention_gathers_a_permuted_mask(monkeypatch):
     _check_bf16_accuracy(model, (x, keep), {}, got)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=native_bf16)])
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=bf16_kernels)])
 def test_residual_sum_accumulates_into_the_dead_intermediate(dtype):
     """down(...) + x, with x the first layer norm's result at its last use: the linear writes its
     sum into x's buffer, no copy of the residual per call, bf16 like float32 (a bf16 residual was
@@ -192,11 +228,12 @@ def test_residual_sum_accumulates_into_the_dead_intermediate(dtype):
     assert torch.equal(got, expected)
 
 
-@native_bf16
+@bf16_kernels
 def test_bf16_linears_run_on_the_own_bf16_gemm(monkeypatch):
-    # Linear + GELU and linear + residual forced onto the own GEMM's bf16 variant (vdpbf16ps, float32
-    # accumulation, one bf16 rounding): its error stays eager-sized. Fails if the bf16 GEMM cannot
-    # run them (the linears would fall back to @onednn).
+    # Linear + GELU and linear + residual forced onto the own GEMM's bf16 variant (vdpbf16ps on
+    # AVX512-BF16, the widening float32 one elsewhere; float32 accumulation, one bf16 rounding): its
+    # error stays eager-sized. Fails if the bf16 GEMM cannot run them (the linears would fall back
+    # to @onednn, or to ATen without native bf16).
     monkeypatch.setenv("VERIFUSE_LINEAR", "gemm")
     class Mlp(nn.Module):
         def __init__(self):
@@ -217,20 +254,21 @@ def test_bf16_linears_run_on_the_own_bf16_gemm(monkeypatch):
     assert events["verifuse::linear@gemm"] == 2, events
     report = verifuse.explain(Mlp().eval().bfloat16(), x, autotune=False)
     gemms = [p for p in report.to_dict()["partitions"] if p["engine"] == "gemm"]
-    assert gemms and all(p["impl"] == "verifuse gemm:avx512_bf16" and p["dtype"] == "bf16" for p in gemms), gemms
+    assert gemms and all(p["impl"] == _own_bf16_gemm_impl() and p["dtype"] == "bf16" for p in gemms), gemms
     _check_bf16_accuracy(model, (x,), {}, got)
     # Untimed and not forced (the planner's heuristic), a bf16 model's linears take the own bf16 GEMM
     # too, except a partition with a GELU epilogue at K <= 512 (geluOnShortK: oneDNN's is faster
     # there), like this one at K = 64, or with any linear at K <= 384 (oneDNN's bf16 kernel keeps a
-    # small lead there without a GELU too).
+    # small lead there without a GELU too). Without bf16 instructions oneDNN has no bf16 kernel to
+    # offer: every bf16 linear takes the widening GEMM.
     monkeypatch.delenv("VERIFUSE_LINEAR")
     torch._dynamo.reset()
     with torch.no_grad():
         compiled = torch.compile(model, backend="verifuse", options={"strict": True, "autotune": False})
         compiled(x)
         _, events = _engine_events(compiled, (x,))
-    assert events["verifuse::linear@onednn"] == 2, events
-    for k_in, engine in ((640, "gemm"), (384, "onednn")):
+    assert events["verifuse::linear@onednn" if NATIVE else "verifuse::linear@gemm"] == 2, events
+    for k_in, engine in ((640, "gemm"), (384, "onednn" if NATIVE else "gemm")):
         mlp = nn.Sequential(nn.Linear(k_in, 640), nn.ReLU(), nn.Linear(640, k_in)).eval().bfloat16()
         xw = torch.randn(3, 37, k_in).bfloat16()
         torch._dynamo.reset()
@@ -242,21 +280,22 @@ def test_bf16_linears_run_on_the_own_bf16_gemm(monkeypatch):
         _check_bf16_accuracy(mlp, (xw,), {}, got)
 
 
-@native_bf16
+@bf16_kernels
 def test_report_says_bf16_partitions_with_bf16_kernels():
     torch.manual_seed(0)
     model = Block().eval().bfloat16()
-    report = verifuse.explain(model, *_block_inputs())
+    report = verifuse.explain(model, *_block_inputs(), autotune=False)
     linears = [p for p in report.to_dict()["partitions"] if any("verifuse::linear" in op for op in p["ops"])]
     # oneDNN, the own GEMM, or a split between them (the tuner's per-member mix)
     assert linears and all(p["engine"] in ("onednn", "gemm", "split") for p in linears), linears
     assert all(p["dtype"] == "bf16" for p in linears), [p["dtype"] for p in linears]
     # oneDNN's implementation names, and the own GEMM's, carry the data type of the kernels they run
-    assert all(is_native_bf16_impl(p["impl"]) for p in linears), [p["impl"] for p in linears]
+    # (bf16 instructions, or "bf16io": float32 arithmetic on bf16 data)
+    assert all(_runs_bf16_kernel(p["impl"]) for p in linears), [p["impl"] for p in linears]
     assert "bf16" in str(report)
 
 
-@native_bf16
+@bf16_kernels
 @pytest.mark.parametrize("name", ["bert", "llama"])
 def test_transformers_bf16_models(name):
     transformers = pytest.importorskip("transformers")
@@ -275,7 +314,7 @@ def test_transformers_bf16_models(name):
     mask[1, -4:] = 0
     kwargs = {"attention_mask": mask}
     with torch.no_grad():
-        compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True, "autotune": False})
         compiled(ids, **kwargs)
         out, events = _engine_events(compiled, (ids,), kwargs)
     got = _first_tensor(out)
@@ -296,11 +335,11 @@ def test_float16_model_falls_back_with_its_reason():
     torch.testing.assert_close(got, model(x), rtol=0, atol=0)
 
 
-@lacks("onednn_native_bf16", "native bf16")
-def test_bf16_model_without_native_bf16_falls_back_with_its_reason():
+@lacks("own_avx2", "AVX2")
+def test_bf16_model_without_avx2_or_native_bf16_falls_back_with_its_reason():
     model = nn.Sequential(nn.Linear(16, 8), nn.ReLU()).eval().bfloat16()
     x = torch.randn(4, 16).bfloat16()
-    with pytest.warns(verifuse.VerifuseFallbackWarning, match="native bf16"), torch.no_grad():
+    with pytest.warns(verifuse.VerifuseFallbackWarning, match="AVX2 or native bf16"), torch.no_grad():
         got = torch.compile(model, backend="verifuse")(x)
     torch.testing.assert_close(got, model(x), rtol=0, atol=0)
 
@@ -343,7 +382,7 @@ def _conv_net():
     return model.eval().bfloat16()
 
 
-@native_bf16
+@bf16_kernels
 def test_bf16_cnn_folds_batch_norm_and_runs_bf16_convolutions():
     model = _conv_net()
     x = torch.randn(2, 3, 20, 20).bfloat16()
@@ -353,9 +392,9 @@ def test_bf16_cnn_folds_batch_norm_and_runs_bf16_convolutions():
     # The instance check states the bf16 rounding of the folded weights the kernel packs.
     assert all("bf16 kernel: each folded value rounded to bf16 within 2^-8" in f["detail"] for f in folds), folds
     convs = [p for p in report.to_dict()["partitions"] if any("verifuse::conv" in op for op in p["ops"])]
-    assert convs and all(p["dtype"] == "bf16" and is_native_bf16_impl(p["impl"]) for p in convs if p["engine"] == "onednn")
+    assert convs and all(p["dtype"] == "bf16" and _runs_bf16_kernel(p["impl"]) for p in convs if p["engine"] == "onednn")
     with torch.no_grad():
-        compiled = torch.compile(model, backend="verifuse", options={"strict": True})
+        compiled = torch.compile(model, backend="verifuse", options={"strict": True, "autotune": False})
         compiled(x)
         got, events = _engine_events(compiled, (x,))
     assert got.dtype == torch.bfloat16
@@ -363,7 +402,7 @@ def test_bf16_cnn_folds_batch_norm_and_runs_bf16_convolutions():
     _check_bf16_accuracy(model, (x,), {}, got)
 
 
-@native_bf16
+@bf16_kernels
 def test_bf16_fold_outside_bf16_range_is_refused():
     """A batch norm whose scale pushes folded weights past bf16's largest value (3.39e38): the
     bf16 rounding bound does not hold there, so the fold is Refuted and not applied."""
@@ -392,7 +431,7 @@ class LayerScaled(nn.Module):
         return self.gamma * self.fc(x) + x
 
 
-@native_bf16
+@bf16_kernels
 def test_bf16_layer_scale_folds_into_the_bf16_linear():
     """A bf16 model's own bf16 scale tensor keeps eager's result bf16, like a number, so it folds
     into the weights (one bf16 rounding, stated by the instance check); a float32 scale would make
@@ -441,7 +480,7 @@ class RmsNormSiluMul(nn.Module):
         return F.silu(y) * b
 
 
-@native_bf16
+@bf16_kernels
 def test_bf16_row_chains_round_where_eager_rounds():
     """The row program rounds each bf16 op's result to bf16 where eager does (and keeps the float32
     island in float32), so it reproduces eager bf16 up to float32 rounding inside each op: at most one
@@ -460,3 +499,75 @@ def test_bf16_row_chains_round_where_eager_rounds():
     assert events["verifuse::rowwise@rowwise"] == 1, events
     ulp = torch.finfo(torch.bfloat16).eps * expected.float().abs().clamp_min(torch.finfo(torch.bfloat16).tiny)
     assert ((got.float() - expected.float()).abs() <= ulp).all()
+
+
+# ---- without bf16 instructions: widened, not eager -----------------------------------------------
+
+def _widened_run():
+    """A bf16 transformer block and a bf16 CNN on a tier without bf16 instructions: compiled under
+    strict (no fallback), their linears on the own GEMM's widening variant, convolutions and
+    attention on oneDNN's float32 kernels over bf16 data, each partition naming that kernel, results
+    within the derived tolerance. Runs in the calling process, which must be such a tier."""
+    assert not NATIVE and CAPS["own_avx2"], CAPS["summary"]
+    os.environ["VERIFUSE_ATTENTION"] = "onednn"  # the attention partition without timing
+    try:
+        result = {"tier": TIER}
+        torch.manual_seed(0)
+        model = Block().eval().bfloat16()
+        x, mask = _block_inputs()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", verifuse.VerifuseFallbackWarning)
+            with torch.no_grad():
+                compiled = torch.compile(model, backend="verifuse", options={"strict": True, "autotune": False})
+                compiled(x, mask)
+                got, events = _engine_events(compiled, (x, mask))
+            assert got.dtype == torch.bfloat16
+            assert events["verifuse::linear@gemm"] == 4 and events["verifuse::linear@onednn"] == 0, events
+            assert events["aten::_scaled_dot_product_flash_attention_for_cpu@onednn"] == 1, events
+            assert events["aten inside an engine"] == 0, events
+            result["block_error"] = _check_bf16_accuracy(model, (x, mask), {}, got)
+            report = verifuse.explain(Block().eval().bfloat16(), x, mask, autotune=False).to_dict()
+            assert not report["fallbacks"], report["fallbacks"]
+            # (the attention kernel is made at its first call: explain() has no implementation to
+            # name; attention_test.cpp holds the widened kernel to its reference)
+            impls = {p["impl"] for p in report["partitions"] if p["engine"] in ("gemm", "onednn") and p["impl"]}
+            assert impls == {"verifuse gemm:avx2_bf16io"}, impls
+            result["block_impls"] = sorted(impls)
+
+            cnn = _conv_net()
+            xc = torch.randn(2, 3, 20, 20).bfloat16()
+            torch._dynamo.reset()
+            with torch.no_grad():
+                compiled = torch.compile(cnn, backend="verifuse", options={"strict": True, "autotune": False})
+                compiled(xc)
+                got, events = _engine_events(compiled, (xc,))
+            assert got.dtype == torch.bfloat16
+            assert events["verifuse::conv@onednn"] == 2, events
+            result["cnn_error"] = _check_bf16_accuracy(cnn, (xc,), {}, got)
+            report = verifuse.explain(_conv_net(), xc, autotune=False).to_dict()
+            assert not report["fallbacks"], report["fallbacks"]
+            convs = [p for p in report["partitions"] if any("verifuse::conv" in op for op in p["ops"])]
+            assert convs and all(p["engine"] == "onednn" and p["impl"].endswith("f32 on bf16io") for p in convs), convs
+            result["cnn_impls"] = sorted({p["impl"] for p in convs})
+        return result
+    finally:
+        del os.environ["VERIFUSE_ATTENTION"]
+
+
+@bf16_kernels
+def test_bf16_models_run_widened_without_native_bf16():
+    """Run where this process has no bf16 instructions; from a native tier, in a child process
+    capped to avx2 (the capability model is read once per process), eager capped alike."""
+    if not NATIVE:
+        result = _widened_run()
+    else:
+        env = dict(os.environ, VERIFUSE_MAX_ISA="avx2", ONEDNN_MAX_CPU_ISA="AVX2", ATEN_CPU_CAPABILITY="avx2")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(os.path.abspath(__file__)),
+                                                        env.get("PYTHONPATH", "")) if p)
+        code = "import json, test_bf16_models as t; print('RESULT ' + json.dumps(t._widened_run()))"
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-6000:]
+        line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
+        result = json.loads(line[len("RESULT "):])
+        assert result["tier"] == "avx2", result
+    assert "verifuse gemm:avx2_bf16io" in result["block_impls"], result

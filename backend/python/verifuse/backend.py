@@ -108,13 +108,18 @@ def _dtype_support(dtype: torch.dtype) -> str:
 
 
 def _bf16_problem(example_inputs: Sequence[Any], names: Sequence[str]) -> Optional[str]:
-    """A bfloat16 model on a CPU without native bf16: the reason to run it eagerly, or None."""
+    """A bfloat16 model on a CPU verifuse's bf16 kernels cannot run on: the reason to run it eagerly,
+    or None. With native bf16 (avx512_bf16 or AMX) the kernels compute in bf16; on any other CPU
+    with AVX2 they keep bf16 storage and compute in float32 (the own GEMM's widening variant,
+    oneDNN's float32 convolutions and matmuls on widened data), rounding each op's result to bf16
+    as the native kernels do (docs/fast-path.md, bfloat16 models)."""
     from . import _C
 
     bf16 = any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 and t.dim() > 0 for t in example_inputs)
-    if bf16 and not _C.capabilities()["onednn_native_bf16"]:
-        return ("bfloat16 model on a CPU without native bf16 arithmetic (avx512_bf16 or AMX): "
-                "oneDNN's bf16 kernels would be slower than eager")
+    caps = _C.capabilities()
+    if bf16 and not (caps["onednn_native_bf16"] or caps["own_avx2"]):
+        return ("bfloat16 model on a CPU without AVX2 or native bf16 arithmetic (avx512_bf16 or AMX): "
+                "verifuse's bf16 kernels need one of them")
     return None
 
 

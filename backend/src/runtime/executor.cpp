@@ -5,6 +5,7 @@
 
 #include "runtime/fused_ops.h"
 #include "runtime/int8_ops.h"
+#include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/cpu_features.h"
 #include "verifuse/kernels/tuning_db.h"
 #include "verifuse/rules/rules.h"
@@ -897,7 +898,8 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   // The engine a partition gets when it is not timed: tiny ones pay more for a kernel call and
   // layout overhead than they gain (ATen); float32 linears take the own GEMM (measured faster than
   // oneDNN 3.2's inner product on AVX2 and on AVX-512: kernels/README.md); everything else oneDNN. A member
-  // that cannot run the partition's engine falls back to oneDNN, then ATen.
+  // that cannot run the partition's engine falls back to oneDNN, then the own GEMM (a widened bf16
+  // linear), then ATen.
   std::vector<Engine> heuristicEngine(specs.size(), Engine::kOnednn);
   for (const Unit& u : units) {
     if (u.partition < 0) continue;
@@ -912,6 +914,10 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       allRows = allRows && n.op == kRowwiseOp;
       for (ValueId out : n.outputs) anyBf16 = anyBf16 || graph.value(out).dtype == ir::DType::BFloat16;
     }
+    // A bf16 model's linears on a CPU without bf16 instructions: oneDNN has only reference bf16
+    // kernels there (no candidate), the own GEMM's widening variant is the engine; the K <= 384 and
+    // short-GELU exceptions below are about oneDNN's native bf16 and GELU kernels.
+    const bool widenedBf16 = anyBf16 && !kernels::capabilities().onednnNativeBf16();
     const ir::Node& first = graph.nodes()[u.nodes[0]];
     if (u.nodes.size() == 1 && isAttentionEngineOp(first)) {
       // SDPA: oneDNN where it was measured faster than ATen's fused kernel (Zen 5, 1 thread, q/k/v
@@ -927,7 +933,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       heuristicEngine[p] = Engine::kRowwise;
     } else if (partitionStatic[p] && partitionMacs[p] < 4096.0 * static_cast<double>(u.nodes.size())) {
       heuristicEngine[p] = Engine::kAten;
-    } else if (allLinear && options.ownGemm && !shortGelu && !(anyBf16 && veryShortK)) {
+    } else if (allLinear && options.ownGemm && (widenedBf16 || (!shortGelu && !(anyBf16 && veryShortK)))) {
       // Also with a GELU epilogue at K > 512 (geluOnShortK says why not below): BERT-base (b1,
       // 1 thread, Zen 5), whose fc + GELU + fc partitions are too big to time, ran 109.4 ms per
       // call with them on oneDNN (bench run at f4187ce) and 103.7 ms on the own GEMM with its
@@ -1114,7 +1120,9 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       if (part >= 0 && !willTime(part)) {
         // The heuristic decides now (see heuristicEngine).
         Engine e = heuristicEngine[static_cast<size_t>(part)];
-        if (!op->canRun(e)) e = op->canRun(Engine::kOnednn) ? Engine::kOnednn : Engine::kAten;
+        if (!op->canRun(e)) {
+          e = op->canRun(Engine::kOnednn) ? Engine::kOnednn : op->canRun(Engine::kGemm) ? Engine::kGemm : Engine::kAten;
+        }
         op->setEngine(e);
         if (options.releaseWeights) op->releaseWeights();
         // Only the references dropped here really free memory: a kernel that reads its weights in

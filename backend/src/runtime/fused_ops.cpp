@@ -79,6 +79,12 @@ at::Tensor applyPostOpsAten(at::Tensor y, const std::vector<PostOpSpec>& ops, co
   return y;
 }
 
+/// A bf16 model's convolutions, linears and attention run on verifuse's kernels on this CPU: natively
+/// where oneDNN has bf16 instructions (avx512_bf16, AMX), else on float32 kernels over bf16 data
+/// (the own GEMM's widening AVX2 variant, oneDNN's float32 convolution and matmuls with the bf16
+/// data widened exactly and each op's result rounded to bf16 once), which needs AVX2.
+bool bf16ModelsRun() { return kernels::capabilities().onednnNativeBf16() || kernels::cpu::hasAvx2Fma(); }
+
 bool hasSum(const std::vector<PostOpSpec>& ops) {
   for (const auto& s : ops) {
     if (s.kind == "sum") return true;
@@ -311,7 +317,10 @@ class FusedBase : public FusedOp {
   /// oneDNN's copies: a prepacked weight per kernel unless the kernels read weight_ in place.
   int64_t onednnWeightBytes() const {
     if (engine_ != Engine::kOnednn || kernelsBorrowWeights_) return 0;
-    const int64_t elem = compute_ == kernels::ComputeType::kBF16 || io_ == at::kBFloat16 ? 2 : 4;
+    // bf16 kernels pack bf16 weights; a bf16 model's widened convolution packs them as float32.
+    const bool bf16Packed = compute_ == kernels::ComputeType::kBF16 ||
+                            (io_ == at::kBFloat16 && kernels::capabilities().onednnNativeBf16());
+    const int64_t elem = bf16Packed ? 2 : 4;
     return static_cast<int64_t>(cache_.size()) * weightNumel_ * elem;
   }
   int64_t weightCopyBytes() const override {
@@ -627,7 +636,11 @@ class FusedLinear final : public FusedBase {
   }
   std::string implInfo() const override {
     if (engine_ != Engine::kGemm) return FusedBase::implInfo();
-    if (gemmBf16_) return "verifuse gemm:avx512_bf16";
+    if (gemmBf16_) {
+      // bf16 instructions, or float32 arithmetic on bf16 data (bf16 in and out, widened in the kernel)
+      return kernels::gemm::activeBf16Variant() == kernels::gemm::Bf16Variant::kAvx512Bf16 ? "verifuse gemm:avx512_bf16"
+                                                                                         : "verifuse gemm:avx2_bf16io";
+    }
     return kernels::gemm::activeIsa() == kernels::gemm::Isa::kAvx512 ? "verifuse gemm:avx512_f32"
                                                                      : "verifuse gemm:avx2_f32";
   }
@@ -714,7 +727,7 @@ class FusedLinear final : public FusedBase {
   mutable std::once_flag layoutChosen_;     // chooseWeightLayout ran (with the first oneDNN kernel)
   int tuneRepeats_ = 3;
   bool gemmOk_ = false;                  // the own GEMM can run this op (AVX2, f32, post-ops)
-  bool gemmBf16_ = false;                // ... in bf16 (a bf16 model on an AVX512-BF16 CPU)
+  bool gemmBf16_ = false;                // ... in bf16 (a bf16 model: AVX512-BF16, or widening on AVX2)
   kernels::gemm::Epilogue gemmEpilogue_;  // bias pointer set once packed() kept the bias alive
   mutable std::mutex gemmMu_;
   mutable std::shared_ptr<const kernels::gemm::PackedWeights> packed_;
@@ -1128,14 +1141,14 @@ StatusOr<std::unique_ptr<FusedOp>> createAttentionOp(const ir::Graph& g, const i
   const ir::Value& q = g.value(static_cast<ir::ValueId>(n.args[0].i));
   const ir::Value& k = g.value(static_cast<ir::ValueId>(n.args[1].i));
   const ir::Value& v = g.value(static_cast<ir::ValueId>(n.args[2].i));
-  // float32 (or unknown: float32 graphs from text), or a bf16 model's bfloat16 on a CPU with
-  // native bf16 (otherwise oneDNN's bf16 matmul is reference code).
+  // float32 (or unknown: float32 graphs from text), or a bf16 model's bfloat16 (natively, or on
+  // float32 matmuls with bf16 data widened where oneDNN has no bf16 instructions: bf16ModelsRun).
   const bool bf16 = q.dtype == ir::DType::BFloat16;
   const ir::DType want = bf16 ? ir::DType::BFloat16 : ir::DType::Float32;
   auto ofType = [&](ir::DType t) { return t == want || (!bf16 && t == ir::DType::Undefined); };
   bool ok = options.useOnednn && q.hasStaticShape() && k.hasStaticShape() && v.hasStaticShape() && q.shape.size() == 4 &&
             k.shape.size() == 4 && v.shape.size() == 4 && ofType(q.dtype) && ofType(k.dtype) && ofType(v.dtype) &&
-            op->dropout_ == 0.0 && (!bf16 || kernels::capabilities().onednnNativeBf16());
+            op->dropout_ == 0.0 && (!bf16 || bf16ModelsRun());
   op->dtype_ = bf16 ? at::kBFloat16 : at::kFloat;
   if (ok) {
     // Same batch everywhere; q's heads a multiple of k's and v's (grouped-query attention, as
@@ -1198,10 +1211,14 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
   if (w.scalar_type() == at::kBFloat16 && io != at::kBFloat16) {
     return unsupported(n.op + ": bfloat16 weights with a float32 input (eager raises)");
   }
-  if (io == at::kBFloat16 && !kernels::capabilities().onednnNativeBf16()) {
-    // Without native bf16 (avx512_bf16/AMX) oneDNN would run a reference kernel, slower than eager's.
-    return unsupported(n.op + ": bfloat16 needs a CPU with native bf16");
+  if (io == at::kBFloat16 && !bf16ModelsRun()) {
+    // Neither bf16 instructions nor AVX2 for the own GEMM's widening variant.
+    return unsupported(n.op + ": bfloat16 needs a CPU with AVX2 or native bf16");
   }
+  // Without bf16 instructions a bf16 model's convolution runs widened on oneDNN's float32 kernel
+  // (kernels::ConvParams::widenBf16) and its linears on the own GEMM's widening variant: oneDNN's
+  // bf16 inner product has only reference code there, so it is no candidate.
+  const bool widenedBf16 = io == at::kBFloat16 && !kernels::capabilities().onednnNativeBf16();
   std::unique_ptr<FusedBase> result;
   // A static shape creates the kernel (and prepacks the weights) now; whether oneDNN can run it
   // decides its candidates. Without one, kernels come per shape at run time.
@@ -1234,10 +1251,11 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     op->tuneRepeats_ = options.tuneRepeats;
     op->outFeatures_ = w.size(0);
     op->outFeaturesIn_ = w.size(1);
-    op->onednnOk_ = options.useOnednn;
+    op->onednnOk_ = options.useOnednn && !widenedBf16;
     // The own GEMM (AVX-512 or AVX2, float32 compute) with the post-ops as its epilogue.
     // It always reads a packed copy, so not when the user asked for weights read in place. A bf16
-    // model's linears take its bf16 variant (AVX512-BF16: vdpbf16ps, float32 accumulation).
+    // model's linears take its bf16 variant (AVX512-BF16: vdpbf16ps, float32 accumulation; on other
+    // AVX2 CPUs the widening one: bf16 weights and activations, float32 FMAs).
     const bool gemmAllowed = options.useOnednn && options.ownGemm &&
                              options.linearWeights != LinearWeights::kInPlace &&
                              op->compute_ == kernels::ComputeType::kF32;

@@ -79,6 +79,11 @@ void attentionScaleRow(const float* from, float r, int64_t n, float* to) {
   for (int64_t j = 0; j < n; ++j) to[j] = from[j] * r;
 }
 
+void attentionRoundRowToBf16(float* s, int64_t n) {
+  if (isa().avx2) return detail::attentionRoundRowToBf16Avx2(s, n);
+  for (int64_t j = 0; j < n; ++j) s[j] = rowwise::detail::bf16ToFloat(rowwise::detail::floatToBf16(s[j]));
+}
+
 void attentionScaleRowToBf16(const float* from, float r, int64_t n, uint16_t* to) {
   if (isa().avx512) return detail::attentionScaleRowToBf16Avx512(from, r, n, to);
   for (int64_t j = 0; j < n; ++j) to[j] = rowwise::detail::floatToBf16(from[j] * r);

@@ -25,10 +25,14 @@ float attentionSoftmaxRowBf16Mask(float* s, const uint16_t* mask, int64_t n, flo
 /// The attention's output rows: to[d] = from[d] * r for d < n, to float or (bf16To) to bf16 rounded
 /// to nearest even (NaN to the quiet NaN; denormals kept), as oneDNN's f32 -> bf16 reorder.
 void attentionScaleRow(const float* from, float r, int64_t n, float* to);
+/// s[j] = float(bf16(s[j])) for j < n (nearest even, NaN quiet, denormals kept): the widened bf16
+/// attention's probabilities, kept in float32 for its float32 P·V matmul.
+void attentionRoundRowToBf16(float* s, int64_t n);
 void attentionScaleRowToBf16(const float* from, float r, int64_t n, uint16_t* to);
 
 namespace detail {
 float attentionSoftmaxRowAvx2(float* s, const float* mask, int64_t n, float scale, float* sum);
+void attentionRoundRowToBf16Avx2(float* s, int64_t n);
 float attentionSoftmaxRowAvx512(float* s, const float* mask, int64_t n, float scale, float* sum, uint16_t* bf16Out,
                                 bool cvtneBf16);
 float attentionSoftmaxRowBf16MaskAvx512(float* s, const uint16_t* mask, int64_t n, float scale, float* sum,

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "cpu/attention_rows.h"
+#include "cpu/rowwise_internal.h"
 #include "cpu/vecmath_avx2.h"
 
 namespace verifuse::kernels::cpu::detail {
@@ -63,6 +64,12 @@ float attentionSoftmaxRowAvx2(float* s, const float* mask, int64_t n, float scal
   }
   *sum = total;
   return mx;
+}
+
+void attentionRoundRowToBf16Avx2(float* s, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, avx2::roundToBf16(_mm256_loadu_ps(s + j)));
+  for (; j < n; ++j) s[j] = rowwise::detail::bf16ToFloat(rowwise::detail::floatToBf16(s[j]));
 }
 
 }  // namespace verifuse::kernels::cpu::detail

@@ -1,5 +1,7 @@
 // GEMM front end (baseline ISA): weight packing, argument checks, post-op resolution, and the
-// run-time dispatch to the AVX-512 kernel (gemm_avx512.cpp) or the AVX2+FMA one (gemm_avx2.cpp).
+// run-time dispatch to the AVX-512 kernel (gemm_avx512.cpp) or the AVX2+FMA one (gemm_avx2.cpp);
+// bf16: to the AVX512-BF16 kernel (gemm_bf16_avx512.cpp) or the widening AVX2 one
+// (gemm_bf16_avx2.cpp).
 #include "verifuse/kernels/gemm.h"
 
 #include <algorithm>
@@ -326,7 +328,13 @@ StatusOr<std::shared_ptr<const PackedWeightsBf16>> packWeightsBf16(const float* 
   }
 }
 
-bool availableBf16() { return cpu::hasAvx512Bf16(); }
+bool availableBf16() { return cpu::hasAvx2Fma(); }
+
+Bf16Variant activeBf16Variant() {
+  return gAvx512Allowed.load(std::memory_order_relaxed) && cpu::hasAvx512Bf16() && cpu::hasAvx512()
+             ? Bf16Variant::kAvx512Bf16
+             : Bf16Variant::kAvx2Widening;
+}
 
 bool supportsPostOpBf16(const PostOp& op) {
   if (op.kind == PostOp::Kind::kBinary) return false;
@@ -335,7 +343,7 @@ bool supportsPostOpBf16(const PostOp& op) {
 
 Status runBf16(const uint16_t* a, int64_t m, int64_t lda, const PackedWeightsBf16& b, uint16_t* c,
                int64_t ldc, const Epilogue& ep, const uint16_t* residual, int64_t ldr) {
-  if (!availableBf16()) return unimplemented("gemm: this CPU has no AVX512-BF16");
+  if (!availableBf16()) return unimplemented("gemm (bf16): this CPU has no AVX2+FMA");
   const int64_t k = b.k(), n = b.n();
   if (m < 0) return invalidArgument("gemm::runBf16: m < 0");
   if (static_cast<int64_t>(ep.postOps.size()) > detail::kMaxEpiOps) {
@@ -377,7 +385,7 @@ Status runBf16(const uint16_t* a, int64_t m, int64_t lda, const PackedWeightsBf1
     }
   }
   p.threads = threadsForMacs(m, k, n);
-  return detail::runBf16Avx512(p);
+  return activeBf16Variant() == Bf16Variant::kAvx512Bf16 ? detail::runBf16Avx512(p) : detail::runBf16Avx2(p);
 }
 
 }  // namespace verifuse::kernels::gemm

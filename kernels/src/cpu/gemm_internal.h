@@ -1,5 +1,6 @@
 // Internal interface between the baseline-ISA GEMM front end (gemm.cpp: packing, checks,
-// dispatch) and the AVX2+FMA kernel (gemm_avx2.cpp). Not a public header.
+// dispatch) and the kernels (gemm_avx2.cpp, gemm_avx512.cpp; bf16: gemm_bf16_avx512.cpp,
+// gemm_bf16_avx2.cpp). Not a public header.
 #pragma once
 
 #include <cstdint>
@@ -75,7 +76,11 @@ struct ProblemBf16 {
   int threads = 1;
 };
 
-/// Runs a checked bf16 problem with m >= 1 (gemm_bf16_avx512.cpp; only when availableBf16()).
+/// Runs a checked bf16 problem with m >= 1 on AVX512-BF16 (gemm_bf16_avx512.cpp; only when
+/// activeBf16Variant() is kAvx512Bf16).
 Status runBf16Avx512(const ProblemBf16& p);
+
+/// The same on AVX2+FMA, widening bf16 to float32 (gemm_bf16_avx2.cpp; only when cpu::hasAvx2Fma()).
+Status runBf16Avx2(const ProblemBf16& p);
 
 }  // namespace verifuse::kernels::gemm::detail

@@ -38,6 +38,9 @@ namespace {
 using int8w::DstKind;
 using int8w::Plan;
 using int8w::PostOpKind;
+using int8w::Recipe;
+
+bool u8Out(const Int8Params& p) { return p.dstType == Int8Type::kU8; }
 
 std::string dimsString(const std::vector<int64_t>& d) {
   std::string s = "[";
@@ -277,9 +280,12 @@ StatusOr<std::unique_ptr<Kernel>> createInt8Widening(const Int8Params& p) {
     }
   }
 
+  // Depthwise kernel: padding reads zx as a code; the window's terms and the ring of input rows
+  // (kernelH * dilationH) have fixed bounds.
   plan.depthwise = p.conv && plan.groups == plan.channels && plan.groupOutChannels == 1 && taps <= int8w::kMaxDwTaps &&
-                   p.srcZeroPoint >= codeLo && p.srcZeroPoint <= codeHi;  // padding reads zx as a code
-  plan.dwTapPairs = (taps + 1) / 2;
+                   plan.kernelH * plan.dilationH <= int8w::kMaxDwRingRows && p.srcZeroPoint >= codeLo &&
+                   p.srcZeroPoint <= codeHi;
+  plan.dwRowPairs = (plan.kernelW + 1) / 2;
 
   plan.nPostOps = static_cast<int>(p.postOps.size());
   for (size_t i = 0; i < p.postOps.size(); ++i) {
@@ -298,19 +304,61 @@ StatusOr<std::unique_ptr<Kernel>> createInt8Widening(const Int8Params& p) {
   plan.invDstScale = static_cast<float>(1.0 / static_cast<double>(p.dstScale));
   plan.dstZeroPoint = p.dstZeroPoint;
 
+  // The epilogue's recipe (int8_widening_internal.h): a leading sum, then relu / clamp only,
+  // composed into one clamp [lo, hi]. clamp(clamp(y, lo, hi), a, b) is clamp(y, max(lo, a),
+  // min(hi, b)) when the intervals meet, else the constant a (hi < a) or b (lo > b).
+  const bool codesOut = p.dstType == Int8Type::kU8 || p.dstType == Int8Type::kS8;
+  double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
+  auto compose = [&](double a, double b) {
+    if (hi < a) {
+      lo = hi = a;
+    } else if (lo > b) {
+      lo = hi = b;
+    } else {
+      lo = std::max(lo, a);
+      hi = std::min(hi, b);
+    }
+  };
+  plan.recipe = Recipe::kBounds;
+  for (size_t i = 0; i < p.postOps.size(); ++i) {
+    const Int8Params::PostOp op = p.postOps[i];
+    if (op == Int8Params::PostOp::kRelu) {
+      compose(0, std::numeric_limits<double>::infinity());
+    } else if (op == Int8Params::PostOp::kClamp) {
+      compose(p.clampLo, p.clampHi);
+    } else if (op == Int8Params::PostOp::kSum && i == 0) {
+      plan.recipe = Recipe::kSumBounds;
+    } else {
+      plan.recipe = Recipe::kGeneral;
+    }
+  }
+  const double invDst = 1.0 / static_cast<double>(p.dstScale);
+  if (codesOut) {
+    // In units of dstScale, inside the codes' range around the zero point.
+    const double qLo = (u8Out(p) ? 0.0 : -128.0) - p.dstZeroPoint, qHi = (u8Out(p) ? 255.0 : 127.0) - p.dstZeroPoint;
+    lo *= invDst;
+    hi *= invDst;
+    compose(qLo, qHi);
+  }
+  plan.boundLo = static_cast<float>(lo);
+  plan.boundHi = static_cast<float>(hi);
+  plan.sumScaleOverDst = static_cast<float>(static_cast<double>(p.sumScale) * invDst);
+
   // One buffer: the packed weights (GEMM panels or depthwise blocks), then scales and biases per
   // packed column (depthwise: per channel).
   const int64_t dwBlocks = (plan.channels + int8w::kDwBlock - 1) / int8w::kDwBlock;
   const int64_t columns = plan.depthwise ? dwBlocks * int8w::kDwBlock : plan.groups * plan.panels * int8w::kPanelWidth;
-  const int64_t weightElems = plan.depthwise ? dwBlocks * plan.dwTapPairs * int8w::kDwBlock * 2
+  const int64_t weightElems = plan.depthwise ? dwBlocks * plan.kernelH * plan.dwRowPairs * int8w::kDwBlock * 2
                                              : plan.groups * plan.panels * plan.kPairs * int8w::kPanelWidth * 2;
   const size_t weightBytes = (static_cast<size_t>(weightElems) * 2 + 63) / 64 * 64;
-  const size_t bytes = weightBytes + 2 * static_cast<size_t>(columns) * sizeof(float);
+  const size_t bytes = weightBytes + 4 * static_cast<size_t>(columns) * sizeof(float);
   WeightMemory packed(cpu::allocateWeightMemory(bytes));
   if (packed == nullptr) return internalError("int8 widening: out of memory");
   auto* w16 = static_cast<int16_t*>(packed.get());
   auto* scales = reinterpret_cast<float*>(static_cast<char*>(packed.get()) + weightBytes);
   float* biases = scales + columns;
+  float* scalesOverDst = biases + columns;
+  float* biasesOverDst = scalesOverDst + columns;
   std::memset(packed.get(), 0, bytes);
 
   // Torch's weight [O, C/groups, kh, kw] (linear [N, K]): element (o, c, kh, kw) at
@@ -322,9 +370,12 @@ StatusOr<std::unique_ptr<Kernel>> createInt8Widening(const Int8Params& p) {
   };
   if (plan.depthwise) {
     for (int64_t c = 0; c < plan.channels; ++c) {
-      for (int64_t t = 0; t < taps; ++t) {
-        const int64_t block = c / int8w::kDwBlock, lane = c % int8w::kDwBlock;
-        w16[((block * plan.dwTapPairs + t / 2) * int8w::kDwBlock + lane) * 2 + t % 2] = p.weights[c * taps + t];
+      for (int64_t kh = 0; kh < plan.kernelH; ++kh) {
+        for (int64_t kw = 0; kw < plan.kernelW; ++kw) {
+          const int64_t block = c / int8w::kDwBlock, lane = c % int8w::kDwBlock;
+          const int64_t pair = (block * plan.kernelH + kh) * plan.dwRowPairs + kw / 2;
+          w16[(pair * int8w::kDwBlock + lane) * 2 + kw % 2] = p.weights[c * taps + kh * plan.kernelW + kw];
+        }
       }
     }
   } else {
@@ -346,14 +397,20 @@ StatusOr<std::unique_ptr<Kernel>> createInt8Widening(const Int8Params& p) {
       const int64_t o = g * og + oLocal;
       // Packed column of output channel o: group g's panels start at g * panels * 16.
       const int64_t col = plan.depthwise ? o : g * plan.panels * int8w::kPanelWidth + oLocal;
-      scales[col] = static_cast<float>(static_cast<double>(p.srcScale) * static_cast<double>(p.weightScales[o]));
-      biases[col] = p.bias != nullptr ? p.bias[o] : 0.f;
+      const double scale = static_cast<double>(p.srcScale) * static_cast<double>(p.weightScales[o]);
+      const double bias = p.bias != nullptr ? static_cast<double>(p.bias[o]) : 0.0;
+      scales[col] = static_cast<float>(scale);
+      biases[col] = static_cast<float>(bias);
+      scalesOverDst[col] = static_cast<float>(scale * invDst);
+      biasesOverDst[col] = static_cast<float>(bias * invDst);
     }
   }
   plan.weights = plan.depthwise ? nullptr : w16;
   plan.dwWeights = plan.depthwise ? w16 : nullptr;
   plan.scales = scales;
   plan.biases = biases;
+  plan.scalesOverDst = scalesOverDst;
+  plan.biasesOverDst = biasesOverDst;
   Kernel* kernel = new (std::nothrow) Int8WideningKernel(p.conv, plan, std::move(packed));
   if (kernel == nullptr) return internalError("int8 widening: out of memory");
   return std::unique_ptr<Kernel>(kernel);

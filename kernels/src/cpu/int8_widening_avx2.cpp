@@ -18,10 +18,15 @@
 // broadcast of (x_k, x_k+1), vpmaddwd against both B vectors (two products per s32 lane) and
 // vpaddd into the accumulators (inline asm: see kLoop).
 //
-// Depthwise (groups == C == O), NHWC, vectorised over 8 channels: per output pixel and tap pair
-// (t, t+1), the two taps' 8 codes are interleaved bytewise, widened to s16, the zero point
-// subtracted (padding taps read zx itself, so they contribute exactly 0) and vpmaddwd'ed against
-// the pair's weights (w[c][t], w[c][t+1]): one s32 lane per channel.
+// Depthwise (groups == C == O), vectorised over 8 channels: each input row a thread needs is
+// prepared once into a ring of rows as pairs P[iw] = (x[iw] - zx, x[iw + dilation] - zx) in s16
+// per channel, with 0 where the window reads padding. An output pixel then takes, per kernel row,
+// ceil(kw / 2) loads of P (taps (kw, kw + 1) at once; an odd last tap against a zero weight) and
+// as many vpmaddwd + vpaddd: no shuffles and no border tests in the main loop.
+//
+// Epilogue (int8_widening_internal.h's recipes): relu / clamp chains are one clamp, a leading sum
+// and bounds one more fma; u8/s8 outputs carry 1 / dstScale in their per-channel factors, so
+// requantizing is one rounding, the zero point and one pack per 16 columns.
 //
 // Sources whose channels are not contiguous (NCHW, a column-major linear input) are first
 // converted once per call into a dense NHWC buffer (GEMM: x - zx as s16; depthwise: the codes).
@@ -74,20 +79,28 @@ thread_local Scratch tlsSource;
 
 /// The call's constants for the epilogue.
 struct Epi {
-  const float* scales;  ///< per packed column
+  const float* scales;  ///< per packed column: srcScale * weightScale (general recipe, f32 output)
   const float* biases;
+  const float* scalesFast;  ///< the recipes' factors: divided by dstScale for u8/s8 outputs
+  const float* biasesFast;
   PostOpKind ops[kMaxPostOps];
   int nOps;
+  bool hasBounds;  ///< the recipes' clamp is not (-inf, inf)
   __m256 clampLo, clampHi, sumScale, invDst, qLo, qHi;
+  __m256 boundLo, boundHi, sumScaleFast;
   __m256i sumZp, dstZp;
 };
 
 Epi makeEpi(const Plan& p) {
   Epi e;
+  const bool codes = p.dst == DstKind::kU8 || p.dst == DstKind::kS8;
   e.scales = p.scales;
   e.biases = p.biases;
+  e.scalesFast = codes ? p.scalesOverDst : p.scales;
+  e.biasesFast = codes ? p.biasesOverDst : p.biases;
   for (int i = 0; i < p.nPostOps; ++i) e.ops[i] = p.postOps[i];
   e.nOps = p.nPostOps;
+  e.hasBounds = !(p.boundLo == -__builtin_inff() && p.boundHi == __builtin_inff());
   e.clampLo = _mm256_set1_ps(p.clampLo);
   e.clampHi = _mm256_set1_ps(p.clampHi);
   e.sumScale = _mm256_set1_ps(p.sumScale);
@@ -99,6 +112,9 @@ Epi makeEpi(const Plan& p) {
   const double lo = p.dst == DstKind::kU8 ? 0 : -128, hi = p.dst == DstKind::kU8 ? 255 : 127;
   e.qLo = _mm256_set1_ps(static_cast<float>(lo - p.dstZeroPoint));
   e.qHi = _mm256_set1_ps(static_cast<float>(hi - p.dstZeroPoint));
+  e.boundLo = _mm256_set1_ps(p.boundLo);
+  e.boundHi = _mm256_set1_ps(p.boundHi);
+  e.sumScaleFast = _mm256_set1_ps(codes ? p.sumScaleOverDst : p.sumScale);
   return e;
 }
 
@@ -207,6 +223,85 @@ void finish8Strided(const Epi& e, __m256i acc, int64_t col, char* out, int64_t c
   for (int i = 0; i < valid; ++i) std::memcpy(out + i * step, buf + i * es, es);
 }
 
+/// y of 8 columns under recipe R (kBounds / kSumBounds): acc * scale + bias, the residual's
+/// term, the bounds. For u8/s8 outputs in units of dstScale (the factors are folded).
+template <DstKind D, Recipe R>
+VF_I8W_INLINE __m256 recipeY(const Epi& e, __m256i acc, __m256 scale, __m256 bias, __m256i residual) {
+  __m256 y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), scale, bias);
+  if constexpr (R == Recipe::kSumBounds) {
+    y = _mm256_fmadd_ps(e.sumScaleFast, _mm256_cvtepi32_ps(_mm256_sub_epi32(residual, e.sumZp)), y);
+  }
+  // max(lo, y) then min(hi, y): a NaN passes, as torch's relu / clamp.
+  if (e.hasBounds) y = _mm256_min_ps(e.boundHi, _mm256_max_ps(e.boundLo, y));
+  return y;
+}
+
+/// 16 codes from two rows of 8 values already in units of dstScale and within the code range:
+/// round (nearest, ties to even), + zp, packed in column order.
+template <DstKind D>
+VF_I8W_INLINE __m128i codes16(const Epi& e, __m256 y0, __m256 y1) {
+  const __m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(y0), e.dstZp);
+  const __m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(y1), e.dstZp);
+  // packs: lane 0 = q0[0..3] q1[0..3], lane 1 = q0[4..7] q1[4..7]; then bytes; then the dwords
+  // in column order.
+  __m256i t = _mm256_packs_epi32(q0, q1);
+  t = D == DstKind::kU8 ? _mm256_packus_epi16(t, t) : _mm256_packs_epi16(t, t);
+  t = _mm256_permutevar8x32_epi32(t, _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5));
+  return _mm256_castsi256_si128(t);
+}
+
+/// Writes \p n (1..16) output elements of one channels-last row at \p out from the two 8-column
+/// accumulators, under recipe R; \p col: the packed column of the first.
+template <DstKind D, Recipe R>
+VF_I8W_INLINE void finishRow16(const Epi& e, __m256i acc0, __m256i acc1, __m256 s0, __m256 s1, __m256 b0, __m256 b1,
+                               char* out, int n) {
+  if constexpr (D == DstKind::kS32) {
+    if (n == 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), acc0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32), acc1);
+    } else {
+      _mm256_maskstore_epi32(reinterpret_cast<int*>(out), maskOf(std::min(n, 8)), acc0);
+      if (n > 8) _mm256_maskstore_epi32(reinterpret_cast<int*>(out + 32), maskOf(n - 8), acc1);
+    }
+    return;
+  } else {
+    __m256i r0 = _mm256_setzero_si256(), r1 = r0;
+    if constexpr (R == Recipe::kSumBounds) {
+      __m128i bytes;
+      if (n == 16) {
+        bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(out));
+      } else {
+        alignas(16) uint8_t buf[16] = {};
+        std::memcpy(buf, out, static_cast<size_t>(n));
+        bytes = _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
+      }
+      r0 = widenCodes<D>(bytes);
+      r1 = widenCodes<D>(_mm_unpackhi_epi64(bytes, bytes));
+    }
+    const __m256 y0 = recipeY<D, R>(e, acc0, s0, b0, r0);
+    const __m256 y1 = recipeY<D, R>(e, acc1, s1, b1, r1);
+    if constexpr (D == DstKind::kF32) {
+      float* o = reinterpret_cast<float*>(out);
+      if (n == 16) {
+        _mm256_storeu_ps(o, y0);
+        _mm256_storeu_ps(o + 8, y1);
+      } else {
+        _mm256_maskstore_ps(o, maskOf(std::min(n, 8)), y0);
+        if (n > 8) _mm256_maskstore_ps(o + 8, maskOf(n - 8), y1);
+      }
+    } else {
+      const __m128i c = codes16<D>(e, y0, y1);
+      if (n == 16) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out), c);
+      } else {
+        alignas(16) uint8_t buf[16];
+        _mm_store_si128(reinterpret_cast<__m128i*>(buf), c);
+        std::memcpy(out, buf, static_cast<size_t>(n));
+      }
+    }
+  }
+}
+
 // ---- GEMM ----------------------------------------------------------------------------------------
 
 /// One call's view for the GEMM workers.
@@ -218,17 +313,27 @@ struct GemmCtx {
   int64_t sN, sC, sH, sW; ///< element strides of src
   char* dst;
   int64_t rows;           ///< batch * outHeight * outWidth
-  int64_t lda;            ///< packed A row stride (elements)
+  int64_t lda;            ///< packed A row stride (elements): >= K + 16 (see convertRun)
+  const void* srcEnd;     ///< one past the last source element (codes may be read up to here)
 };
 
 /// Writes the MR x 16 tile \p acc (rows m0.., panel columns from packed column \p col, output
 /// channels from \p o0, \p valid of the 16 real).
-template <int MR, DstKind D>
+template <int MR, DstKind D, Recipe R>
 VF_I8W_INLINE void finishTile(const GemmCtx& x, __m256i (&acc)[MR][2], int64_t m0, int64_t col, int64_t o0, int valid) {
   const Plan& p = *x.p;
   constexpr size_t es = elementBytes(D);
   const int v0 = std::min(valid, 8), v1 = valid - v0;
-  if (p.dstChannelsLast) {
+  if (R != Recipe::kGeneral && p.dstChannelsLast) {
+    const Epi& e = x.epi;
+    const __m256 s0 = _mm256_loadu_ps(e.scalesFast + col), s1 = _mm256_loadu_ps(e.scalesFast + col + 8);
+    const __m256 b0 = _mm256_loadu_ps(e.biasesFast + col), b1 = _mm256_loadu_ps(e.biasesFast + col + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      char* out = x.dst + ((m0 + i) * p.outChannels + o0) * static_cast<int64_t>(es);
+      finishRow16<D, R>(e, acc[i][0], acc[i][1], s0, s1, b0, b1, out, valid);
+    }
+  } else if (p.dstChannelsLast) {
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
       char* out = x.dst + ((m0 + i) * p.outChannels + o0) * static_cast<int64_t>(es);
@@ -326,12 +431,12 @@ VF_I8W_INLINE void kLoop(int64_t kPairs, const int16_t* a, int64_t lda, const in
 #undef VF_I8W_IN
 
 /// One MR x 16 tile over the whole K: \p a = MR packed rows (stride lda), \p b = one panel.
-template <int MR, DstKind D>
+template <int MR, DstKind D, Recipe R>
 __attribute__((noinline)) void tile(const GemmCtx& x, const int16_t* a, const int16_t* b, int64_t m0, int64_t col,
                                     int64_t o0, int valid) {
   __m256i acc[MR][2];
   kLoop<MR>(x.p->kPairs, a, x.lda, b, acc);
-  finishTile<MR, D>(x, acc, m0, col, o0, valid);
+  finishTile<MR, D, R>(x, acc, m0, col, o0, valid);
 }
 
 template <class T>
@@ -342,13 +447,18 @@ VF_I8W_INLINE __m256i widen16(const T* s) {
 }
 
 /// d[0..n) = s[0..n) - zx as s16 (T: u8 / s8 codes), or a copy (T = int16_t: converted already).
+/// NOTE: codes go 16 at a time, so up to 15 elements past d + n are written (garbage) and up to
+/// 15 codes past s + n read, as long as they lie before \p end (else the rest goes one by one).
+/// Callers write a row's runs in increasing order (a later run overwrites the spill) and leave
+/// 16 elements of slack after the row's K elements. Stem-like runs (7 x 3 channels = 21) took a
+/// quarter of the stem's time with a scalar tail.
 template <class T>
-VF_I8W_INLINE void convertRun(const T* s, int64_t n, int16_t* d, __m256i zx16, int32_t zx) {
+VF_I8W_INLINE void convertRun(const T* s, int64_t n, int16_t* d, __m256i zx16, int32_t zx, const T* end) {
   if constexpr (std::is_same_v<T, int16_t>) {
     std::memcpy(d, s, static_cast<size_t>(n) * sizeof(int16_t));
   } else {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
+    for (; i < n && s + i + 16 <= end; i += 16) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm256_sub_epi16(widen16(s + i), zx16));
     }
     for (; i < n; ++i) d[i] = static_cast<int16_t>(static_cast<int32_t>(s[i]) - zx);
@@ -367,6 +477,7 @@ void packA(const GemmCtx& x, const T* src, int64_t g, int64_t m0, int64_t rows, 
   // One kernel row's (kw, c) elements are one run of the source when the window is dense along
   // W, all channels belong to the group and the pixels' channels are adjacent.
   const bool rowIsOneRun = p.dilationW == 1 && p.groups == 1 && x.sW == cg;
+  const T* end = static_cast<const T*>(x.srcEnd);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t m = m0 + r, n = m / plane, pix = m % plane;
     const int64_t oh = pix / p.outWidth, ow = pix % p.outWidth;
@@ -382,7 +493,7 @@ void packA(const GemmCtx& x, const T* src, int64_t g, int64_t m0, int64_t rows, 
       }
       const T* line = image + ih * x.sH;
       if (rowIsOneRun && wInside) {
-        convertRun(line + iw0 * x.sW, run, d, zx16, zx);
+        convertRun(line + iw0 * x.sW, run, d, zx16, zx, end);
         continue;
       }
       for (int64_t j = 0; j < kw; ++j) {
@@ -390,7 +501,7 @@ void packA(const GemmCtx& x, const T* src, int64_t g, int64_t m0, int64_t rows, 
         if (iw < 0 || iw >= p.width) {
           std::memset(d + j * cg, 0, static_cast<size_t>(cg) * sizeof(int16_t));
         } else {
-          convertRun(line + iw * x.sW, cg, d + j * cg, zx16, zx);
+          convertRun(line + iw * x.sW, cg, d + j * cg, zx16, zx, end);
         }
       }
     }
@@ -398,22 +509,22 @@ void packA(const GemmCtx& x, const T* src, int64_t g, int64_t m0, int64_t rows, 
   }
 }
 
-template <DstKind D>
+template <DstKind D, Recipe R>
 void tailTile(const GemmCtx& x, int mr, const int16_t* a, const int16_t* b, int64_t m0, int64_t col, int64_t o0,
               int valid) {
   switch (mr) {
-    case 1: tile<1, D>(x, a, b, m0, col, o0, valid); break;
-    case 2: tile<2, D>(x, a, b, m0, col, o0, valid); break;
-    case 3: tile<3, D>(x, a, b, m0, col, o0, valid); break;
-    case 4: tile<4, D>(x, a, b, m0, col, o0, valid); break;
-    case 5: tile<5, D>(x, a, b, m0, col, o0, valid); break;
+    case 1: tile<1, D, R>(x, a, b, m0, col, o0, valid); break;
+    case 2: tile<2, D, R>(x, a, b, m0, col, o0, valid); break;
+    case 3: tile<3, D, R>(x, a, b, m0, col, o0, valid); break;
+    case 4: tile<4, D, R>(x, a, b, m0, col, o0, valid); break;
+    case 5: tile<5, D, R>(x, a, b, m0, col, o0, valid); break;
     default: break;
   }
 }
 
 /// Rows [m0, m1) x global panels [q0, q1) (panel q = group q / panels, panel q % panels).
 /// \returns false if scratch allocation failed.
-template <DstKind D>
+template <DstKind D, Recipe R>
 bool gemmRegion(const GemmCtx& x, int64_t m0, int64_t m1, int64_t q0, int64_t q1) {
   const Plan& p = *x.p;
   const int64_t rowBytes = x.lda * 2;
@@ -455,9 +566,9 @@ bool gemmRegion(const GemmCtx& x, int64_t m0, int64_t m1, int64_t q0, int64_t q1
           const int64_t o0 = g * p.groupOutChannels + j * kPanelWidth;
           const int valid = static_cast<int>(std::min<int64_t>(kPanelWidth, p.groupOutChannels - j * kPanelWidth));
           if (mr == kMR) {
-            tile<kMR, D>(x, a, b, rowStart, col, o0, valid);
+            tile<kMR, D, R>(x, a, b, rowStart, col, o0, valid);
           } else {
-            tailTile<D>(x, mr, a, b, rowStart, col, o0, valid);
+            tailTile<D, R>(x, mr, a, b, rowStart, col, o0, valid);
           }
         }
       }
@@ -490,12 +601,12 @@ void chooseGrid(int nt, int64_t rowTiles, int64_t panels, int* tm, int* tn) {
   if (best < 0) *tm = *tn = 1;
 }
 
-template <DstKind D>
+template <DstKind D, Recipe R>
 Status runGemm(const GemmCtx& x, int threads) {
   const Plan& p = *x.p;
   const int64_t panels = p.groups * p.panels;
   if (threads == 1) {
-    return gemmRegion<D>(x, 0, x.rows, 0, panels) ? Status::ok() : internalError("int8 widening: out of scratch memory");
+    return gemmRegion<D, R>(x, 0, x.rows, 0, panels) ? Status::ok() : internalError("int8 widening: out of scratch memory");
   }
   const int64_t rowTiles = (x.rows + kMR - 1) / kMR;
   std::atomic<bool> ok{true};
@@ -509,7 +620,7 @@ Status runGemm(const GemmCtx& x, int threads) {
       const int64_t m0 = std::min(x.rows, cut(rowTiles, tm, im) * kMR);
       const int64_t m1 = std::min(x.rows, cut(rowTiles, tm, im + 1) * kMR);
       const int64_t q0 = cut(panels, tn, in), q1 = cut(panels, tn, in + 1);
-      if (m0 < m1 && q0 < q1 && !gemmRegion<D>(x, m0, m1, q0, q1)) ok = false;
+      if (m0 < m1 && q0 < q1 && !gemmRegion<D, R>(x, m0, m1, q0, q1)) ok = false;
     }
   }
   return ok ? Status::ok() : internalError("int8 widening: out of scratch memory");
@@ -536,128 +647,258 @@ void toChannelsLast(const Plan& p, const T* src, Out* dst, int32_t zx, int threa
   }
 }
 
-// ---- depthwise -----------------------------------------------------------------------------------
+// ---- depthwise ----------------------------------------------------------------------------------
 
 struct DwCtx {
   const Plan* p;
   Epi epi;
-  const uint8_t* src;  ///< codes (u8 or s8 bytes), NHWC at these strides
+  const uint8_t* src;  ///< codes (u8 or s8 bytes), channels adjacent, at these strides
   int64_t sN, sH, sW;
   char* dst;
+  int64_t blocks;     ///< ceil(C / 8)
+  int64_t positions;  ///< prepared pairs per row and block: (OW - 1) * sw + (KW - 1) * dw + 1
+  int64_t slots;      ///< rows in the ring: kernelH * dilationH (the rows one output row reads
+                      ///< are distinct modulo it)
 };
 
-/// Interleaves the 8 codes at \p p0 and \p p1 (taps t, t+1 of 8 channels) and widens them to
-/// (x_t, x_t+1) s16 pairs, one 32-bit lane per channel.
+/// Prepares input row \p ih of image \p n into \p row: [position][block][8 channels][2] s16,
+/// position q holding (x[iw] - zx, x[iw + dw] - zx) for iw = q - padLeft, 0 outside the image.
 template <bool SIGNED>
-VF_I8W_INLINE __m256i tapPair(const uint8_t* p0, const uint8_t* p1) {
-  const __m128i v = _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0)),
-                                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1)));
-  return SIGNED ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
+void prepareRow(const DwCtx& x, int64_t n, int64_t ih, int16_t* row) {
+  const Plan& p = *x.p;
+  const int64_t C = p.channels, dw = p.dilationW, fullBlocks = C / kDwBlock;
+  const __m256i zx16 = _mm256_set1_epi16(static_cast<int16_t>(p.srcZeroPoint));
+  // Padding reads these zero-point codes (x - zx = 0 exactly).
+  alignas(16) uint8_t zxCodes[kDwBlock];
+  std::memset(zxCodes, static_cast<uint8_t>(p.srcZeroPoint), sizeof zxCodes);
+  const uint8_t* line = x.src + n * x.sN + ih * x.sH;
+  auto* out = reinterpret_cast<__m256i*>(row);
+  auto pairOf = [&](const uint8_t* a, const uint8_t* b) {
+    const __m128i v = _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)),
+                                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+    return _mm256_sub_epi16(SIGNED ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v), zx16);
+  };
+  for (int64_t q = 0; q < x.positions; ++q, out += x.blocks) {
+    const int64_t iw0 = q - p.padLeft, iw1 = iw0 + dw;
+    const bool in0 = iw0 >= 0 && iw0 < p.width, in1 = iw1 >= 0 && iw1 < p.width;
+    const uint8_t* a = line + iw0 * x.sW;
+    const uint8_t* b = line + iw1 * x.sW;
+    int64_t blk = 0;
+    if (in0 && in1) {  // inside the image: the common case, no selects
+      for (; blk < fullBlocks; ++blk) out[blk] = pairOf(a + blk * kDwBlock, b + blk * kDwBlock);
+    } else {
+      for (; blk < fullBlocks; ++blk) {
+        out[blk] = pairOf(in0 ? a + blk * kDwBlock : zxCodes, in1 ? b + blk * kDwBlock : zxCodes);
+      }
+    }
+    if (blk < x.blocks) {  // the last channels: never read past the pixel
+      const size_t valid = static_cast<size_t>(C - blk * kDwBlock);
+      alignas(16) uint8_t t0[kDwBlock], t1[kDwBlock];
+      std::memcpy(t0, zxCodes, kDwBlock);
+      std::memcpy(t1, zxCodes, kDwBlock);
+      if (in0) std::memcpy(t0, a + blk * kDwBlock, valid);
+      if (in1) std::memcpy(t1, b + blk * kDwBlock, valid);
+      out[blk] = pairOf(t0, t1);
+    }
+  }
 }
 
-/// Output rows [r0, r1) (r = n * outHeight + oh), all channels.
-template <DstKind D, bool SIGNED>
-void depthwiseRows(const DwCtx& x, int64_t r0, int64_t r1) {
+/// 8 channels of one output pixel: the sum over kernel rows i and pairs j of the prepared pair at
+/// rows[i] + j * jStride times the block's weight i * RP + j (KH, RP = 0: \p kh, \p rp at run time).
+template <int KH, int RP>
+VF_I8W_INLINE __m256i depthwiseAcc(const __m256i* const* rows, int64_t jStride, const __m256i* w, int64_t kh,
+                                   int64_t rp) {
+  const int64_t nKh = KH > 0 ? KH : kh, nRp = RP > 0 ? RP : rp;
+  __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int64_t i = 0; i < nKh; ++i) {
+#pragma GCC unroll 4
+    for (int64_t j = 0; j < nRp; ++j) {
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_load_si256(rows[i] + j * jStride),
+                                                    _mm256_load_si256(w + i * nRp + j)));
+    }
+  }
+  return acc;
+}
+
+/// One output row: every pixel, every channel (blocks innermost, two at a time), channels-last.
+/// \p rowBase: per kernel row, its prepared input row (a zero row where the window is outside).
+template <int KH, int RP, DstKind D, Recipe R>
+__attribute__((noinline)) void depthwiseRow(const DwCtx& x, const __m256i* const* rowBase, char* outRow) {
   const Plan& p = *x.p;
-  const int64_t C = p.channels, taps = p.kernelH * p.kernelW, pairs = p.dwTapPairs;
-  const int64_t fullBlocks = C / kDwBlock, tailChannels = C % kDwBlock;
-  const int64_t plane = p.outHeight * p.outWidth;
+  // A local copy: the stores through char* below could alias x.epi, and would make the compiler
+  // reload every constant after each store.
+  const Epi e = x.epi;
+  constexpr int64_t es = static_cast<int64_t>(elementBytes(D));
+  const int64_t C = p.channels, blocks = x.blocks, kh = p.kernelH, rp = p.dwRowPairs;
+  const int64_t nKh = KH > 0 ? KH : kh, wStride = nKh * (RP > 0 ? RP : rp);
+  const int64_t jStride = 2 * p.dilationW * blocks;
+  const int64_t pairsEnd = C / (2 * kDwBlock) * 2;  // blocks handled two at a time (16 channels)
+  const auto* weights = reinterpret_cast<const __m256i*>(p.dwWeights);
+  const __m256i* rows[kMaxDwTaps];
+  for (int64_t ow = 0; ow < p.outWidth; ++ow) {
+    const int64_t at = ow * p.strideW * blocks;
+    for (int64_t i = 0; i < nKh; ++i) rows[i] = rowBase[i] + at;
+    char* out = outRow + ow * C * es;
+    const __m256i* w = weights;
+    int64_t b = 0;
+    if constexpr (R != Recipe::kGeneral) {
+      for (; b < pairsEnd; b += 2, w += 2 * wStride) {
+        const __m256i acc0 = depthwiseAcc<KH, RP>(rows, jStride, w, kh, rp);
+        for (int64_t i = 0; i < nKh; ++i) ++rows[i];
+        const __m256i acc1 = depthwiseAcc<KH, RP>(rows, jStride, w + wStride, kh, rp);
+        for (int64_t i = 0; i < nKh; ++i) ++rows[i];
+        const int64_t c0 = b * kDwBlock;
+        finishRow16<D, R>(e, acc0, acc1, _mm256_loadu_ps(e.scalesFast + c0), _mm256_loadu_ps(e.scalesFast + c0 + 8),
+                          _mm256_loadu_ps(e.biasesFast + c0), _mm256_loadu_ps(e.biasesFast + c0 + 8), out + c0 * es, 16);
+      }
+    }
+    for (; b < blocks; ++b, w += wStride) {
+      const __m256i acc = depthwiseAcc<KH, RP>(rows, jStride, w, kh, rp);
+      for (int64_t i = 0; i < nKh; ++i) ++rows[i];
+      const int64_t c0 = b * kDwBlock;
+      const int valid = static_cast<int>(std::min<int64_t>(kDwBlock, C - c0));
+      if constexpr (R == Recipe::kGeneral) {
+        finish8<D>(e, acc, c0, out + c0 * es, valid);
+      } else {
+        const __m256 zero = _mm256_setzero_ps();
+        finishRow16<D, R>(e, acc, _mm256_setzero_si256(), _mm256_loadu_ps(e.scalesFast + c0), zero,
+                          _mm256_loadu_ps(e.biasesFast + c0), zero, out + c0 * es, valid);
+      }
+    }
+  }
+}
+
+/// Output rows [r0, r1) (r = n * outHeight + oh), all channels, channels-last output.
+template <DstKind D, Recipe R>
+bool depthwiseRows(const DwCtx& x, int64_t r0, int64_t r1) {
+  const Plan& p = *x.p;
+  const int64_t C = p.channels, kh = p.kernelH;
   constexpr size_t es = elementBytes(D);
-  // Padding taps read this row of zero-point codes (x - zx = 0); the odd last tap's partner too
-  // (its weights are 0). Wide enough for any channel offset: the pointer is moved back by c0.
-  alignas(32) uint8_t zxCodes[kDwBlock];
-  std::memset(zxCodes, static_cast<uint8_t>(p.srcZeroPoint), sizeof zxCodes);
-  const __m256i zx16 = _mm256_set1_epi16(static_cast<int16_t>(p.srcZeroPoint));
-  const uint8_t* tapPtr[kMaxDwTaps];  // per tap: the pixel's first channel, or null for padding
-  const int64_t tapCount = std::min<int64_t>(taps, kMaxDwTaps);
+  const int64_t rowElems = x.positions * x.blocks * kDwBlock * 2;
+  // The ring's rows, then one row of zeros (for kernel rows outside the image).
+  auto* ring = static_cast<int16_t*>(tlsPack.get(static_cast<size_t>((x.slots + 1) * rowElems) * sizeof(int16_t) + 64));
+  if (ring == nullptr) return false;
+  int16_t* zeros = ring + x.slots * rowElems;
+  std::memset(zeros, 0, static_cast<size_t>(rowElems) * sizeof(int16_t));
+  int64_t tags[kMaxDwRingRows];  // image row held by each slot (n * height + ih), -1: none
+  for (int64_t i = 0; i < x.slots; ++i) tags[i] = -1;
+  const __m256i* rowBase[kMaxDwTaps];
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t n = r / p.outHeight, oh = r % p.outHeight;
-    for (int64_t ow = 0; ow < p.outWidth; ++ow) {
-      for (int64_t t = 0; t < tapCount; ++t) {
-        const int64_t ih = oh * p.strideH - p.padTop + (t / p.kernelW) * p.dilationH;
-        const int64_t iw = ow * p.strideW - p.padLeft + (t % p.kernelW) * p.dilationW;
-        tapPtr[t] = ih >= 0 && ih < p.height && iw >= 0 && iw < p.width ? x.src + n * x.sN + ih * x.sH + iw * x.sW
-                                                                        : nullptr;
-      }
-      char* outPixel = x.dst + (p.dstChannelsLast ? (r * p.outWidth + ow) * C * static_cast<int64_t>(es)
-                                                  : (n * C * plane + oh * p.outWidth + ow) * static_cast<int64_t>(es));
-      auto block = [&](int64_t c0, int valid) {
-        __m256i acc = _mm256_setzero_si256();
-        const __m256i* w = reinterpret_cast<const __m256i*>(p.dwWeights) + (c0 / kDwBlock) * pairs;
-        alignas(16) uint8_t tailCodes[2][kDwBlock];
-        for (int64_t tp = 0; tp < pairs; ++tp) {
-          const int64_t t0 = 2 * tp, t1 = std::min(2 * tp + 1, taps - 1);  // odd count: weight 0
-          const uint8_t* a0 = tapPtr[t0] != nullptr ? tapPtr[t0] + c0 : zxCodes;
-          const uint8_t* a1 = tapPtr[t1] != nullptr ? tapPtr[t1] + c0 : zxCodes;
-          if (valid < kDwBlock) {  // the last channels: never read past the pixel
-            std::memcpy(tailCodes[0], zxCodes, kDwBlock);
-            std::memcpy(tailCodes[1], zxCodes, kDwBlock);
-            std::memcpy(tailCodes[0], a0, static_cast<size_t>(valid));
-            std::memcpy(tailCodes[1], a1, static_cast<size_t>(valid));
-            a0 = tailCodes[0];
-            a1 = tailCodes[1];
+    for (int64_t i = 0; i < kh; ++i) {
+      const int64_t ih = oh * p.strideH - p.padTop + i * p.dilationH;
+      const int16_t* row = zeros;  // a padding row contributes 0
+      if (ih >= 0 && ih < p.height) {
+        const int64_t slot = ih % x.slots, tag = n * p.height + ih;
+        int16_t* held = ring + slot * rowElems;
+        if (tags[slot] != tag) {
+          if (p.srcSigned) {
+            prepareRow<true>(x, n, ih, held);
+          } else {
+            prepareRow<false>(x, n, ih, held);
           }
-          const __m256i xv = _mm256_sub_epi16(tapPair<SIGNED>(a0, a1), zx16);
-          acc = _mm256_add_epi32(acc, _mm256_madd_epi16(xv, _mm256_load_si256(w + tp)));
+          tags[slot] = tag;
         }
-        if (p.dstChannelsLast) {
-          finish8<D>(x.epi, acc, c0, outPixel + c0 * static_cast<int64_t>(es), valid);
-        } else {
-          finish8Strided<D>(x.epi, acc, c0, outPixel + c0 * plane * static_cast<int64_t>(es), plane, valid);
-        }
-      };
-      for (int64_t b = 0; b < fullBlocks; ++b) block(b * kDwBlock, kDwBlock);
-      if (tailChannels > 0) block(fullBlocks * kDwBlock, static_cast<int>(tailChannels));
+        row = held;
+      }
+      rowBase[i] = reinterpret_cast<const __m256i*>(row);
+    }
+    char* outRow = x.dst + r * p.outWidth * C * static_cast<int64_t>(es);
+    if (kh == 3 && p.dwRowPairs == 2) {
+      depthwiseRow<3, 2, D, R>(x, rowBase, outRow);
+    } else if (kh == 5 && p.dwRowPairs == 3) {
+      depthwiseRow<5, 3, D, R>(x, rowBase, outRow);
+    } else {
+      depthwiseRow<0, 0, D, R>(x, rowBase, outRow);
     }
   }
+  return true;
 }
 
-template <DstKind D>
-void runDepthwise(const DwCtx& x, int threads) {
+template <DstKind D, Recipe R>
+Status runDepthwise(const DwCtx& x, int threads, char* userDst) {
   const Plan& p = *x.p;
   const int64_t rows = p.batch * p.outHeight;
-  auto body = [&](int64_t r0, int64_t r1) {
-    if (p.srcSigned) {
-      depthwiseRows<D, true>(x, r0, r1);
-    } else {
-      depthwiseRows<D, false>(x, r0, r1);
-    }
-  };
+  std::atomic<bool> ok{true};
   if (threads == 1) {
-    body(0, rows);
-    return;
-  }
+    ok = depthwiseRows<D, R>(x, 0, rows);
+  } else {
 #pragma omp parallel num_threads(threads)
-  {
-    const int team = omp_get_num_threads(), tid = omp_get_thread_num();
-    body(cut(rows, team, tid), cut(rows, team, tid + 1));
+    {
+      const int team = omp_get_num_threads(), tid = omp_get_thread_num();
+      if (!depthwiseRows<D, R>(x, cut(rows, team, tid), cut(rows, team, tid + 1))) ok = false;
+    }
   }
+  if (!ok) return internalError("int8 widening: out of scratch memory");
+  if (x.dst != userDst) {
+    // An NCHW output was computed channels-last into scratch: transpose it out.
+    constexpr size_t es = elementBytes(D);
+    const int64_t plane = p.outHeight * p.outWidth, C = p.channels;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t nc = 0; nc < p.batch * C; ++nc) {
+      const int64_t n = nc / C, c = nc % C;
+      const char* from = x.dst + (n * plane * C + c) * static_cast<int64_t>(es);
+      char* to = userDst + nc * plane * static_cast<int64_t>(es);
+      for (int64_t i = 0; i < plane; ++i) std::memcpy(to + i * es, from + i * C * es, es);
+    }
+  }
+  return Status::ok();
 }
 
-template <DstKind D>
+template <DstKind D, Recipe R>
 Status runTyped(const Plan& p, const void* src, void* dst, int threads) {
   const bool channelsAdjacent = p.srcStrideC == 1 || p.channels == 1;
   if (p.depthwise) {
     DwCtx x{&p, makeEpi(p), static_cast<const uint8_t*>(src), p.srcStrideN, p.srcStrideH, p.srcStrideW,
-            static_cast<char*>(dst)};
+            static_cast<char*>(dst), 0, 0, 0};
+    x.blocks = (p.channels + kDwBlock - 1) / kDwBlock;
+    x.positions = (p.outWidth - 1) * p.strideW + (p.kernelW - 1) * p.dilationW + 1;
+    x.slots = p.kernelH * p.dilationH;
+    // Scratch shared by the call's threads: the codes made channels-last, an NCHW output's
+    // channels-last staging (the ring rows are each thread's own).
+    const size_t srcBytes = channelsAdjacent ? 0 : static_cast<size_t>(p.batch * p.height * p.width * p.channels);
+    const size_t dstBytes = p.dstChannelsLast ? 0
+                                              : static_cast<size_t>(p.batch * p.outHeight * p.outWidth * p.channels) *
+                                                    elementBytes(D);
+    auto* shared = static_cast<char*>(tlsSource.get(srcBytes + dstBytes + 64));
+    if (shared == nullptr) return internalError("int8 widening: out of scratch memory");
     if (!channelsAdjacent) {
-      auto* codes = static_cast<uint8_t*>(tlsSource.get(static_cast<size_t>(p.batch * p.height * p.width * p.channels)));
-      if (codes == nullptr) return internalError("int8 widening: out of scratch memory");
-      toChannelsLast(p, static_cast<const uint8_t*>(src), codes, 0, threads);
-      x.src = codes;
+      toChannelsLast(p, static_cast<const uint8_t*>(src), reinterpret_cast<uint8_t*>(shared), 0, threads);
+      x.src = reinterpret_cast<const uint8_t*>(shared);
       x.sN = p.height * p.width * p.channels;
       x.sH = p.width * p.channels;
       x.sW = p.channels;
     }
-    runDepthwise<D>(x, threads);
-    return Status::ok();
+    if (!p.dstChannelsLast) {
+      char* staging = shared + (srcBytes + 63) / 64 * 64;
+      if constexpr (R == Recipe::kSumBounds || R == Recipe::kGeneral) {
+        // The residual's codes, channels-last, where the kernel reads them.
+        if (std::find(p.postOps, p.postOps + p.nPostOps, PostOpKind::kSum) != p.postOps + p.nPostOps) {
+          constexpr size_t es = elementBytes(D);
+          const int64_t plane = p.outHeight * p.outWidth, C = p.channels;
+          for (int64_t nc = 0; nc < p.batch * C; ++nc) {
+            const int64_t n = nc / C, c = nc % C;
+            const char* from = static_cast<const char*>(dst) + nc * plane * static_cast<int64_t>(es);
+            char* to = staging + (n * plane * C + c) * static_cast<int64_t>(es);
+            for (int64_t i = 0; i < plane; ++i) std::memcpy(to + i * C * es, from + i * es, es);
+          }
+        }
+      }
+      x.dst = staging;
+    }
+    return runDepthwise<D, R>(x, threads, static_cast<char*>(dst));
   }
   GemmCtx x{&p, makeEpi(p), src, false, p.srcStrideN, p.srcStrideC, p.srcStrideH, p.srcStrideW,
-            static_cast<char*>(dst), p.batch * p.outHeight * p.outWidth, 0};
-  // Packed A rows: K rounded up to 16 elements (32-byte rows), plus one cache line when the
-  // stride is a multiple of 1 KiB (the six rows of a tile would share L1 sets).
-  x.lda = (2 * p.kPairs + 15) / 16 * 16;
+            static_cast<char*>(dst), p.batch * p.outHeight * p.outWidth, 0, nullptr};
+  // Packed A rows: K + 16 elements of slack (convertRun) rounded up to 16 (32-byte rows), plus
+  // one cache line when the stride is a multiple of 1 KiB (the six rows of a tile would share L1
+  // sets).
+  x.lda = (2 * p.kPairs + 16 + 15) / 16 * 16;
   if ((x.lda * 2) % 1024 == 0) x.lda += 32;
+  const int64_t lastElement = (p.batch - 1) * p.srcStrideN + (p.channels - 1) * p.srcStrideC +
+                              (p.height - 1) * p.srcStrideH + (p.width - 1) * p.srcStrideW;
+  x.srcEnd = static_cast<const uint8_t*>(src) + lastElement + 1;
   if (!channelsAdjacent) {
     const int64_t elems = p.batch * p.height * p.width * p.channels;
     auto* converted = static_cast<int16_t*>(tlsSource.get(static_cast<size_t>(elems) * sizeof(int16_t)));
@@ -674,17 +915,31 @@ Status runTyped(const Plan& p, const void* src, void* dst, int threads) {
     x.sH = p.width * p.channels;
     x.sN = p.height * p.width * p.channels;
   }
-  return runGemm<D>(x, threads);
+  return runGemm<D, R>(x, threads);
+}
+
+template <DstKind D>
+Status runRecipe(const Plan& p, const void* src, void* dst, int threads) {
+  switch (p.recipe) {
+    case Recipe::kBounds: return runTyped<D, Recipe::kBounds>(p, src, dst, threads);
+    case Recipe::kSumBounds:
+      if constexpr (D == DstKind::kU8 || D == DstKind::kS8) return runTyped<D, Recipe::kSumBounds>(p, src, dst, threads);
+      break;
+    case Recipe::kGeneral:
+      if constexpr (D != DstKind::kS32) return runTyped<D, Recipe::kGeneral>(p, src, dst, threads);
+      break;
+  }
+  return internalError("int8 widening: no such epilogue for this output type");
 }
 
 }  // namespace
 
 Status runAvx2(const Plan& p, const void* src, void* dst, int threads) {
   switch (p.dst) {
-    case DstKind::kF32: return runTyped<DstKind::kF32>(p, src, dst, threads);
-    case DstKind::kU8: return runTyped<DstKind::kU8>(p, src, dst, threads);
-    case DstKind::kS8: return runTyped<DstKind::kS8>(p, src, dst, threads);
-    case DstKind::kS32: return runTyped<DstKind::kS32>(p, src, dst, threads);
+    case DstKind::kF32: return runRecipe<DstKind::kF32>(p, src, dst, threads);
+    case DstKind::kU8: return runRecipe<DstKind::kU8>(p, src, dst, threads);
+    case DstKind::kS8: return runRecipe<DstKind::kS8>(p, src, dst, threads);
+    case DstKind::kS32: return runRecipe<DstKind::kS32>(p, src, dst, threads);
   }
   return internalError("int8 widening: unknown output type");
 }

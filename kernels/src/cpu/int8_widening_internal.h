@@ -15,10 +15,20 @@ inline constexpr int64_t kPanelWidth = 16;
 inline constexpr int64_t kDwBlock = 8;
 /// Largest window the depthwise kernel takes (larger ones go through the GEMM, one group each).
 inline constexpr int64_t kMaxDwTaps = 64;
+/// Largest ring of prepared input rows of the depthwise kernel (kernelH * dilationH).
+inline constexpr int64_t kMaxDwRingRows = 256;
 inline constexpr int kMaxPostOps = 8;
 
 enum class DstKind : uint8_t { kF32, kU8, kS8, kS32 };
 enum class PostOpKind : uint8_t { kRelu, kClamp, kGeluErf, kGeluTanh, kSum };
+/// What the epilogue does after y = acc * scale + bias, chosen at creation:
+///   kBounds     y = clamp(y, boundLo, boundHi): any chain of relu / clamp composes into one
+///               clamp (none: +-inf);
+///   kSumBounds  y += sumScale * (r - sumZeroPoint), then the bounds (ResNet's residual + ReLU);
+///   kGeneral    the post-ops one by one (GELU anywhere, a sum after an activation).
+/// For u8/s8 outputs, kBounds and kSumBounds fold 1 / dstScale into the per-channel factors, the
+/// sum scale and the bounds (intersected with the code range), so requantizing is one rounding.
+enum class Recipe : uint8_t { kBounds, kSumBounds, kGeneral };
 
 /// One kernel, resolved at creation. A linear is a 1x1 convolution over M images of 1x1 pixel
 /// (batch = M, channels = K, the src's row and column strides as the N and C strides).
@@ -47,18 +57,27 @@ struct Plan {
   /// 64-byte line holds one k pair of a panel. Zeros past k and past the group's columns.
   const int16_t* weights = nullptr;
   /// [groups * panels * 16]: float(srcScale * weightScales[o]) and bias[o] per packed column
-  /// (0 on padded columns).
+  /// (0 on padded columns); depthwise: per channel.
   const float* scales = nullptr;
   const float* biases = nullptr;
+  /// The same divided by dstScale (each rounded once from double): the folded factors.
+  const float* scalesOverDst = nullptr;
+  const float* biasesOverDst = nullptr;
 
-  // Depthwise (groups == channels == outChannels): taps t = kh * kernelW + kw in pairs.
+  // Depthwise (groups == channels == outChannels): per kernel row, the taps in pairs (kw, kw + 1)
+  // (an odd last one paired with a zero weight).
   bool depthwise = false;
-  int64_t dwTapPairs = 0;  ///< ceil(kernelH * kernelW / 2)
-  /// [ceil(C / 8)][dwTapPairs][8 channels][2]: (w[c][t], w[c][t+1]) adjacent, zeros past the last
-  /// tap and channel.
+  int64_t dwRowPairs = 0;  ///< ceil(kernelW / 2)
+  /// [ceil(C / 8)][kernelH][dwRowPairs][8 channels][2]: (w[c][kh][kw], w[c][kh][kw + 1])
+  /// adjacent, zeros past the last tap and channel.
   const int16_t* dwWeights = nullptr;
 
   // Epilogue.
+  Recipe recipe = Recipe::kGeneral;
+  /// kBounds / kSumBounds: the composed clamp (for u8/s8 outputs in units of dstScale, within
+  /// [code min - dstZeroPoint, code max - dstZeroPoint]).
+  float boundLo = 0.f, boundHi = 0.f;
+  float sumScaleOverDst = 0.f;  ///< kSumBounds with u8/s8 output: sumScale / dstScale
   PostOpKind postOps[kMaxPostOps] = {};
   int nPostOps = 0;
   float clampLo = 0.f, clampHi = 0.f;

@@ -3,7 +3,9 @@
 // 1/sum. The score tile [rows, KV] is per thread and reused block after block (kScoreTileBytes
 // says how tall it is and why). On an AVX-512 CPU (AVX512-BF16 for bf16) both matmuls are instead
 // the own register tiles of cpu/attention_tiles.h over K and V packed once per head (why: that
-// header); the oneDNN matmuls remain for other CPUs and with VERIFUSE_ATTENTION_TILES=0.
+// header); the oneDNN matmuls remain for other CPUs and with VERIFUSE_ATTENTION_TILES=0. bf16
+// where oneDNN has no bf16 instructions runs "widened" (AttentionParams::widenBf16): q, k, v
+// widened into the float32 copies, float32 matmuls, the probabilities rounded to bf16 in place.
 #include "verifuse/kernels/attention.h"
 
 #include <omp.h>
@@ -19,7 +21,9 @@
 #include "common.h"
 #include "cpu/attention_rows.h"
 #include "cpu/attention_tiles.h"
+#include "cpu/bf16_convert.h"
 #include "cpu/rowwise_internal.h"
+#include "verifuse/kernels/capabilities.h"
 
 namespace verifuse::kernels {
 using namespace onednn;
@@ -61,6 +65,9 @@ class OnednnAttention final : public AttentionKernel {
   // Both matmuls on the own tiles (cpu/attention_tiles.h) instead of oneDNN: q read in place, k
   // and v packed per head into 16-column panels (bf16: the pair layout), no oneDNN primitive.
   bool ownTiles = false;
+  // bf16 q/k/v/mask/out on float32 matmuls (AttentionParams::widenBf16): the copies widen, the
+  // probabilities are rounded to bf16 in the float32 score tile.
+  bool widened = false;
 
   Status execute(const void* qIn, const void* kIn, const void* vIn, const void* maskIn, void* outIn,
                  float* lse) const override {
@@ -104,6 +111,8 @@ class OnednnAttention final : public AttentionKernel {
         // accumulates in f32); a mask whose keys are not adjacent (or, in bf16, one value for
         // every key) is gathered into an f32 row.
         const bool bf16 = p.bf16;
+        // bf16 operands of the matmuls themselves (not when widened).
+        const bool bf16Mm = bf16 && !widened;
         // Row strides of the score tile, the bf16 probabilities and the f32 output block: the own
         // tiles write whole 16-column panels and read the probabilities in (key, key + 1) pairs.
         const int64_t lds = ownTiles ? pad(KV) : KV, ldp = ownTiles ? (KV + 1) / 2 * 2 : KV;
@@ -114,7 +123,7 @@ class OnednnAttention final : public AttentionKernel {
                                     : bf16    ? cpu::attentionPackedValuesSize(KV, Dv) / 2
                                               : cpu::attentionPackedValuesSizeF32(KV, Dv);
         const int64_t sizes[] = {rows * lds, rows, rows, packQ ? rows * D : 0, kPackFloats,
-                                 vPackFloats, ownTiles ? rows : packO || bf16 ? rows * Dv : 0, bf16 ? (rows * ldp + 1) / 2 : 0,
+                                 vPackFloats, ownTiles ? rows : packO || bf16 ? rows * Dv : 0, bf16Mm ? (rows * ldp + 1) / 2 : 0,
                                  gatherMask ? KV : 0};
         constexpr int kParts = 9;
         int64_t total = 0;
@@ -139,7 +148,7 @@ class OnednnAttention final : public AttentionKernel {
           mems[t] = Mems{dnnl::memory(qk[t]->src, eng, nullptr), dnnl::memory(qk[t]->wei, eng, nullptr),
                          dnnl::memory(qk[t]->dst, eng, tile), dnnl::memory(pv[t]->wei, eng, nullptr),
                          dnnl::memory(pv[t]->dst, eng, bf16 ? oPack : nullptr), dnnl::memory(),
-                         bf16 ? dnnl::memory(pv[t]->src, eng, pTile) : dnnl::memory()};
+                         bf16Mm ? dnnl::memory(pv[t]->src, eng, pTile) : dnnl::memory()};
           if (scratch > 0) {
             dnnl::memory::desc spMd({static_cast<int64_t>(scratch)}, dt::u8, tag::a);
             mems[t]->sp = dnnl::memory(spMd, eng, threadScratch(0, scratch));
@@ -184,13 +193,19 @@ class OnednnAttention final : public AttentionKernel {
             }
             // bf16: the row step writes P rounded to bf16 for the matmul itself (exp values in
             // [0, 1]; one pass less than a reorder of the f32 tile afterwards).
-            uint16_t* pRow = bf16 ? reinterpret_cast<uint16_t*>(pTile) + i * ldp : nullptr;
+            uint16_t* pRow = bf16Mm ? reinterpret_cast<uint16_t*>(pTile) + i * ldp : nullptr;
             rowMax[i] = bf16MaskOfRow
                             ? cpu::attentionSoftmaxRowBf16Mask(row, bf16MaskOfRow, seen, p.scale, &rowSum[i], pRow)
                             : cpu::attentionSoftmaxRow(row, maskOfRow, maskKeyStride == 0 ? 0 : 1, seen, p.scale,
                                                        &rowSum[i], pRow);
-            if (bf16) std::fill(pRow + seen, pRow + ldp, uint16_t{0});
-            else std::fill(row + seen, row + p.kvSeq, 0.f);
+            if (bf16Mm) {
+              std::fill(pRow + seen, pRow + ldp, uint16_t{0});
+            } else {
+              // Widened bf16: the probabilities P·V multiplies are the bf16 ones (the sum stays the
+              // float values', as on the bf16 path).
+              if (widened) cpu::attentionRoundRowToBf16(row, seen);
+              std::fill(row + seen, row + p.kvSeq, 0.f);
+            }
           }
         };
         // The block's output rows oRows (row stride ldFrom, f32; null: already written) times
@@ -271,7 +286,13 @@ class OnednnAttention final : public AttentionKernel {
             continue;
           }
           Mems& m = *mems[t];
-          if (packQ) {
+          if (widened) {  // bf16 rows widened into the float32 copy
+            for (int64_t i = 0; i < n; ++i) {
+              cpu::widenBf16(reinterpret_cast<const uint16_t*>(qBlk + i * p.qStrides[2] * E),
+                             reinterpret_cast<float*>(qPack) + i * D, D);
+            }
+            qBlk = qPack;
+          } else if (packQ) {
             for (int64_t i = 0; i < n; ++i) std::copy_n(qBlk + i * p.qStrides[2] * E, D * E, qPack + i * D * E);
             qBlk = qPack;
           }
@@ -279,8 +300,15 @@ class OnednnAttention final : public AttentionKernel {
           if (packKV) {
             if (b != packedB || g != packedG) {
               for (int64_t j = 0; j < KV; ++j) {
-                std::copy_n(kHead + j * p.kStrides[2] * E, D * E, kPack + j * D * E);
-                std::copy_n(vHead + j * p.vStrides[2] * E, Dv * E, vPack + j * Dv * E);
+                if (widened) {
+                  cpu::widenBf16(reinterpret_cast<const uint16_t*>(kHead + j * p.kStrides[2] * E),
+                                 reinterpret_cast<float*>(kPack) + j * D, D);
+                  cpu::widenBf16(reinterpret_cast<const uint16_t*>(vHead + j * p.vStrides[2] * E),
+                                 reinterpret_cast<float*>(vPack) + j * Dv, Dv);
+                } else {
+                  std::copy_n(kHead + j * p.kStrides[2] * E, D * E, kPack + j * D * E);
+                  std::copy_n(vHead + j * p.vStrides[2] * E, Dv * E, vPack + j * Dv * E);
+                }
               }
               packedB = b, packedG = g;
             }
@@ -297,7 +325,7 @@ class OnednnAttention final : public AttentionKernel {
           qk[t]->prim.execute(s, args);
           s.wait();
           softmaxRows(b, h, r0, n);
-          if (bf16) {
+          if (bf16Mm) {
             args[DNNL_ARG_SRC] = m.pm;
           } else {
             args[DNNL_ARG_SRC] = m.sm;
@@ -323,7 +351,8 @@ class OnednnAttention final : public AttentionKernel {
       const std::string t = p.bf16 ? "own bf16 tiles" : "own f32 tiles";
       return "attention: qk " + t + " / pv " + t + ", rows " + std::to_string(rows);
     }
-    return "attention: qk " + qk[0]->impl + " / pv " + pv[0]->impl + ", rows " + std::to_string(rows);
+    return "attention: qk " + qk[0]->impl + " / pv " + pv[0]->impl + ", rows " + std::to_string(rows) +
+           (widened ? ", f32 on bf16io" : "");
   }
   int64_t blockRows() const override { return rows; }
 };
@@ -356,7 +385,8 @@ StatusOr<std::unique_ptr<AttentionKernel>> createAttention(const AttentionParams
     kern->packKV = p.kStrides[2] != p.headDim || p.vStrides[2] != p.valueDim;
     kern->packO = p.outStrides[2] != p.valueDim;
     const int64_t tail = p.seq % rows;
-    const dt io = p.bf16 ? dt::bf16 : dt::f32;
+    kern->widened = p.bf16 && (p.widenBf16 || !capabilities().onednnNativeBf16());
+    const dt io = p.bf16 && !kern->widened ? dt::bf16 : dt::f32;
     kern->esize = p.bf16 ? 2 : sizeof(float);
     // AVX-512 (bf16: AVX512-BF16): the own tiles (measured against oneDNN's matmuls:
     // kernels/README.md, Attention).
@@ -364,12 +394,13 @@ StatusOr<std::unique_ptr<AttentionKernel>> createAttention(const AttentionParams
     const char* tilesKnob = std::getenv("VERIFUSE_ATTENTION_TILES");
     // K is packed by 32-bit gathers whose offsets (16 key rows) must fit in int32.
     const bool gatherable = p.kStrides[2] >= 0 && p.kStrides[2] < (int64_t{1} << 31) / 64;
-    kern->ownTiles = (p.bf16 ? cpu::attentionTilesBf16Available() : cpu::attentionTilesF32Available()) &&
+    kern->ownTiles = (p.bf16 ? !kern->widened && cpu::attentionTilesBf16Available() : cpu::attentionTilesF32Available()) &&
                      gatherable && !(tilesKnob && std::string(tilesKnob) == "0");
     if (kern->ownTiles) {
       kern->packQ = kern->packKV = kern->packO = false;
       return std::unique_ptr<AttentionKernel>(std::move(kern));
     }
+    if (kern->widened) kern->packQ = kern->packKV = kern->packO = true;  // the copies widen
     for (int t = 0; t < 2; ++t) {
       const int64_t n = t == 0 ? rows : tail;
       if (n == 0) continue;

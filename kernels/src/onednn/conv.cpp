@@ -1,5 +1,10 @@
-// Convolution 1-D/2-D/3-D with groups, dilation, asymmetric padding, post-ops, prepacked weights.
+// Convolution 1-D/2-D/3-D with groups, dilation, asymmetric padding, post-ops, prepacked weights;
+// a bf16 model's convolution natively (bf16 kernels) or, where oneDNN has no bf16 instructions, on
+// its float32 kernels with the bf16 data widened and the result rounded once (WidenedBf16Conv).
 #include "common.h"
+
+#include "cpu/bf16_convert.h"
+#include "verifuse/kernels/capabilities.h"
 
 namespace verifuse::kernels {
 using namespace onednn;
@@ -31,6 +36,92 @@ StatusOr<ConvGeometry> geometry(const ConvParams& p) {
     }
   }
   return g;
+}
+
+/// Per-thread staging slots of the widened bf16 convolution (common.h: 0 is the primitives'
+/// scratchpad, 1.. converted inputs of PrimitiveKernel, 7 the attention kernel's tiles).
+constexpr int kWidenedSrcSlot = 5;
+constexpr int kWidenedDstSlot = 6;
+
+/// A bf16-in, bf16-out convolution on oneDNN's float32 kernel (ConvParams::widenBf16 says when and
+/// why): src widened into a per-thread float32 buffer, the float32 convolution with its post-ops
+/// (a sum reads the residual widened from the output buffer), the result rounded to bf16 once.
+/// Products of bf16 values are exact in float32, so this computes what a bf16 convolution with
+/// float32 accumulation does (summed in oneDNN's float32 kernel's order).
+class WidenedBf16Conv final : public Kernel {
+ public:
+  WidenedBf16Conv(std::unique_ptr<Kernel> inner, bool sum) : inner_(std::move(inner)), sum_(sum) {
+    const Layout& src = inner_->srcLayout();
+    const Layout& dst = inner_->dstLayout();
+    inputLayouts_ = {Layout::plain(src.dims(), src.strides(), DataType::kBF16)};
+    outputLayout_ = Layout::plain(dst.dims(), dst.strides(), DataType::kBF16);
+    srcElems_ = src.numElements();
+    dstElems_ = dst.numElements();
+    implInfo_ = inner_->implInfo() + " f32 on bf16io";
+    scratchpadBytes_ = inner_->scratchpadBytes();
+  }
+  const char* name() const override { return "conv"; }
+  Status execute(std::span<const void* const> inputs, void* output) const override {
+    if (inputs.size() != 1 || inputs[0] == nullptr || output == nullptr) {
+      return invalidArgument("conv (widened bf16): expected one source and an output");
+    }
+    return guarded("conv (widened bf16) execute", [&]() -> Status {
+      auto* src = static_cast<float*>(threadScratch(kWidenedSrcSlot, static_cast<size_t>(srcElems_) * sizeof(float)));
+      auto* dst = static_cast<float*>(threadScratch(kWidenedDstSlot, static_cast<size_t>(dstElems_) * sizeof(float)));
+      cpu::widenBf16(static_cast<const uint16_t*>(inputs[0]), src, srcElems_);
+      if (sum_) cpu::widenBf16(static_cast<const uint16_t*>(output), dst, dstElems_);
+      VF_RETURN_IF_ERROR(inner_->execute({static_cast<const void*>(src)}, dst));
+      cpu::narrowToBf16(dst, static_cast<uint16_t*>(output), dstElems_);
+      return Status::ok();
+    });
+  }
+
+ private:
+  std::unique_ptr<Kernel> inner_;
+  bool sum_;
+  int64_t srcElems_ = 0, dstElems_ = 0;
+};
+
+/// True for a plain layout whose elements fill its buffer exactly (any dim order): converting it
+/// element by element is converting the tensor.
+bool denseLayout(const Layout& l) {
+  return l.isPlain() && l.byteSize() == static_cast<size_t>(l.numElements()) * dataTypeSize(l.dtype());
+}
+
+StatusOr<std::unique_ptr<Kernel>> createWidenedBf16Conv(const ConvParams& p) {
+  bool sum = false;
+  for (const PostOp& op : p.postOps) {
+    if (op.kind == PostOp::Kind::kBinary) return unimplemented("conv (widened bf16): binary post-ops");
+    sum = sum || op.kind == PostOp::Kind::kSum;
+  }
+  ConvParams q = p;
+  q.io = DataType::kF32;
+  q.compute = ComputeType::kF32;
+  q.widenBf16 = false;
+  // Dense float32 twins of the bf16 layouts, so the conversions are element by element.
+  if (!p.srcLayout.empty()) {
+    if (!denseLayout(p.srcLayout)) {
+      return unimplemented("conv (widened bf16): src layout " + p.srcLayout.toString() + " is not dense");
+    }
+    q.srcLayout = Layout::plain(p.srcLayout.dims(), p.srcLayout.strides(), DataType::kF32);
+  } else if (q.srcFormat == Format::kAny) {
+    q.srcFormat = Format::kChannelsLast;
+  }
+  if (q.dstFormat == Format::kAny) q.dstFormat = Format::kChannelsLast;
+  // The weights rounded to bf16 once, as the native kernel's bf16 packing rounds them (a folded
+  // batch norm's float32 weights; a bf16 model's own weights are bf16 values already).
+  int64_t wElems = 1;
+  for (int64_t d : p.weightDims) wElems *= d;
+  std::vector<uint16_t> wBf16(static_cast<size_t>(wElems));
+  std::vector<float> wRounded(static_cast<size_t>(wElems));
+  cpu::narrowToBf16(p.weights, wBf16.data(), wElems);
+  cpu::widenBf16(wBf16.data(), wRounded.data(), wElems);
+  q.weights = wRounded.data();
+  VF_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> inner, createConv(q));
+  if (!denseLayout(inner->srcLayout()) || !denseLayout(inner->dstLayout())) {
+    return unimplemented("conv (widened bf16): oneDNN chose a blocked layout");
+  }
+  return std::unique_ptr<Kernel>(std::make_unique<WidenedBf16Conv>(std::move(inner), sum));
 }
 
 }  // namespace
@@ -65,6 +156,10 @@ StatusOr<std::unique_ptr<Kernel>> createConv(const ConvParams& p) {
       (p.srcLayout.dims() != p.srcDims || p.srcLayout.dtype() != p.io)) {
     return invalidArgument("conv: srcLayout " + p.srcLayout.toString() + " does not match srcDims " +
                            dimsToString(p.srcDims));
+  }
+
+  if (p.io == DataType::kBF16 && (p.widenBf16 || !capabilities().onednnNativeBf16())) {
+    return createWidenedBf16Conv(p);
   }
 
   return guarded("conv", [&]() -> StatusOr<std::unique_ptr<Kernel>> {

@@ -214,11 +214,12 @@ struct Bf16Case {
   int64_t kvHeads = 0;
 };
 
-/// Runs one bf16 case with VERIFUSE_ATTENTION_TILES set to \p tiles; returns the output (floats)
-/// and the kernel's implInfo.
+/// Runs one bf16 case with VERIFUSE_ATTENTION_TILES set to \p tiles (and \p widen:
+/// AttentionParams::widenBf16, float32 matmuls on widened data); returns the output (floats) and
+/// the kernel's implInfo.
 std::pair<std::vector<float>, std::string> runBf16(const Bf16Case& c, const char* tiles, const Buf& q, const Buf& k,
                                                    const Buf& v, const std::vector<float>& mask, const Strides& ms,
-                                                   const Strides& os) {
+                                                   const Strides& os, bool widen = false) {
   auto bits = [](const std::vector<float>& x) {
     std::vector<uint16_t> h(x.size());
     for (size_t i = 0; i < x.size(); ++i) h[i] = toBf16(x[i]);
@@ -233,6 +234,7 @@ std::pair<std::vector<float>, std::string> runBf16(const Bf16Case& c, const char
   p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
   p.causal = c.causal, p.kvHeads = c.kvHeads, p.blockRows = c.blockRows;
   p.bf16 = true;
+  p.widenBf16 = widen;
   setenv("VERIFUSE_ATTENTION_TILES", tiles, 1);
   auto kern = createAttention(p);
   unsetenv("VERIFUSE_ATTENTION_TILES");
@@ -250,7 +252,8 @@ std::pair<std::vector<float>, std::string> runBf16(const Bf16Case& c, const char
 class AttentionBf16Test : public ::testing::TestWithParam<Bf16Case> {};
 
 // bf16 q, k, v and mask against a double reference on the same bf16 values, with the own tiles
-// (on an AVX512-BF16 CPU) and with oneDNN's matmuls. Tolerance, derived: the probabilities are
+// (on an AVX512-BF16 CPU), with oneDNN's matmuls, and widened (float32 matmuls on the widened
+// values, the probabilities rounded to bf16 in place: what CPUs without bf16 instructions run). Tolerance, derived: the probabilities are
 // rounded to bf16 (relative 2^-9 each, so the weighted sum of |v| <= 1 moves by <= 2^-9) and the
 // output once (2^-9 of |out| <= 1), the f32 sums add far less: 2^-8 in all; the two kernels sum in
 // different orders, so they may differ by one bf16 rounding step of the output (2^-8 near 1) plus
@@ -281,14 +284,18 @@ TEST_P(AttentionBf16Test, MatchesReferenceWithOwnTilesAndOnednn) {
   }
   const auto [own, ownImpl] = runBf16(c, "1", q, k, v, mask, ms, os);
   const auto [dnn, dnnImpl] = runBf16(c, "0", q, k, v, mask, ms, os);
+  const auto [wid, widImpl] = runBf16(c, "1", q, k, v, mask, ms, os, /*widen=*/true);
   ASSERT_FALSE(own.empty());
   ASSERT_FALSE(dnn.empty());
+  ASSERT_FALSE(wid.empty());
+  EXPECT_NE(widImpl.find("f32 on bf16io"), std::string::npos) << widImpl;
+  EXPECT_EQ(widImpl.find("own"), std::string::npos) << widImpl;
   if (cpu::hasAvx512Bf16()) {
     EXPECT_NE(ownImpl.find("own bf16 tiles"), std::string::npos) << ownImpl;
   }
   EXPECT_EQ(dnnImpl.find("own"), std::string::npos) << dnnImpl;
 
-  double worstOwn = 0, worstDnn = 0, worstApart = 0;
+  double worstOwn = 0, worstDnn = 0, worstApart = 0, worstWid = 0, worstWidApart = 0;
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
   for (int64_t b = 0; b < c.B; ++b)
     for (int64_t h = 0; h < c.H; ++h)
@@ -297,8 +304,11 @@ TEST_P(AttentionBf16Test, MatchesReferenceWithOwnTilesAndOnednn) {
         for (int64_t d = 0; d < c.D; ++d) {
           const double want = ref.out[static_cast<size_t>(d)];
           const size_t at0 = static_cast<size_t>(b * os[0] + h * os[1] + i * os[2] + d);
-          ASSERT_TRUE(std::isfinite(own[at0]) && std::isfinite(dnn[at0])) << b << "," << h << "," << i << "," << d;
+          ASSERT_TRUE(std::isfinite(own[at0]) && std::isfinite(dnn[at0]) && std::isfinite(wid[at0]))
+              << b << "," << h << "," << i << "," << d;
           worstOwn = std::max(worstOwn, std::abs(own[at0] - want));
+          worstWid = std::max(worstWid, std::abs(wid[at0] - want));
+          worstWidApart = std::max(worstWidApart, double(std::abs(own[at0] - wid[at0])));
           worstDnn = std::max(worstDnn, std::abs(dnn[at0] - want));
           worstApart = std::max(worstApart, double(std::abs(own[at0] - dnn[at0])));
         }
@@ -306,6 +316,8 @@ TEST_P(AttentionBf16Test, MatchesReferenceWithOwnTilesAndOnednn) {
   EXPECT_LT(worstOwn, 1.0 / 256) << ownImpl;
   EXPECT_LT(worstDnn, 1.0 / 256) << dnnImpl;
   EXPECT_LT(worstApart, 1.0 / 128);
+  EXPECT_LT(worstWid, 1.0 / 256) << widImpl;
+  EXPECT_LT(worstWidApart, 1.0 / 128);
 }
 
 INSTANTIATE_TEST_SUITE_P(

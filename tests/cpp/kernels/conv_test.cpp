@@ -268,6 +268,125 @@ TEST(Conv, Bf16ComputeIsCloseToF32) {
   }
 }
 
+// ---- a bf16 model's convolution on float32 kernels (widened) --------------------------------------
+
+/// Dense NCHW floats as a channels-last bf16 buffer (each value rounded to nearest even), and back.
+std::vector<uint16_t> toChannelsLastBf16(const std::vector<float>& x, const Dims& d) {
+  const int64_t N = d[0], C = d[1], HW = numel(d) / (N * C);
+  std::vector<uint16_t> out(x.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t s = 0; s < HW; ++s) {
+        const float r = roundBf16(x[(n * C + c) * HW + s]);
+        uint32_t u;
+        std::memcpy(&u, &r, 4);
+        out[(n * HW + s) * C + c] = static_cast<uint16_t>(u >> 16);
+      }
+  return out;
+}
+std::vector<float> fromChannelsLastBf16(const std::vector<uint16_t>& x, const Dims& d) {
+  const int64_t N = d[0], C = d[1], HW = numel(d) / (N * C);
+  std::vector<float> out(x.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t s = 0; s < HW; ++s) {
+        const uint32_t u = static_cast<uint32_t>(x[(n * HW + s) * C + c]) << 16;
+        std::memcpy(&out[(n * C + c) * HW + s], &u, 4);
+      }
+  return out;
+}
+
+// ConvParams::widenBf16: bf16 in and out on oneDNN's float32 convolution (what a bf16 model's
+// convolutions run on where oneDNN has no bf16 instructions; forced here so every CPU tests it).
+// Reference: double sums over the bf16 source and the weights rounded to bf16 (as the native kernel
+// packs them: here weights that are not bf16 values, like a folded batch norm's), + bias, the
+// post-ops, one rounding to bf16. Tolerance, derived: the result is within half a bf16 ulp
+// (2^-9·|ref|) of a float32 value within K·2^-24·sum|x·w| of ref; one bf16 ulp (2^-8·|ref|) plus
+// that covers it.
+TEST(Conv, Bf16IoWidenedOnFloat32Kernels) {
+  struct Case {
+    const char* name;
+    Dims xs, ws;
+    int64_t groups;
+    int64_t pad;
+    bool sum;
+  };
+  const Case cases[] = {{"k3_sum_relu", {2, 16, 9, 9}, {32, 16, 3, 3}, 1, 1, true},
+                        {"pointwise_relu", {1, 24, 7, 6}, {40, 24, 1, 1}, 1, 0, false},
+                        {"depthwise", {1, 16, 8, 8}, {16, 1, 3, 3}, 16, 1, false},
+                        {"stem_3ch", {1, 3, 16, 16}, {8, 3, 7, 7}, 1, 3, false}};
+  for (const Case& c : cases) {
+    const int64_t outC = c.ws[0];
+    const Dims ds = {c.xs[0], outC, c.xs[2] + 2 * c.pad - c.ws[2] + 1, c.xs[3] + 2 * c.pad - c.ws[3] + 1};
+    auto x = randomVec(numel(c.xs), 1);
+    auto w = randomVec(numel(c.ws), 2);  // float32 values: the kernel rounds them to bf16
+    auto b = randomVec(outC, 3);
+    auto r = randomVec(numel(ds), 4, -2.f, 2.f);
+    for (float& v : x) v = roundBf16(v);
+    for (float& v : r) v = roundBf16(v);
+    ConvParams p;
+    p.srcDims = c.xs;
+    p.weightDims = c.ws;
+    p.weights = w.data();
+    p.bias = b.data();
+    p.padL = {c.pad, c.pad};
+    p.groups = c.groups;
+    p.postOps = c.sum ? std::vector<PostOp>{PostOp::sum(0.5f), PostOp::relu()} : std::vector<PostOp>{PostOp::relu()};
+    p.srcFormat = Format::kChannelsLast;
+    p.dstFormat = Format::kAny;  // dense channels-last on this path
+    p.io = DataType::kBF16;
+    p.widenBf16 = true;
+    VF_ASSERT_OK_AND_ASSIGN(auto k, createConv(p));
+    EXPECT_NE(k->implInfo().find("f32 on bf16io"), std::string::npos) << k->implInfo();
+    EXPECT_EQ(k->srcLayout(), Layout::channelsLast(c.xs, DataType::kBF16));
+    EXPECT_EQ(k->dstLayout(), Layout::channelsLast(ds, DataType::kBF16));
+    const std::vector<uint16_t> xh = toChannelsLastBf16(x, c.xs);
+    std::vector<uint16_t> out = toChannelsLastBf16(r, ds);  // the residual, for the sum
+    for (int rep = 0; rep < 2 && !c.sum; ++rep) VF_ASSERT_OK(k->execute({xh.data()}, out.data()));
+    if (c.sum) VF_ASSERT_OK(k->execute({xh.data()}, out.data()));
+    const std::vector<float> got = fromChannelsLastBf16(out, ds);
+
+    std::vector<float> wr(w);
+    for (float& v : wr) v = roundBf16(v);
+    RefConvGeom g{{1, 1}, {c.pad, c.pad}, {1, 1}, c.groups};
+    const auto ref = refConv(x, c.xs, wr, c.ws, b.data(), g, ds);
+    std::vector<float> absx(x), absw(wr);
+    for (float& v : absx) v = std::fabs(v);
+    for (float& v : absw) v = std::fabs(v);
+    const auto mag = refConv(absx, c.xs, absw, c.ws, nullptr, g, ds);
+    const int64_t K = numel(c.ws) / outC;
+    int bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      double want = ref[i];
+      if (c.sum) want += 0.5 * r[i];
+      want = std::max(want, 0.0);
+      const double tol = std::ldexp(std::fabs(want), -8) + K * std::ldexp(mag[i] + (c.sum ? std::fabs(r[i]) : 0.f), -24) + 1e-30;
+      if (!(std::fabs(got[i] - want) <= tol) && bad++ < 5) {
+        ADD_FAILURE() << c.name << " [" << i << "] = " << got[i] << ", want " << want << " (tolerance " << tol << ")";
+      }
+      // bf16 values, not float32 ones
+      EXPECT_EQ(got[i], roundBf16(got[i])) << c.name << " [" << i << "]";
+    }
+  }
+}
+
+TEST(Conv, Bf16IoWithoutNativeBf16IsWidened) {
+  // Without bf16 instructions (an AVX2 or AVX-512 tier), a bf16 model's convolution takes the
+  // widened path by itself (oneDNN v3.2 has no bf16 convolution there); with them, the native one.
+  auto w = randomVec(8 * 4 * 3 * 3, 2);
+  ConvParams p;
+  p.srcDims = {1, 4, 6, 6};
+  p.weightDims = {8, 4, 3, 3};
+  p.weights = w.data();
+  p.padL = {1, 1};
+  p.srcFormat = p.dstFormat = Format::kChannelsLast;
+  p.io = DataType::kBF16;
+  VF_ASSERT_OK_AND_ASSIGN(auto k, createConv(p));
+  const bool widened = k->implInfo().find("f32 on bf16io") != std::string::npos;
+  EXPECT_EQ(widened, !capabilities().onednnNativeBf16()) << k->implInfo() << "; " << capabilities().summary();
+  if (!widened) EXPECT_TRUE(isNativeBf16Impl(k->implInfo())) << k->implInfo();
+}
+
 TEST(Conv, InvalidChannelsAreRejected) {
   auto w = randomVec(16 * 3 * 3 * 3, 1);
   ConvParams p;

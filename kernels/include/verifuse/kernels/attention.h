@@ -45,7 +45,13 @@ struct AttentionParams {
   /// On an AVX-512 CPU (for bf16 AVX512-BF16) both matmuls run on verifuse's own register tiles
   /// (no oneDNN primitive; implInfo says "own f32 tiles" / "own bf16 tiles");
   /// VERIFUSE_ATTENTION_TILES=0 at creation keeps oneDNN's matmuls.
+  /// Where oneDNN has no bf16 instructions (!capabilities().onednnNativeBf16()), or with
+  /// \p widenBf16, bf16 runs "widened": q, k and v widened (exactly) into float32 copies per block
+  /// and head, oneDNN's float32 matmuls, the probabilities rounded to bf16 values in place (the same
+  /// rounding as above, so P·V multiplies the same bf16 probabilities), the output rounded once;
+  /// implInfo ends with "f32 on bf16io".
   bool bf16 = false;
+  bool widenBf16 = false;
 };
 
 /// Created once per shape and stride set (the oneDNN primitives are made here); execute() is

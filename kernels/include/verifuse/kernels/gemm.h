@@ -117,14 +117,22 @@ enum class Isa { kAvx2, kAvx512 };
 /// The variant run() uses now.
 Isa activeIsa();
 /// Tests and benchmarks: restrict run() to \p isa (kAvx512 is still only used where the CPU has
-/// it). Process-wide; do not call while another thread is inside run().
+/// it), and runBf16() to kAvx2Widening with kAvx2. Process-wide; do not call while another thread
+/// is inside run() or runBf16().
 void setMaxIsa(Isa isa);
 
 /// Whether run() supports \p op as a post-op (today every activation, sum and binary). Binary dims
 /// are checked by run(), which knows M and N (kUnimplemented for dims it does not take).
 bool supportsPostOp(const PostOp& op);
 
-// ---- bfloat16 (AVX512-BF16) ------------------------------------------------------------------------
+// ---- bfloat16 ---------------------------------------------------------------------------------------
+//
+// bf16 models' linears: bf16 activations in and out, the weights packed once in bf16, float32
+// arithmetic. Two variants (activeBf16Variant()): on AVX512-BF16 pairs of K on vdpbf16ps; on any
+// CPU with AVX2+FMA (Zen 1-3, Haswell .. Comet Lake, AVX-512 CPUs without AVX512-BF16) every bf16
+// value widened to float32 in the kernel (exact) and the float32 FMA kernel's arithmetic. Both read
+// the same packed weights (half the bytes of float32: decode-sized and other memory-bound linears
+// run up to twice as fast as float32).
 
 /// Weights rounded once to bfloat16 (round to nearest even, as torch's .to(torch.bfloat16)) and
 /// packed for runBf16(). Immutable after packWeightsBf16(); shareable between threads.
@@ -162,19 +170,39 @@ class PackedWeightsBf16 {
 StatusOr<std::shared_ptr<const PackedWeightsBf16>> packWeightsBf16(const float* w, int64_t k, int64_t n,
                                                                    WeightOrder order);
 
-/// c[M,N] (bf16, row stride \p ldc) = bf16(epilogue(a[M,K] (bf16, row stride \p lda) · B)).
-/// Float32 accumulation: each element is the chain of vdpbf16ps steps over the pairs (k, k+1),
-/// k = 0, 2, 4, ... (each adds both products of its pair), from +0; then + bias[j] (float32), then
-/// the post-ops in float32, then one rounding to bf16 (nearest even). Bit-identical for any thread
-/// count. Post-ops: the eltwise activations of run() and sum(scale) with the bf16 \p residual (row
-/// stride \p ldr; it may be c itself with ldr == ldc: the in-place residual add); binary post-ops
-/// give kUnimplemented (supportsPostOpBf16).
+/// c[M,N] (bf16, row stride \p ldc) = bf16(epilogue(a[M,K] (bf16, row stride \p lda) · B)):
+/// float32 accumulation from +0, then + bias[j] (float32), then the post-ops in float32, then one
+/// rounding to bf16 (nearest even, NaN -> 0x7FC0). Bit-identical for any thread count. Post-ops:
+/// the eltwise activations of run() and sum(scale) with the bf16 \p residual (row stride \p ldr;
+/// it may be c itself with ldr == ldc: the in-place residual add; widened exactly); binary
+/// post-ops give kUnimplemented (supportsPostOpBf16).
+///
+/// Numerics (NOTE: what each variant computes; the tests check both):
+///  - kAvx512Bf16: each element is the chain of vdpbf16ps steps over the pairs (k, k+1),
+///    k = 0, 2, 4, ... (each step adds both exact products of its pair to the float32
+///    accumulator; an odd K's last k is paired with 0); GELU (erf and tanh) is the cheaper form for
+///    a bf16 result (cpu/vecmath_avx512.h: within 2.5e-7·|x|), the other post-ops run()'s vector
+///    math. Denormal bf16 inputs are read as zero (vdpbf16ps).
+///  - kAvx2Widening: a and B widened to float32 (exact), then exactly run()'s AVX2 float32
+///    computation: the chain acc = fma(a[i][k], B[k][j], acc) over k = 0, 1, ..., K-1 from +0
+///    (one rounding per step), + bias[j], the post-ops with the AVX2 vector math (sum: fma(scale,
+///    residual, acc)); then the one rounding to bf16. So runBf16() on this variant is bit for bit
+///    bf16(run() on the widened operands with Isa::kAvx2). Denormals are kept.
+/// Both products of two bf16 values are exact in float32; the variants differ in how the float32
+/// sums are rounded (pairs vs one step per k) and in the GELU, both far below the final bf16 rounding.
 /// \returns kUnimplemented if !availableBf16(); kInvalidArgument for bad shapes or pointers.
 Status runBf16(const uint16_t* a, int64_t m, int64_t lda, const PackedWeightsBf16& b, uint16_t* c,
                int64_t ldc, const Epilogue& ep, const uint16_t* residual = nullptr, int64_t ldr = 0);
 
-/// Whether this CPU can runBf16(): AVX-512 F/BW/VL/DQ and AVX512-BF16.
+/// Whether this CPU can runBf16(): AVX2 + FMA + F16C (cpu::hasAvx2Fma()), with or without bf16
+/// instructions.
 bool availableBf16();
+
+/// The variants runBf16() chooses from: kAvx512Bf16 wherever cpu::hasAvx512Bf16() (and setMaxIsa
+/// allows AVX-512), else kAvx2Widening.
+enum class Bf16Variant { kAvx2Widening, kAvx512Bf16 };
+/// The variant runBf16() uses now. setMaxIsa(Isa::kAvx2) restricts runBf16() to kAvx2Widening too.
+Bf16Variant activeBf16Variant();
 
 /// Whether runBf16() supports \p op (eltwise activations and sum).
 bool supportsPostOpBf16(const PostOp& op);

@@ -91,7 +91,15 @@ struct ConvParams {
   ComputeType compute = ComputeType::kF32;
   /// dtype of src, dst and the post-op operands; kBF16 (a bf16 model) as LinearParams::io: bf16
   /// in and out, weights (given as f32) prepacked in bf16, f32 accumulation, bias and post-ops.
+  /// Where oneDNN has no bf16 instructions (!capabilities().onednnNativeBf16(): v3.2 has no bf16
+  /// convolution below avx512_core), or with \p widenBf16: the same bf16 in and out on oneDNN's
+  /// float32 convolution ("widened"): the weights rounded to bf16 once and packed as float32, the
+  /// source widened (exactly) into a per-thread float32 buffer, f32 accumulation, bias and
+  /// post-ops, the result rounded to bf16 (nearest even, as torch) once; src and dst are dense
+  /// (kAny means channels-last), no binary post-ops (kUnimplemented). implInfo() is oneDNN's
+  /// float32 implementation followed by " f32 on bf16io".
   DataType io = DataType::kF32;
+  bool widenBf16 = false;
 };
 StatusOr<std::unique_ptr<Kernel>> createConv(const ConvParams& p);
 /// torch's output spatial size: (in + padL + padR - dil*(k-1) - 1) / stride + 1.

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -44,6 +46,7 @@ struct Case {
   Int8Type dst = Int8Type::kU8;
   bool bias = true;
   PostOpList ops;
+  float clampLo = -0.5f, clampHi = 0.75f;  ///< every clamp post-op's bounds
   uint32_t seed = 1;
   /// Share of codes and weights drawn from the extremes (0/255 or -128/127; +127/-128).
   double extremes = 0.25;
@@ -139,8 +142,8 @@ Built build(const Case& t) {
   p.dstScale = 0.03f;
   p.dstZeroPoint = t.dst == Int8Type::kS8 ? -3 : 120;
   p.postOps = t.ops;
-  p.clampLo = -0.5f;
-  p.clampHi = 0.75f;
+  p.clampLo = t.clampLo;
+  p.clampHi = t.clampHi;
   p.sumScale = 0.04f;
   p.sumZeroPoint = t.dst == Int8Type::kS8 ? -5 : 17;
 
@@ -453,6 +456,28 @@ TEST(Int8Widening, EveryPostOp) {
   }
 }
 
+TEST(Int8Widening, ChainsOfReluAndClamp) {
+  SKIP_WITHOUT_AVX2();
+  // The kernel composes relu / clamp chains into one clamp: overlapping bounds, and bounds that
+  // do not meet (the chain is then a constant: relu then clamp(-2, -1) is -1 everywhere, clamp(-2,
+  // -1) then relu is 0).
+  struct Chain {
+    PostOpList ops;
+    float lo, hi;
+  };
+  const std::vector<Chain> chains = {{{kClamp, kRelu}, -0.5f, 0.75f}, {{kRelu, kClamp}, -2.f, -1.f},
+                                     {{kClamp, kRelu}, -2.f, -1.f},   {{kClamp, kClamp}, 0.25f, 0.5f},
+                                     {{kRelu, kRelu, kClamp}, 0.f, 0.f}, {{kSum, kClamp, kRelu}, -0.25f, 2.f}};
+  for (const Chain& c : chains) {
+    for (Int8Type dst : {Int8Type::kU8, Int8Type::kS8, Int8Type::kF32}) {
+      if (c.ops[0] == kSum && dst == Int8Type::kF32) continue;
+      checkMostlyExact(Case{.c = 12, .h = 6, .w = 7, .o = 24, .dst = dst, .ops = c.ops, .clampLo = c.lo, .clampHi = c.hi});
+      checkMostlyExact(
+          Case{.c = 12, .h = 6, .w = 7, .o = 12, .groups = 12, .dst = dst, .ops = c.ops, .clampLo = c.lo, .clampHi = c.hi});
+    }
+  }
+}
+
 /// The inputs on which vpmaddubsw-based kernels (oneDNN without VNNI) saturate: adjacent
 /// products of 255 * 127 (and (0 - 128) * -128 after the zero point) sum beyond s16.
 TEST(Int8Widening, SaturatingInputsGiveTheExactAccumulator) {
@@ -524,6 +549,40 @@ TEST(Int8Widening, SaturatingInputsGiveTheExactAccumulator) {
         EXPECT_EQ(check(t), 1.0);
       }
     }
+  }
+}
+
+TEST(Int8Widening, NeverReadsPastTheSource) {
+  SKIP_WITHOUT_AVX2();
+  // The source ends right before a PROT_NONE page: a read past its last code faults. The packing
+  // converts codes 16 at a time and may read ahead only inside the source (stem-like runs of 21
+  // codes, depthwise tails, a linear's last row).
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const std::vector<Case> cases = {
+      Case{.c = 3, .h = 9, .w = 9, .o = 16, .kh = 7, .kw = 7, .sh = 2, .sw = 2, .padT = 3, .padL = 3, .padB = 3, .padR = 3},
+      Case{.c = 3, .h = 5, .w = 6, .o = 8, .padT = 0, .padL = 0, .padB = 0, .padR = 0},
+      Case{.c = 13, .h = 5, .w = 5, .o = 13, .groups = 13},
+      Case{.c = 20, .h = 4, .w = 4, .o = 20, .groups = 20, .srcS8 = true, .zx = 0},
+      Case{.conv = false, .n = 3, .c = 21, .o = 5},
+      Case{.c = 5, .h = 4, .w = 7, .o = 6, .srcChannelsLast = false},
+  };
+  for (const Case& t : cases) {
+    SCOPED_TRACE(describe(t));
+    Built b = build(t);
+    const size_t bytes = b.src.size(), span = (bytes + page - 1) / page * page;
+    void* mem = mmap(nullptr, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(mem, MAP_FAILED);
+    ASSERT_EQ(mprotect(static_cast<char*>(mem) + span, page, PROT_NONE), 0);
+    uint8_t* src = static_cast<uint8_t*>(mem) + (span - bytes);
+    std::memcpy(src, b.src.data(), bytes);
+    auto made = createInt8Widening(b.p);
+    ASSERT_TRUE(made.isOk()) << made.status().toString();
+    const std::vector<uint8_t> want = runKernel(**made, b);
+    std::vector<uint8_t> got(want.size(), 0);
+    if (!b.residual.empty()) got = b.residual;
+    ASSERT_TRUE((*made)->execute({src}, got.data()).isOk());
+    EXPECT_EQ(got, want);
+    munmap(mem, span + page);
   }
 }
 
