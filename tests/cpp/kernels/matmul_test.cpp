@@ -111,7 +111,7 @@ TEST(LinearBorrowedWeights, AreReadInPlaceNotCopied) {
 }
 
 TEST(LinearBorrowedWeights, Bf16IsAlwaysPacked) {
-  if (!capabilities().onednnNativeBf16()) GTEST_SKIP() << "no native bf16 on this CPU: oneDNN has no bf16 inner product to create";
+  VF_SKIP_UNLESS(capabilities().onednnNativeBf16(), "oneDNN on native bf16 (below it oneDNN has no bf16 inner product)");
   auto w = randomVec(8 * 8, 2);
   LinearParams p{4, 8, 8, w.data(), nullptr, {}, ComputeType::kBF16};
   p.borrowWeights = true;

@@ -22,6 +22,7 @@
 #include "verifuse/kernels/cpu_features.h"
 #include "verifuse/kernels/gemm.h"
 #include "postops.h"
+#include "tier_skip.h"
 
 namespace verifuse::kernels::gemm {
 namespace {
@@ -126,9 +127,9 @@ std::vector<uint16_t> runCase(const Case& c, int threads, uint32_t seed = 7) {
 class GemmBf16Test : public ::testing::TestWithParam<Bf16Variant> {
  protected:
   void SetUp() override {
-    if (!cpu::hasAvx2Fma()) GTEST_SKIP() << "no AVX2+FMA on this CPU";
+    if (!cpu::hasAvx2Fma()) VF_CPU_SKIP("AVX2+FMA");
     ASSERT_TRUE(availableBf16());  // every AVX2 CPU runs bf16 (widened where it has no bf16 instructions)
-    if (GetParam() == Bf16Variant::kAvx512Bf16 && !cpu::hasAvx512Bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+    if (GetParam() == Bf16Variant::kAvx512Bf16 && !cpu::hasAvx512Bf16()) VF_CPU_SKIP("AVX512-BF16");
     setMaxIsa(GetParam() == Bf16Variant::kAvx512Bf16 ? Isa::kAvx512 : Isa::kAvx2);
     ASSERT_EQ(activeBf16Variant(), GetParam());
     saved_ = omp_get_max_threads();
@@ -243,7 +244,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, GemmBf16Test,
 class GemmBf16Avx2 : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!cpu::hasAvx2Fma()) GTEST_SKIP() << "no AVX2+FMA on this CPU";
+    if (!cpu::hasAvx2Fma()) VF_CPU_SKIP("AVX2+FMA");
     ASSERT_TRUE(availableBf16());
     setMaxIsa(Isa::kAvx2);
     ASSERT_EQ(activeBf16Variant(), Bf16Variant::kAvx2Widening);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "vecmath_eval.h"
+#include "tier_skip.h"
 
 namespace verifuse::kernels::gemm {
 namespace {
@@ -298,8 +299,8 @@ std::vector<float> runAndCheck(const Problem& p) {
 class GemmIsaTest {
  protected:
   void setUpIsa(Isa isa) {
-    if (!available()) GTEST_SKIP() << "no AVX2+FMA on this CPU";
-    if (isa == Isa::kAvx512 && !cpu::hasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+    if (!available()) VF_CPU_SKIP("AVX2+FMA");
+    if (isa == Isa::kAvx512 && !cpu::hasAvx512()) VF_CPU_SKIP("AVX-512");
     setMaxIsa(isa);
     ASSERT_EQ(activeIsa(), isa);
     savedThreads_ = omp_get_max_threads();

@@ -10,6 +10,7 @@
 #include "verifuse/kernels/gemm.h"
 
 #include "cpu/weight_memory.h"
+#include "tier_skip.h"
 
 #include <gtest/gtest.h>
 
@@ -75,7 +76,7 @@ class GemmWeightsMemory : public ::testing::Test {
     if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled")) {
       GTEST_SKIP() << "this kernel has no transparent huge pages";
     }
-    if (!available()) GTEST_SKIP() << "no GEMM kernel for this CPU";
+    if (!available()) VF_CPU_SKIP("AVX2+FMA (the GEMM)");
   }
 
   // 16 MiB of float32 weights: far more than one 2 MiB page.
@@ -91,7 +92,7 @@ TEST_F(GemmWeightsMemory, LargeFloat32WeightsAreAdvisedHugePages) {
 }
 
 TEST_F(GemmWeightsMemory, LargeBfloat16WeightsAreAdvisedHugePages) {
-  if (!availableBf16()) GTEST_SKIP() << "no AVX512-BF16";
+  if (!availableBf16()) VF_CPU_SKIP("a bf16 GEMM variant");
   auto packed = packWeightsBf16(weights_.data(), kK, kN, WeightOrder::kNK);
   ASSERT_TRUE(packed.isOk()) << packed.status().toString();
   expectAdvised((*packed)->data(), sizeof(uint16_t) * kK * kN, "8 MiB of packed bf16 weights");

@@ -7,6 +7,7 @@
 // boundary; almost all must be equal). Inputs lean on the extremes (codes 0 / 255 / -128 / 127,
 // weights +127 / -128, zero points 0 and 128): where oneDNN's vpmaddubsw kernels saturate.
 #include "verifuse/kernels/int8_widening.h"
+#include "tier_skip.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -308,7 +309,7 @@ double check(const Case& t, const char* wantImpl = nullptr) {
 }
 
 #define SKIP_WITHOUT_AVX2() \
-  if (!int8WideningAvailable()) GTEST_SKIP() << "no AVX2+FMA on this CPU: the widening int8 kernel does not run"
+  if (!int8WideningAvailable()) VF_CPU_SKIP("AVX2+FMA (the widening int8 kernel)")
 
 /// Checks \p t and that at least 99% of its codes are the exact rounding.
 void checkMostlyExact(const Case& t, const char* wantImpl = nullptr) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "verifuse/kernels/cpu_features.h"
+#include "tier_skip.h"
 
 namespace verifuse::kernels {
 namespace {
@@ -83,7 +84,7 @@ TEST_P(QuantizeKernel, ScalarAndAvx512MatchTorchsComposition) {
   for (float v : x) want.push_back(reference(v, p));
   EXPECT_EQ(run(detail::quantizeF32Scalar, x, n, p), want);
   EXPECT_EQ(run(quantizeF32, x, n, p), want);
-  if (!cpu::hasAvx512()) GTEST_SKIP() << "no AVX-512: the vector variant is not reachable here";
+  if (!cpu::hasAvx512()) VF_CPU_SKIP("AVX-512 (the vector variant)");
   EXPECT_EQ(run(detail::quantizeF32Avx512, x, n, p), want);
   for (int64_t len = 0; len <= 40; ++len) {  // every tail length, from the start of the input
     std::vector<int> prefix(want.begin(), want.begin() + len);

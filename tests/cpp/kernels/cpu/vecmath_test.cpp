@@ -4,6 +4,7 @@
 #include "vecmath_eval.h"
 
 #include "verifuse/kernels/cpu_features.h"
+#include "tier_skip.h"
 
 #include <gtest/gtest.h>
 
@@ -26,7 +27,7 @@ constexpr float kMax = std::numeric_limits<float>::max();
 constexpr float kDenorm = std::numeric_limits<float>::denorm_min();
 
 #define SKIP_WITHOUT_AVX2() \
-  if (!hasAvx2Fma()) GTEST_SKIP() << "CPU has no AVX2+FMA+F16C"
+  if (!hasAvx2Fma()) VF_CPU_SKIP("AVX2+FMA+F16C")
 
 /// Every `stride`-th float bit pattern (both signs), without NaNs, plus dense linear sweeps.
 std::vector<float> inputs(uint32_t stride, std::initializer_list<std::pair<float, float>> dense = {},
@@ -135,7 +136,7 @@ TEST(Vecmath, Exp) {
 // denormal, NaN stays NaN; and it is a different function from the float32 exp (which the float32
 // row step keeps).
 TEST(Vecmath, ExpForBf16Probabilities) {
-  if (!cpu::hasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!cpu::hasAvx512()) VF_CPU_SKIP("AVX-512");
   std::vector<float> xs;
   for (auto v : inputs(4096, {{-87.0f, 0.0f}, {-1.0f, 0.0f}, {-0.01f, 0.0f}})) {
     if (std::isfinite(v) && v <= 0.0f && v >= -87.0f) xs.push_back(v);
@@ -265,7 +266,7 @@ TEST(Vecmath, Avx512ExpScalesLikeTheTwoStepPowerOfTwo) {
   // step's exp) scales p by 2^n with one vscalefps; vecmath_avx2.h multiplies
   // by two normal powers of two. Both round once, so every result must be the same bits: every
   // 61st float bit pattern (all signs, exponents, NaN and inf), denormal results and overflow included.
-  if (!cpu::hasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!cpu::hasAvx512()) VF_CPU_SKIP("AVX-512");
   const size_t chunk = 1 << 20;
   std::vector<float> x(chunk), a(chunk), b(chunk);
   uint64_t pattern = 0, checked = 0;
@@ -287,7 +288,7 @@ TEST(Vecmath, Avx512ExpScalesLikeTheTwoStepPowerOfTwo) {
 }
 
 TEST(Vecmath, GeluErfAvx512) {
-  if (!cpu::hasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!cpu::hasAvx512()) VF_CPU_SKIP("AVX-512");
   auto xs = inputs(4096, {{-15.0f, 15.0f}, {-1.5f, 1.5f}});
   std::vector<float> wide(xs.size()), narrow(xs.size());
   evalAvx512(VecFn::kGeluErf, xs.data(), wide.data(), xs.size());
@@ -375,7 +376,7 @@ float expectBf16GeluSpecials(VecFn fn) {
 // the pieces' ends (every half unit, the clamps at -6.5 and 6). It is a different formula from
 // geluErf (the float32 kernels' GELU must not silently become this one).
 TEST(Vecmath, GeluErfForBf16) {
-  if (!cpu::hasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!cpu::hasAvx512()) VF_CPU_SKIP("AVX-512");
   auto xs = bf16GeluInputs();
   std::vector<float> got(xs.size());
   evalAvx512(VecFn::kGeluErfForBf16, xs.data(), got.data(), xs.size());
@@ -394,7 +395,7 @@ TEST(Vecmath, GeluErfForBf16) {
 // The bf16 GEMM's GELU (tanh), the same table form with the tanh form's phi: the same bounds and
 // geluTanh's specials.
 TEST(Vecmath, GeluTanhForBf16) {
-  if (!cpu::hasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!cpu::hasAvx512()) VF_CPU_SKIP("AVX-512");
   auto xs = bf16GeluInputs();
   std::vector<float> got(xs.size());
   evalAvx512(VecFn::kGeluTanhForBf16, xs.data(), got.data(), xs.size());
