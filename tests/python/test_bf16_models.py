@@ -33,7 +33,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import warnings
 from collections import Counter
 
@@ -55,9 +54,8 @@ bf16_kernels = requires("own_avx2", "AVX2 (widened bf16 kernels) or native bf16"
 def _runs_bf16_kernel(impl: str) -> bool:
     """The tier's kernel for a bf16 partition: one on bf16 instructions (oneDNN's avx512_core_bf16 or
     AMX ones, the own AVX512-BF16 GEMM) where oneDNN has them, else a widened one (float32
-    arithmetic on bf16 data: "bf16io" in its name, e.g. "verifuse gemm:avx2_bf16io" (AVX-512:
-    "verifuse gemm:avx512_bf16io"),
-    "brgconv:avx2 f32 on bf16io")."""
+    arithmetic on bf16 data, "bf16io" in its name: "verifuse gemm:avx2_bf16io",
+    "verifuse gemm:avx512_bf16io", "brgconv:avx2 f32 on bf16io")."""
     if NATIVE:
         return is_native_bf16_impl(impl) and "bf16io" not in impl
     return "bf16io" in impl
