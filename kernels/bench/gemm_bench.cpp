@@ -3,7 +3,7 @@
 //
 //   verifuse_gemm_bench [--threads 1,2] [--samples 40] [--only NAME_SUBSTRING] [--no-onednn]
 //                       [--epilogue bias|bias_relu|bias_gelu|bias_sum] [--cpu-time] [--bf16]
-//                       [--isa avx2] [--shape MxKxN[,MxKxN...]]
+//                       [--isa avx2] [--bf16-widening] [--shape MxKxN[,MxKxN...]]
 //
 // Per (shape, threads): one warm-up call of each kernel, then `samples` rounds; a round times one
 // sample of every kernel in turn (interleaved, so a change of machine load hits all of them
@@ -14,7 +14,8 @@
 // --cpu-time: time with the calling thread's CPU clock (1 thread only): preemption by other
 // processes is not counted, cache and memory-bandwidth interference still is.
 // --bf16: bf16 activations in and out (gemm::runBf16, the variant the CPU has: AVX512-BF16, or the
-// widening AVX2 one; --isa avx2 forces the AVX2 variants of both kernels), and a last column with
+// widening AVX-512 or AVX2 one; --isa avx2 forces the AVX2 variants of both kernels,
+// --bf16-widening a widening variant even with AVX512-BF16), and a last column with
 // the own float32 GEMM on the same shape (what the bf16 kernel is measured against on CPUs without
 // bf16 instructions). Where oneDNN has no bf16 instructions (e.g. VERIFUSE_MAX_ISA=avx2) its bf16
 // inner product is reference code: the oneDNN columns are then its float32 inner product.
@@ -223,6 +224,8 @@ int main(int argc, char** argv) {
     else if (a == "--isa" && i + 1 < argc && std::string(argv[i + 1]) == "avx2") {
       gemm::setMaxIsa(gemm::Isa::kAvx2);
       ++i;
+    } else if (a == "--bf16-widening") {
+      gemm::setMaxBf16Variant(gemm::Bf16Variant::kAvx512Widening);
     }
     else if (a == "--shape" && i + 1 < argc) {
       std::string list = argv[++i];
@@ -235,7 +238,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr, "usage: %s [--threads 1,2] [--samples N] [--only SUBSTR] [--no-onednn] "
                    "[--epilogue bias|bias_relu|bias_gelu|bias_sum] [--cpu-time] [--bf16] [--isa avx2] "
-                   "[--shape MxKxN[,MxKxN...]]\n", argv[0]);
+                   "[--bf16-widening] [--shape MxKxN[,MxKxN...]]\n", argv[0]);
       return 2;
     }
   }
@@ -265,8 +268,9 @@ int main(int argc, char** argv) {
               "GB/s at the median [GFLOP/s of the best sample]\n",
               epi.c_str(), samples, gCpuTime ? "thread-cpu" : "wall", bf16 ? "bf16" : "f32",
               !bf16 ? ""
-              : gemm::activeBf16Variant() == gemm::Bf16Variant::kAvx512Bf16 ? " (own: avx512_bf16"
-                                                                            : " (own: avx2 widening",
+              : gemm::activeBf16Variant() == gemm::Bf16Variant::kAvx512Bf16    ? " (own: avx512_bf16"
+              : gemm::activeBf16Variant() == gemm::Bf16Variant::kAvx512Widening ? " (own: avx512 widening"
+                                                                                : " (own: avx2 widening",
               !bf16 ? "" : onednnBf16 ? ", oneDNN bf16)" : ", oneDNN f32)",
               gemm::activeIsa() == gemm::Isa::kAvx512 ? "avx512" : "avx2");
   std::printf("%-26s %3s | %-22s | %-22s | %-22s | %-9s | %-9s%s\n", "shape M,K,N", "thr",

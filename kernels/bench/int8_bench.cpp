@@ -4,7 +4,7 @@
 // batch 1.
 //
 //   ONEDNN_MAX_CPU_ISA=AVX2 verifuse_int8_bench [--threads 1,2] [--samples 15] [--only SUBSTR]
-//                                             [--dst u8|f32] [--cpu-time] [--no-onednn]
+//                                             [--dst u8|f32] [--cpu-time] [--no-onednn] [--no-ceilings]
 //
 // Run oneDNN capped to AVX2 (the variable above): the float32 comparison is then oneDNN's AVX2
 // kernel, and its int8 kernel the vpmaddubsw one this kernel replaces (whose codes differ from
@@ -15,8 +15,10 @@
 // Per (shape, threads): one warm-up call of each kernel, then `samples` rounds; a round times one
 // sample of every kernel in turn (interleaved, so a change of machine load hits all alike); a
 // sample repeats the call until it took >= 5 ms. Prints the median GOP/s (2 * multiply-adds / t)
-// and the ratios. --cpu-time: the calling thread's CPU clock (1 thread only).
+// and the ratios. --cpu-time: the calling thread's CPU clock (1 thread only). First and last, the
+// ceilings of the moment (vpmaddwd + vpaddd and FMA loops on registers; --no-ceilings skips them).
 // NOTE: the machine is shared: wrap runs in `flock /tmp/verifuse-bench.lock ...`.
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -138,6 +140,67 @@ std::vector<int> parseInts(const char* s) {
   return out;
 }
 
+// The ceilings at the moment of the run (the machine is shared): independent accumulators with
+// their operands in registers (10 for vpmaddwd: its two temporaries and three operands take the
+// other 5 ymm registers; 12 for the FMA, as the float32 GEMM's 6x16 tiles). vpmaddwd + vpaddd: 16
+// multiply-adds per two instructions; an FMA: 8 in one. GOP/s (2 ops per multiply-add).
+__attribute__((target("avx2,fma"), noinline)) double maddCeiling(int64_t steps) {
+  __m256i c[10];
+  for (auto& v : c) v = _mm256_setzero_si256();
+  __m256i a = _mm256_set1_epi16(3), b0 = _mm256_set1_epi16(5), b1 = _mm256_set1_epi16(7);
+  const double t0 = now();
+  for (int64_t k = 0; k < steps; ++k) {
+    asm volatile(
+        "vpmaddwd %[b0], %[a], %%ymm14\n\tvpaddd %%ymm14, %[c0], %[c0]\n\tvpmaddwd %[b1], %[a], %%ymm15\n\tvpaddd %%ymm15, %[c1], %[c1]\n\t"
+        "vpmaddwd %[b0], %[a], %%ymm14\n\tvpaddd %%ymm14, %[c2], %[c2]\n\tvpmaddwd %[b1], %[a], %%ymm15\n\tvpaddd %%ymm15, %[c3], %[c3]\n\t"
+        "vpmaddwd %[b0], %[a], %%ymm14\n\tvpaddd %%ymm14, %[c4], %[c4]\n\tvpmaddwd %[b1], %[a], %%ymm15\n\tvpaddd %%ymm15, %[c5], %[c5]\n\t"
+        "vpmaddwd %[b0], %[a], %%ymm14\n\tvpaddd %%ymm14, %[c6], %[c6]\n\tvpmaddwd %[b1], %[a], %%ymm15\n\tvpaddd %%ymm15, %[c7], %[c7]\n\t"
+        "vpmaddwd %[b0], %[a], %%ymm14\n\tvpaddd %%ymm14, %[c8], %[c8]\n\tvpmaddwd %[b1], %[a], %%ymm15\n\tvpaddd %%ymm15, %[c9], %[c9]"
+        : [c0] "+x"(c[0]), [c1] "+x"(c[1]), [c2] "+x"(c[2]), [c3] "+x"(c[3]), [c4] "+x"(c[4]), [c5] "+x"(c[5]),
+          [c6] "+x"(c[6]), [c7] "+x"(c[7]), [c8] "+x"(c[8]), [c9] "+x"(c[9])
+        : [a] "x"(a), [b0] "x"(b0), [b1] "x"(b1)
+        : "xmm14", "xmm15");
+  }
+  const double t = now() - t0;
+  volatile int sink = _mm256_extract_epi32(c[0], 0) + _mm256_extract_epi32(c[9], 0);
+  (void)sink;
+  return 2.0 * 10 * 16 * static_cast<double>(steps) / t / 1e9;
+}
+
+__attribute__((target("avx2,fma"), noinline)) double fmaCeiling(int64_t steps) {
+  __m256 c[12];
+  for (auto& v : c) v = _mm256_setzero_ps();
+  __m256 a = _mm256_set1_ps(1e-9f), b0 = _mm256_set1_ps(1e-9f), b1 = _mm256_set1_ps(2e-9f);
+  const double t0 = now();
+  for (int64_t k = 0; k < steps; ++k) {
+    asm volatile(
+        "vfmadd231ps %[b0], %[a], %[c0]\n\tvfmadd231ps %[b1], %[a], %[c1]\n\tvfmadd231ps %[b0], %[a], %[c2]\n\t"
+        "vfmadd231ps %[b1], %[a], %[c3]\n\tvfmadd231ps %[b0], %[a], %[c4]\n\tvfmadd231ps %[b1], %[a], %[c5]\n\t"
+        "vfmadd231ps %[b0], %[a], %[c6]\n\tvfmadd231ps %[b1], %[a], %[c7]\n\tvfmadd231ps %[b0], %[a], %[c8]\n\t"
+        "vfmadd231ps %[b1], %[a], %[c9]\n\tvfmadd231ps %[b0], %[a], %[c10]\n\tvfmadd231ps %[b1], %[a], %[c11]"
+        : [c0] "+x"(c[0]), [c1] "+x"(c[1]), [c2] "+x"(c[2]), [c3] "+x"(c[3]), [c4] "+x"(c[4]), [c5] "+x"(c[5]),
+          [c6] "+x"(c[6]), [c7] "+x"(c[7]), [c8] "+x"(c[8]), [c9] "+x"(c[9]), [c10] "+x"(c[10]), [c11] "+x"(c[11])
+        : [a] "x"(a), [b0] "x"(b0), [b1] "x"(b1));
+  }
+  const double t = now() - t0;
+  volatile float sink = _mm256_cvtss_f32(c[0]) + _mm256_cvtss_f32(c[11]);
+  (void)sink;
+  return 2.0 * 12 * 8 * static_cast<double>(steps) / t / 1e9;
+}
+
+/// Median of 7 alternated runs of each ceiling (about 0.1 s each).
+void printCeilings() {
+  std::vector<double> m, f;
+  for (int i = 0; i < 7; ++i) {
+    m.push_back(maddCeiling(20'000'000));
+    f.push_back(fmaCeiling(20'000'000));
+  }
+  std::sort(m.begin(), m.end());
+  std::sort(f.begin(), f.end());
+  std::printf("# ceilings on this core now (operands in registers): vpmaddwd+vpaddd %.1f GOP/s, "
+              "FMA %.1f GFLOP/s (ratio %.2f)\n", m[3], f[3], m[3] / f[3]);
+}
+
 [[noreturn]] void die(const Status& s, const char* what) {
   std::fprintf(stderr, "%s: %s\n", what, s.toString().c_str());
   std::exit(1);
@@ -149,7 +212,7 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   int samples = 15;
   std::string only;
-  bool onednn = true;
+  bool onednn = true, ceilings = true;
   Int8Type dstType = Int8Type::kU8;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -157,13 +220,14 @@ int main(int argc, char** argv) {
     else if (a == "--samples" && i + 1 < argc) samples = std::atoi(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--no-onednn") onednn = false;
+    else if (a == "--no-ceilings") ceilings = false;
     else if (a == "--cpu-time") gCpuTime = true;
     else if (a == "--dst" && i + 1 < argc) {
       const std::string d = argv[++i];
       dstType = d == "f32" ? Int8Type::kF32 : Int8Type::kU8;
     } else {
       std::fprintf(stderr, "usage: %s [--threads 1,2] [--samples N] [--only SUBSTR] [--dst u8|f32] [--cpu-time] "
-                   "[--no-onednn]\n", argv[0]);
+                   "[--no-onednn] [--no-ceilings]\n", argv[0]);
       return 2;
     }
   }
@@ -183,6 +247,7 @@ int main(int argc, char** argv) {
   std::printf("%-30s %3s | %9s %9s %9s | %8s %8s | %-28s | %-26s | %s\n", "shape", "thr", "own", "dnn f32", "dnn int8",
               "own/f32", "own/int8", "own impl", "oneDNN int8 impl", "codes != own");
 
+  if (ceilings) printCeilings();
   std::mt19937 rng(42);
   std::uniform_int_distribution<int> codeDist(0, 255), weightDist(-127, 127);
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -338,5 +403,6 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  if (ceilings) printCeilings();
   return 0;
 }

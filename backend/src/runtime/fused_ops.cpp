@@ -81,8 +81,8 @@ at::Tensor applyPostOpsAten(at::Tensor y, const std::vector<PostOpSpec>& ops, co
 
 /// A bf16 model's convolutions, linears and attention run on verifuse's kernels on this CPU: natively
 /// where oneDNN has bf16 instructions (avx512_bf16, AMX), else on float32 kernels over bf16 data
-/// (the own GEMM's widening AVX2 variant, oneDNN's float32 convolution and matmuls with the bf16
-/// data widened exactly and each op's result rounded to bf16 once), which needs AVX2.
+/// (the own GEMM's widening AVX-512 or AVX2 variant, oneDNN's float32 convolution and matmuls with
+/// the bf16 data widened exactly and each op's result rounded to bf16 once), which needs AVX2.
 bool bf16ModelsRun() { return kernels::capabilities().onednnNativeBf16() || kernels::cpu::hasAvx2Fma(); }
 
 bool hasSum(const std::vector<PostOpSpec>& ops) {
@@ -638,8 +638,12 @@ class FusedLinear final : public FusedBase {
     if (engine_ != Engine::kGemm) return FusedBase::implInfo();
     if (gemmBf16_) {
       // bf16 instructions, or float32 arithmetic on bf16 data (bf16 in and out, widened in the kernel)
-      return kernels::gemm::activeBf16Variant() == kernels::gemm::Bf16Variant::kAvx512Bf16 ? "verifuse gemm:avx512_bf16"
-                                                                                         : "verifuse gemm:avx2_bf16io";
+      switch (kernels::gemm::activeBf16Variant()) {
+        case kernels::gemm::Bf16Variant::kAvx512Bf16: return "verifuse gemm:avx512_bf16";
+        case kernels::gemm::Bf16Variant::kAvx512Widening: return "verifuse gemm:avx512_bf16io";
+        case kernels::gemm::Bf16Variant::kAvx2Widening: break;
+      }
+      return "verifuse gemm:avx2_bf16io";
     }
     return kernels::gemm::activeIsa() == kernels::gemm::Isa::kAvx512 ? "verifuse gemm:avx512_f32"
                                                                      : "verifuse gemm:avx2_f32";

@@ -1,7 +1,7 @@
 // GEMM front end (baseline ISA): weight packing, argument checks, post-op resolution, and the
 // run-time dispatch to the AVX-512 kernel (gemm_avx512.cpp) or the AVX2+FMA one (gemm_avx2.cpp);
-// bf16: to the AVX512-BF16 kernel (gemm_bf16_avx512.cpp) or the widening AVX2 one
-// (gemm_bf16_avx2.cpp).
+// bf16: to the AVX512-BF16 kernel (gemm_bf16_avx512.cpp) or a widening one (AVX-512:
+// gemm_bf16_widening_avx512.cpp, AVX2: gemm_bf16_avx2.cpp).
 #include "verifuse/kernels/gemm.h"
 
 #include <algorithm>
@@ -330,11 +330,21 @@ StatusOr<std::shared_ptr<const PackedWeightsBf16>> packWeightsBf16(const float* 
 
 bool availableBf16() { return cpu::hasAvx2Fma(); }
 
+namespace {
+std::atomic<int> gMaxBf16Variant{static_cast<int>(Bf16Variant::kAvx512Bf16)};
+}  // namespace
+
 Bf16Variant activeBf16Variant() {
-  return gAvx512Allowed.load(std::memory_order_relaxed) && cpu::hasAvx512Bf16() && cpu::hasAvx512()
-             ? Bf16Variant::kAvx512Bf16
-             : Bf16Variant::kAvx2Widening;
+  const bool avx512 = gAvx512Allowed.load(std::memory_order_relaxed) && cpu::hasAvx512();
+  const int cap = gMaxBf16Variant.load(std::memory_order_relaxed);
+  if (avx512 && cpu::hasAvx512Bf16() && cap >= static_cast<int>(Bf16Variant::kAvx512Bf16)) {
+    return Bf16Variant::kAvx512Bf16;
+  }
+  if (avx512 && cap >= static_cast<int>(Bf16Variant::kAvx512Widening)) return Bf16Variant::kAvx512Widening;
+  return Bf16Variant::kAvx2Widening;
 }
+
+void setMaxBf16Variant(Bf16Variant v) { gMaxBf16Variant.store(static_cast<int>(v), std::memory_order_relaxed); }
 
 bool supportsPostOpBf16(const PostOp& op) {
   if (op.kind == PostOp::Kind::kBinary) return false;
@@ -385,7 +395,12 @@ Status runBf16(const uint16_t* a, int64_t m, int64_t lda, const PackedWeightsBf1
     }
   }
   p.threads = threadsForMacs(m, k, n);
-  return activeBf16Variant() == Bf16Variant::kAvx512Bf16 ? detail::runBf16Avx512(p) : detail::runBf16Avx2(p);
+  switch (activeBf16Variant()) {
+    case Bf16Variant::kAvx512Bf16: return detail::runBf16Avx512(p);
+    case Bf16Variant::kAvx512Widening: return detail::runBf16WideningAvx512(p);
+    case Bf16Variant::kAvx2Widening: break;
+  }
+  return detail::runBf16Avx2(p);
 }
 
 }  // namespace verifuse::kernels::gemm

@@ -1,6 +1,6 @@
 // Internal interface between the baseline-ISA GEMM front end (gemm.cpp: packing, checks,
 // dispatch) and the kernels (gemm_avx2.cpp, gemm_avx512.cpp; bf16: gemm_bf16_avx512.cpp,
-// gemm_bf16_avx2.cpp). Not a public header.
+// gemm_bf16_widening_avx512.cpp, gemm_bf16_avx2.cpp). Not a public header.
 #pragma once
 
 #include <cstdint>
@@ -82,5 +82,9 @@ Status runBf16Avx512(const ProblemBf16& p);
 
 /// The same on AVX2+FMA, widening bf16 to float32 (gemm_bf16_avx2.cpp; only when cpu::hasAvx2Fma()).
 Status runBf16Avx2(const ProblemBf16& p);
+
+/// The same on AVX-512 without bf16 instructions, widening (gemm_bf16_widening_avx512.cpp; only
+/// when cpu::hasAvx512()).
+Status runBf16WideningAvx512(const ProblemBf16& p);
 
 }  // namespace verifuse::kernels::gemm::detail

@@ -325,7 +325,9 @@ VF_I8W_INLINE void finishTile(const GemmCtx& x, __m256i (&acc)[MR][2], int64_t m
   constexpr size_t es = elementBytes(D);
   const int v0 = std::min(valid, 8), v1 = valid - v0;
   if (R != Recipe::kGeneral && p.dstChannelsLast) {
-    const Epi& e = x.epi;
+    // A local copy: the stores through char* below could alias x.epi, and would make the compiler
+    // reload every constant after each store.
+    const Epi e = x.epi;
     const __m256 s0 = _mm256_loadu_ps(e.scalesFast + col), s1 = _mm256_loadu_ps(e.scalesFast + col + 8);
     const __m256 b0 = _mm256_loadu_ps(e.biasesFast + col), b1 = _mm256_loadu_ps(e.biasesFast + col + 8);
 #pragma GCC unroll 6
@@ -478,9 +480,16 @@ void packA(const GemmCtx& x, const T* src, int64_t g, int64_t m0, int64_t rows, 
   // W, all channels belong to the group and the pixels' channels are adjacent.
   const bool rowIsOneRun = p.dilationW == 1 && p.groups == 1 && x.sW == cg;
   const T* end = static_cast<const T*>(x.srcEnd);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t m = m0 + r, n = m / plane, pix = m % plane;
-    const int64_t oh = pix / p.outWidth, ow = pix % p.outWidth;
+  // The first row's pixel, then one step per row (no divisions per row: they cost the stem ~15%).
+  int64_t n = m0 / plane, oh = m0 % plane / p.outWidth, ow = m0 % p.outWidth;
+  for (int64_t r = 0; r < rows; ++r, ++ow) {
+    if (ow == p.outWidth) {
+      ow = 0;
+      if (++oh == p.outHeight) {
+        oh = 0;
+        ++n;
+      }
+    }
     int16_t* d = dst + r * x.lda;
     const T* image = src + n * x.sN + g * cg * x.sC;
     const int64_t iw0 = ow * p.strideW - p.padLeft;
@@ -584,14 +593,17 @@ bool gemmRegion(const GemmCtx& x, int64_t m0, int64_t m1, int64_t q0, int64_t q1
 VF_I8W_INLINE int64_t cut(int64_t total, int parts, int i) { return total * i / parts; }
 
 /// How \p nt threads split rowTiles x panels: the split with the least work on the busiest
-/// thread (tile-panel products), rows first on a tie (each thread packs only its own rows).
+/// thread, counted in tile-panels plus half a tile-panel per row tile for packing its A rows
+/// (every thread packs the rows it owns, for all its panels: splitting N duplicates the packing).
+/// Without that term the stem (2091 row tiles x 4 panels) split N on a near tie, each thread
+/// packed the whole im2col and 2 threads ran 1.1x one thread's speed instead of 1.6x.
 void chooseGrid(int nt, int64_t rowTiles, int64_t panels, int* tm, int* tn) {
-  int64_t best = -1;
+  double best = -1;
   for (int a = nt; a >= 1; --a) {
     if (nt % a != 0) continue;
     const int b = nt / a;
     if (a > rowTiles || b > panels) continue;
-    const int64_t work = (rowTiles + a - 1) / a * ((panels + b - 1) / b);
+    const double work = static_cast<double>((rowTiles + a - 1) / a) * (static_cast<double>((panels + b - 1) / b) + 0.5);
     if (best < 0 || work < best) {
       best = work;
       *tm = a;
@@ -678,20 +690,32 @@ void prepareRow(const DwCtx& x, int64_t n, int64_t ih, int16_t* row) {
                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
     return _mm256_sub_epi16(SIGNED ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v), zx16);
   };
+  // Positions whose two pixels are both inside the row: no tests, 16 channels per step.
+  const int64_t interiorBegin = std::min(x.positions, p.padLeft);
+  const int64_t interiorEnd = std::max(interiorBegin, std::min(x.positions, p.width - dw + p.padLeft));
+  const int64_t pairBlocks = fullBlocks / 2 * 2;
   for (int64_t q = 0; q < x.positions; ++q, out += x.blocks) {
     const int64_t iw0 = q - p.padLeft, iw1 = iw0 + dw;
-    const bool in0 = iw0 >= 0 && iw0 < p.width, in1 = iw1 >= 0 && iw1 < p.width;
     const uint8_t* a = line + iw0 * x.sW;
     const uint8_t* b = line + iw1 * x.sW;
     int64_t blk = 0;
-    if (in0 && in1) {  // inside the image: the common case, no selects
+    if (q >= interiorBegin && q < interiorEnd) {
+      for (; blk < pairBlocks; blk += 2) {
+        const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + blk * kDwBlock));
+        const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + blk * kDwBlock));
+        const __m128i lo = _mm_unpacklo_epi8(va, vb), hi = _mm_unpackhi_epi8(va, vb);
+        out[blk] = _mm256_sub_epi16(SIGNED ? _mm256_cvtepi8_epi16(lo) : _mm256_cvtepu8_epi16(lo), zx16);
+        out[blk + 1] = _mm256_sub_epi16(SIGNED ? _mm256_cvtepi8_epi16(hi) : _mm256_cvtepu8_epi16(hi), zx16);
+      }
       for (; blk < fullBlocks; ++blk) out[blk] = pairOf(a + blk * kDwBlock, b + blk * kDwBlock);
     } else {
+      const bool in0 = iw0 >= 0 && iw0 < p.width, in1 = iw1 >= 0 && iw1 < p.width;
       for (; blk < fullBlocks; ++blk) {
         out[blk] = pairOf(in0 ? a + blk * kDwBlock : zxCodes, in1 ? b + blk * kDwBlock : zxCodes);
       }
     }
     if (blk < x.blocks) {  // the last channels: never read past the pixel
+      const bool in0 = iw0 >= 0 && iw0 < p.width, in1 = iw1 >= 0 && iw1 < p.width;
       const size_t valid = static_cast<size_t>(C - blk * kDwBlock);
       alignas(16) uint8_t t0[kDwBlock], t1[kDwBlock];
       std::memcpy(t0, zxCodes, kDwBlock);

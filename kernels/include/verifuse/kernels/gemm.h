@@ -128,11 +128,11 @@ bool supportsPostOp(const PostOp& op);
 // ---- bfloat16 ---------------------------------------------------------------------------------------
 //
 // bf16 models' linears: bf16 activations in and out, the weights packed once in bf16, float32
-// arithmetic. Two variants (activeBf16Variant()): on AVX512-BF16 pairs of K on vdpbf16ps; on any
-// CPU with AVX2+FMA (Zen 1-3, Haswell .. Comet Lake, AVX-512 CPUs without AVX512-BF16) every bf16
-// value widened to float32 in the kernel (exact) and the float32 FMA kernel's arithmetic. Both read
-// the same packed weights (half the bytes of float32: decode-sized and other memory-bound linears
-// run up to twice as fast as float32).
+// arithmetic. Three variants (activeBf16Variant()): on AVX512-BF16 pairs of K on vdpbf16ps; on
+// AVX-512 CPUs without it (Skylake-SP, Cascade Lake, Ice Lake) and on AVX2 CPUs (Zen 1-3, Haswell ..
+// Comet Lake) every bf16 value widened to float32 in the kernel (exact) and the float32 FMA
+// kernel's arithmetic, 16 or 8 lanes wide. All read the same packed weights (half the bytes of
+// float32: decode-sized and other memory-bound linears run up to twice as fast as float32).
 
 /// Weights rounded once to bfloat16 (round to nearest even, as torch's .to(torch.bfloat16)) and
 /// packed for runBf16(). Immutable after packWeightsBf16(); shareable between threads.
@@ -188,6 +188,9 @@ StatusOr<std::shared_ptr<const PackedWeightsBf16>> packWeightsBf16(const float* 
 ///    (one rounding per step), + bias[j], the post-ops with the AVX2 vector math (sum: fma(scale,
 ///    residual, acc)); then the one rounding to bf16. So runBf16() on this variant is bit for bit
 ///    bf16(run() on the widened operands with Isa::kAvx2). Denormals are kept.
+///  - kAvx512Widening: the same with run()'s AVX-512 float32 computation: bit for bit
+///    bf16(run() with Isa::kAvx512), i.e. kAvx2Widening's bits but after a GELU (erf), which
+///    run()'s AVX-512 variant evaluates 16 lanes wide (within 2 ulp before the rounding).
 /// Both products of two bf16 values are exact in float32; the variants differ in how the float32
 /// sums are rounded (pairs vs one step per k) and in the GELU, both far below the final bf16 rounding.
 /// \returns kUnimplemented if !availableBf16(); kInvalidArgument for bad shapes or pointers.
@@ -198,11 +201,15 @@ Status runBf16(const uint16_t* a, int64_t m, int64_t lda, const PackedWeightsBf1
 /// instructions.
 bool availableBf16();
 
-/// The variants runBf16() chooses from: kAvx512Bf16 wherever cpu::hasAvx512Bf16() (and setMaxIsa
-/// allows AVX-512), else kAvx2Widening.
-enum class Bf16Variant { kAvx2Widening, kAvx512Bf16 };
+/// The variants runBf16() chooses from, lowest first: kAvx512Bf16 wherever cpu::hasAvx512Bf16(),
+/// else kAvx512Widening wherever cpu::hasAvx512(), else kAvx2Widening (within what setMaxIsa and
+/// setMaxBf16Variant allow).
+enum class Bf16Variant { kAvx2Widening, kAvx512Widening, kAvx512Bf16 };
 /// The variant runBf16() uses now. setMaxIsa(Isa::kAvx2) restricts runBf16() to kAvx2Widening too.
 Bf16Variant activeBf16Variant();
+/// Tests and benchmarks: restrict runBf16() to \p v and the variants below it (each is still only
+/// used where the CPU has it). Process-wide, like setMaxIsa.
+void setMaxBf16Variant(Bf16Variant v);
 
 /// Whether runBf16() supports \p op (eltwise activations and sum).
 bool supportsPostOpBf16(const PostOp& op);

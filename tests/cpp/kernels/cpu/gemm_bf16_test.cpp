@@ -6,9 +6,10 @@
 //              + K·2^-24·Σ|a·b| (K float32 additions, each within half an ulp of the running sum)
 //              + the same terms for the post-ops' float32 vector math (a few ulp: 2^-20·|ref|).
 // A wrong K order, a dropped pair, a misplaced column or the odd-K tail breaks it by far more.
-// The widening AVX2 variant is also held bit for bit to what gemm.h says it computes: a scalar
-// float32 FMA chain over k in order and one rounding (GemmBf16Avx2.*), and, for the post-ops with
-// transcendental functions, bf16(gemm::run() on the widened operands) with the AVX2 float32 kernel.
+// The widening variants (AVX2, AVX-512) are also held bit for bit to what gemm.h says they compute:
+// a scalar float32 FMA chain over k in order and one rounding (GemmBf16Widening.*), and, for the
+// post-ops with transcendental functions, bf16(gemm::run() on the widened operands) with the float32
+// kernel of the same width.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -19,10 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "tier_skip.h"
 #include "verifuse/kernels/cpu_features.h"
 #include "verifuse/kernels/gemm.h"
 #include "postops.h"
-#include "tier_skip.h"
 
 namespace verifuse::kernels::gemm {
 namespace {
@@ -123,26 +124,43 @@ std::vector<uint16_t> runCase(const Case& c, int threads, uint32_t seed = 7) {
   return out;
 }
 
+/// Selects \p v for runBf16 (and the float32 run() of the same width), or skips the test where the
+/// CPU lacks it.
+void useVariant(Bf16Variant v) {
+  if (!cpu::hasAvx2Fma()) VF_CPU_SKIP("AVX2+FMA");
+  ASSERT_TRUE(availableBf16());  // every AVX2 CPU runs bf16 (widened where it has no bf16 instructions)
+  if (v != Bf16Variant::kAvx2Widening && !cpu::hasAvx512()) VF_CPU_SKIP("AVX-512");
+  if (v == Bf16Variant::kAvx512Bf16 && !cpu::hasAvx512Bf16()) VF_CPU_SKIP("AVX512-BF16");
+  setMaxIsa(v == Bf16Variant::kAvx2Widening ? Isa::kAvx2 : Isa::kAvx512);
+  setMaxBf16Variant(v);
+  ASSERT_EQ(activeBf16Variant(), v);
+}
+void restoreVariants() {
+  setMaxIsa(Isa::kAvx512);
+  setMaxBf16Variant(Bf16Variant::kAvx512Bf16);
+}
+
 /// Every tolerance test runs once per variant; a variant this CPU lacks is skipped.
 class GemmBf16Test : public ::testing::TestWithParam<Bf16Variant> {
  protected:
   void SetUp() override {
-    if (!cpu::hasAvx2Fma()) VF_CPU_SKIP("AVX2+FMA");
-    ASSERT_TRUE(availableBf16());  // every AVX2 CPU runs bf16 (widened where it has no bf16 instructions)
-    if (GetParam() == Bf16Variant::kAvx512Bf16 && !cpu::hasAvx512Bf16()) VF_CPU_SKIP("AVX512-BF16");
-    setMaxIsa(GetParam() == Bf16Variant::kAvx512Bf16 ? Isa::kAvx512 : Isa::kAvx2);
-    ASSERT_EQ(activeBf16Variant(), GetParam());
     saved_ = omp_get_max_threads();
+    useVariant(GetParam());
   }
   void TearDown() override {
     omp_set_num_threads(saved_);
-    setMaxIsa(Isa::kAvx512);
+    restoreVariants();
   }
   int saved_ = 1;
 };
 
 std::string variantLabel(const ::testing::TestParamInfo<Bf16Variant>& info) {
-  return info.param == Bf16Variant::kAvx512Bf16 ? "avx512_bf16" : "avx2_widening";
+  switch (info.param) {
+    case Bf16Variant::kAvx512Bf16: return "avx512_bf16";
+    case Bf16Variant::kAvx512Widening: return "avx512_widening";
+    case Bf16Variant::kAvx2Widening: break;
+  }
+  return "avx2_widening";
 }
 
 TEST_P(GemmBf16Test, Shapes) {
@@ -236,23 +254,23 @@ TEST_P(GemmBf16Test, RejectsBadArguments) {
 
 
 INSTANTIATE_TEST_SUITE_P(Variants, GemmBf16Test,
-                         ::testing::Values(Bf16Variant::kAvx2Widening, Bf16Variant::kAvx512Bf16), variantLabel);
+                         ::testing::Values(Bf16Variant::kAvx2Widening, Bf16Variant::kAvx512Widening,
+                                           Bf16Variant::kAvx512Bf16),
+                         variantLabel);
 
-// ---- the widening AVX2 variant, bit for bit ------------------------------------------------------
+// ---- the widening variants, bit for bit ----------------------------------------------------------
 
-/// runBf16 with setMaxIsa(Isa::kAvx2): the AVX2 widening variant on any AVX2 CPU.
-class GemmBf16Avx2 : public ::testing::Test {
+/// runBf16 on a widening variant (AVX2 on any AVX2 CPU, AVX-512 on any AVX-512 CPU, selected by
+/// setMaxIsa / setMaxBf16Variant whatever bf16 instructions the CPU has).
+class GemmBf16Widening : public ::testing::TestWithParam<Bf16Variant> {
  protected:
   void SetUp() override {
-    if (!cpu::hasAvx2Fma()) VF_CPU_SKIP("AVX2+FMA");
-    ASSERT_TRUE(availableBf16());
-    setMaxIsa(Isa::kAvx2);
-    ASSERT_EQ(activeBf16Variant(), Bf16Variant::kAvx2Widening);
     saved_ = omp_get_max_threads();
+    useVariant(GetParam());
   }
   void TearDown() override {
     omp_set_num_threads(saved_);
-    setMaxIsa(Isa::kAvx512);
+    restoreVariants();
   }
   int saved_ = 1;
 };
@@ -322,7 +340,7 @@ void runExact(Exact& e, bool bias, const std::vector<PostOp>& ops, bool inPlaceS
   ASSERT_TRUE(s.isOk()) << s.toString();
 }
 
-TEST_F(GemmBf16Avx2, EqualsTheScalarFmaChainAndOneRounding) {
+TEST_P(GemmBf16Widening, EqualsTheScalarFmaChainAndOneRounding) {
   // Decode tiles (1..5 rows, N not a multiple of 64/32/16), the wide path's tile heights, odd K
   // (the packed zero row), K over several blocks (float32 partial sums between them), several row
   // blocks, and 2 threads (split over columns, or rows).
@@ -357,7 +375,7 @@ TEST_F(GemmBf16Avx2, EqualsTheScalarFmaChainAndOneRounding) {
   }
 }
 
-TEST_F(GemmBf16Avx2, NanAndOverflowRoundAsTorch) {
+TEST_P(GemmBf16Widening, NanAndOverflowRoundAsTorch) {
   Exact e = makeExact(7, 40, 20, 99);
   e.a[2 * e.lda + 5] = 0x7FC1;  // a NaN in row 2: the whole row is NaN -> 0x7FC0
   e.a[4 * e.lda + 0] = bf16Of(3.0e38f);
@@ -370,9 +388,9 @@ TEST_F(GemmBf16Avx2, NanAndOverflowRoundAsTorch) {
   EXPECT_EQ(e.c[4 * e.ldc + 3], 0x7F80);
 }
 
-TEST_F(GemmBf16Avx2, EqualsTheFloat32KernelOnWidenedOperands) {
-  // The post-ops with transcendental functions: run()'s AVX2 float32 kernel (setMaxIsa(kAvx2)) on
-  // the widened operands, then one rounding, bit for bit.
+TEST_P(GemmBf16Widening, EqualsTheFloat32KernelOnWidenedOperands) {
+  // The post-ops with transcendental functions: run()'s float32 kernel of the same width (AVX2 or
+  // AVX-512, as setMaxIsa selected it) on the widened operands, then one rounding, bit for bit.
   const std::vector<std::vector<PostOp>> epilogues = {
       {elt(Activation::kGeluErf)}, {elt(Activation::kGeluTanh)}, {elt(Activation::kSilu)},
       {elt(Activation::kSigmoid)}, {elt(Activation::kTanh)}, {elt(Activation::kElu, 0.8f)},
@@ -394,7 +412,7 @@ TEST_F(GemmBf16Avx2, EqualsTheFloat32KernelOnWidenedOperands) {
       Epilogue ep;
       ep.bias = e.bias.data();
       ep.postOps = ops;
-      ASSERT_EQ(activeIsa(), Isa::kAvx2);
+      ASSERT_EQ(activeIsa(), GetParam() == Bf16Variant::kAvx2Widening ? Isa::kAvx2 : Isa::kAvx512);
       ASSERT_TRUE(run(a32.data(), e.m, e.lda, *packed.value(), c32.data(), e.ldc, ep, sum ? c32.data() : nullptr,
                       sum ? e.ldc : 0)
                       .isOk());
@@ -411,6 +429,9 @@ TEST_F(GemmBf16Avx2, EqualsTheFloat32KernelOnWidenedOperands) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Variants, GemmBf16Widening,
+                         ::testing::Values(Bf16Variant::kAvx2Widening, Bf16Variant::kAvx512Widening), variantLabel);
 
 }  // namespace
 }  // namespace verifuse::kernels::gemm

@@ -413,6 +413,13 @@ TEST(Int8Widening, DepthwiseConvolutions) {
   checkMostlyExact(Case{.c = 24, .h = 11, .w = 9, .o = 24, .padT = 0, .padL = 3, .padB = 2, .padR = 1, .dh = 2, .dw = 1,
                         .groups = 24, .zx = 255},
                    dw);
+  // Horizontal dilation (pairs (x[iw], x[iw + 2])) with stride 2, 16-channel steps and a tail.
+  checkMostlyExact(Case{.n = 2, .c = 40, .h = 9, .w = 13, .o = 40, .sh = 2, .sw = 2, .padT = 2, .padL = 2, .padB = 2,
+                        .padR = 2, .dh = 2, .dw = 2, .groups = 40, .dst = Int8Type::kF32},
+                   dw);
+  checkMostlyExact(Case{.c = 36, .h = 5, .w = 16, .o = 36, .kh = 1, .kw = 4, .padT = 0, .padL = 3, .padB = 0, .padR = 0,
+                        .dw = 3, .groups = 36},
+                   dw);
   // A zero point outside the code range cannot pad with a code: the grouped GEMM takes it.
   checkMostlyExact(Case{.c = 8, .h = 5, .w = 5, .o = 8, .groups = 8, .zx = 300}, "verifuse int8:avx2_vpmaddwd");
 }
