@@ -9,7 +9,8 @@ PYTHON_FILES run again with
     VERIFUSE_MAX_ISA=<tier>        verifuse's capability model (own kernels and oneDNN)
     ONEDNN_MAX_CPU_ISA=<isa>       the same cap for torch's bundled oneDNN (eager's reference)
     ATEN_CPU_CAPABILITY=<cap>      eager ATen's own vector kernels (and inductor's)
-
+    MKL_ENABLE_INSTRUCTIONS=<isa>  MKL's GEMMs (eager's float32 linears)
+(verifuse.env.cap_environment)
 so eager, the reference every test compares with, behaves as it would on that CPU too. A tier whose
 pass fails fails `make test`. Every skipped test is listed per tier with its reason (the capability
 model's predicate it needed), which is the per-tier skip list closing notes quote.
@@ -29,10 +30,6 @@ import xml.etree.ElementTree as ET
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORDER = ("baseline", "avx2", "avx2_vnni", "avx512", "avx512_vnni", "avx512_bf16", "amx")
-# oneDNN's and ATen's spelling of each tier (ATen has no VNNI/bf16 distinction below AVX-512).
-ONEDNN = {"avx2": "AVX2", "avx2_vnni": "AVX2_VNNI", "avx512": "AVX512_CORE", "avx512_vnni": "AVX512_CORE_VNNI",
-          "avx512_bf16": "AVX512_CORE_BF16"}
-ATEN = {"avx2": "avx2", "avx2_vnni": "avx2", "avx512": "avx512", "avx512_vnni": "avx512", "avx512_bf16": "avx512"}
 # The Python tests whose paths depend on the tier: int8 kernels (VNNI or not), bf16 (native or
 # widened), attention and the row engine (AVX-512 tiles or AVX2 rows), the GEMM's variants, and a
 # few whole models end to end.
@@ -70,10 +67,10 @@ def default_tiers(host: str) -> list[str]:
 
 
 def capped_env(tier: str) -> dict[str, str]:
+    from verifuse.env import cap_environment
+
     env = dict(os.environ)
-    env["VERIFUSE_MAX_ISA"] = tier
-    env["ONEDNN_MAX_CPU_ISA"] = ONEDNN[tier]
-    env["ATEN_CPU_CAPABILITY"] = ATEN[tier]
+    env.update(cap_environment(tier))
     return env
 
 
@@ -151,9 +148,11 @@ def main(argv: list[str]) -> int:
 
     host = host_tier()
     tiers = default_tiers(host) if args.tiers == "auto" else [t for t in args.tiers.split(",") if t]
+    from verifuse.env import CAPPABLE_TIERS
+
     for t in tiers:
-        if t not in ONEDNN:
-            raise SystemExit(f"run_tiers: {t!r} is not a tier to cap to (one of {', '.join(ONEDNN)})")
+        if t not in CAPPABLE_TIERS:
+            raise SystemExit(f"run_tiers: {t!r} is not a tier to cap to (one of {', '.join(CAPPABLE_TIERS)})")
     os.makedirs(args.out, exist_ok=True)
     print(f"run_tiers: host tier {host}; rerunning the ISA-sensitive tests capped to: {', '.join(tiers) or 'none'}")
     summary, ok = {"host": host, "tiers": {}}, True

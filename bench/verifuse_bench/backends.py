@@ -349,9 +349,26 @@ def _openvino_avail():
 OPENVINO_PRECISION = {"float32": "f32", "bfloat16": "bf16", "int8": "f32"}
 
 
+def openvino_precision(dtype: str) -> str:
+    """OpenVINO's precision hint for a run: bf16 only where the tier has bf16 instructions (the
+    capability model). On a tier without them OpenVINO infers bf16 models in f32 (what it does on
+    a real AVX2 CPU), and in a capped run its own cpuid-based bf16 path would otherwise be taken
+    against a capped oneDNN (empty or garbage outputs were seen that way)."""
+    hint = OPENVINO_PRECISION[dtype]
+    if hint == "bf16":
+        try:
+            from verifuse.env import capabilities
+
+            if not capabilities()["onednn_native_bf16"]:
+                return "f32"
+        except ImportError:
+            pass
+    return hint
+
+
 def openvino_options(threads: int, dtype: str = "float32") -> dict[str, Any]:
     return {"device": "CPU", "aot_autograd": True,
-            "config": {"INFERENCE_PRECISION_HINT": OPENVINO_PRECISION[dtype], "INFERENCE_NUM_THREADS": str(threads)}}
+            "config": {"INFERENCE_PRECISION_HINT": openvino_precision(dtype), "INFERENCE_NUM_THREADS": str(threads)}}
 
 
 OPENVINO_BF16_VIA = ("the float32 upcast of the bf16 model and inputs with INFERENCE_PRECISION_HINT=bf16 "

@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{','.join(DEFAULT_SUITE)}; with --quick: {','.join(QUICK_SUITE)}). With --suite, "
                         "the suite prefix may be left out (--suite hf --models bert_base). See --list.")
     p.add_argument("--tiny", action="store_true", help="the suite's tiny stand-in models (smoke runs)")
+    p.add_argument("--tier", default=None,
+                   help="measure as on a CPU of this tier (avx2, avx512, ...): verifuse, eager, inductor, MKL and "
+                        "oneDNN capped (verifuse.env.cap_environment); zentorch, which cannot be, is left out")
     p.add_argument("--backends", type=_csv, default=None,
                    help=f"comma-separated: {','.join(ALL_BACKENDS)} or 'all' (default: all; with --quick: "
                         "eager,inductor,verifuse). A backend that is not installed is recorded as unavailable.")
@@ -123,10 +126,38 @@ def _vendored_torchvision() -> bool:
     return (vendor_dir() / "torchvision" / "__init__.py").is_file()
 
 
+def _run_capped(argv: list[str]) -> "int | None":
+    """--tier T: run the whole benchmark as on a CPU of tier T (verifuse.env.cap_environment: verifuse,
+    eager, inductor, MKL and every oneDNN capped). The caps are read when each library starts, so the
+    process starts again with them set; None when there is nothing to do."""
+    if "--tier" not in argv:
+        return None
+    i = argv.index("--tier")
+    if i + 1 >= len(argv):
+        print("error: --tier needs a tier name", file=sys.stderr)
+        return 2
+    tier, rest = argv[i + 1], argv[:i] + argv[i + 2:]
+    from verifuse.env import cap_environment
+
+    try:
+        caps = cap_environment(tier)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if all(os.environ.get(k) == v for k, v in caps.items()):
+        return None
+    env = dict(os.environ, **caps)
+    os.execve(sys.executable, [sys.executable, "-m", "verifuse_bench", *rest, "--tier", tier], env)
+    return 0  # not reached
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":  # tolerate `verifuse bench ...` passed through whole
         argv = argv[1:]
+    capped = _run_capped(argv)
+    if capped is not None:
+        return capped
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

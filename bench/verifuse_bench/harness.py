@@ -284,7 +284,8 @@ def environment_info() -> dict[str, Any]:
         # VERIFUSE_MAX_ISA), and the caps the peers saw: ONEDNN_MAX_CPU_ISA reaches oneDNN in
         # torch, OpenVINO and verifuse; ATEN_CPU_CAPABILITY eager's kernels and inductor's code.
         "tier": _tier(),
-        "isa_caps": {k: os.environ[k] for k in ("VERIFUSE_MAX_ISA", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+        "isa_caps": {k: os.environ[k] for k in ("VERIFUSE_MAX_ISA", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY",
+                                                 "MKL_ENABLE_INSTRUCTIONS")
                      if os.environ.get(k)},
     }
     try:

@@ -64,7 +64,7 @@ def _tier_line(env: dict[str, Any]) -> str:
         return f"`{tier.get('tier')}`, the CPU's own (oneDNN `{tier.get('onednn_isa')}`)"
     caps = ", ".join(f"{k}={v}" for k, v in (env.get("isa_caps") or {}).items())
     return (f"`{tier.get('tier')}`, **capped** on a `{tier.get('cpu_tier')}` CPU ({caps}): verifuse, eager, inductor "
-            "and OpenVINO's oneDNN kernels run that tier's code; OpenVINO's own (non-oneDNN) kernels and "
+            "(MKL too) and OpenVINO's oneDNN kernels run that tier's code; OpenVINO's own (non-oneDNN) kernels and "
             "zentorch cannot be capped")
 
 

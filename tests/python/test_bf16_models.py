@@ -57,7 +57,7 @@ def _runs_bf16_kernel(impl: str) -> bool:
     arithmetic on bf16 data, "bf16io" in its name: "verifuse gemm:avx2_bf16io",
     "verifuse gemm:avx512_bf16io", "brgconv:avx2 f32 on bf16io")."""
     if NATIVE:
-        return is_native_bf16_impl(impl) and "bf16io" not in impl
+        return is_native_bf16_impl(impl)
     return "bf16io" in impl
 
 

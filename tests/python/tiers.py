@@ -23,5 +23,5 @@ def lacks(predicate: str, what: str) -> pytest.MarkDecorator:
 
 def is_native_bf16_impl(impl: str) -> bool:
     """A kernel on bf16 instructions: oneDNN's avx512_core_bf16 or AMX ones, or verifuse's own
-    AVX512-BF16 GEMM."""
-    return "bf16" in impl or "amx" in impl
+    AVX512-BF16 GEMM; not the widened ones (float32 arithmetic on bf16 data: "bf16io" in the name)."""
+    return ("bf16" in impl or "amx" in impl) and "bf16io" not in impl

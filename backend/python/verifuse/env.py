@@ -14,6 +14,24 @@ from typing import Any
 
 TIERS = ("baseline", "avx2", "avx2_vnni", "avx512", "avx512_vnni", "avx512_bf16", "amx")
 
+# What makes a process behave as a CPU of a lower tier: verifuse's cap, and the same cap for the
+# libraries eager PyTorch (every test's reference) and the peers use: oneDNN (torch's bundled copy,
+# OpenVINO's), ATen's vector kernels and inductor's generated code, MKL's GEMMs. Read at process
+# start by each of them, so set them before Python starts (tests/run_tiers.py, bench --tier).
+_ONEDNN = {"avx2": "AVX2", "avx2_vnni": "AVX2_VNNI", "avx512": "AVX512_CORE", "avx512_vnni": "AVX512_CORE_VNNI",
+           "avx512_bf16": "AVX512_CORE_BF16"}
+_ATEN = {"avx2": "avx2", "avx2_vnni": "avx2", "avx512": "avx512", "avx512_vnni": "avx512", "avx512_bf16": "avx512"}
+_MKL = {"avx2": "AVX2", "avx2_vnni": "AVX2", "avx512": "AVX512", "avx512_vnni": "AVX512", "avx512_bf16": "AVX512"}
+CAPPABLE_TIERS = tuple(_ONEDNN)
+
+
+def cap_environment(tier: str) -> dict[str, str]:
+    """The environment variables that cap verifuse, eager, inductor, MKL and oneDNN to ``tier``."""
+    if tier not in _ONEDNN:
+        raise ValueError(f"cannot cap to {tier!r}: one of {', '.join(CAPPABLE_TIERS)}")
+    return {"VERIFUSE_MAX_ISA": tier, "ONEDNN_MAX_CPU_ISA": _ONEDNN[tier], "ATEN_CPU_CAPABILITY": _ATEN[tier],
+            "MKL_ENABLE_INSTRUCTIONS": _MKL[tier]}
+
 
 def capabilities() -> dict[str, Any]:
     """The capability model as a dict (a fresh copy: callers may change it)."""

@@ -29,9 +29,11 @@ using Dims = std::vector<int64_t>;
     if (!(have)) GTEST_SKIP() << "needs " << (needs) << "; this run: " << capabilities().summary(); \
   } while (0)
 
-/// oneDNN's name for a kernel on bf16 instructions: avx512_core_bf16 or AMX (whose tiles take bf16).
+/// oneDNN's name for a kernel on bf16 instructions: avx512_core_bf16 or AMX (whose tiles take bf16);
+/// not a widened one (float32 kernels on bf16 data: "bf16io" in the name).
 inline bool isNativeBf16Impl(const std::string& impl) {
-  return impl.find("bf16") != std::string::npos || impl.find("amx") != std::string::npos;
+  return (impl.find("bf16") != std::string::npos || impl.find("amx") != std::string::npos) &&
+         impl.find("bf16io") == std::string::npos;
 }
 
 inline int64_t numel(const Dims& d) {
