@@ -8,6 +8,7 @@ within that rounding of a rounding boundary (x.5 steps). Tests check exactly tha
 and against the float32 model (top-1 agreement, max error) for whole PT2E models.
 """
 import math
+import os
 import warnings
 
 import pytest
@@ -540,3 +541,40 @@ def test_a_variant_declared_exact_that_saturates_is_refused_by_the_probe():
     assert onednn["variant"] == "onednn:vpdpbusd" and onednn["proof"] == "Proved", onednn
     assert "int8 probe" in onednn["made"], onednn
     assert rows[0]["variant"] == "own:vpmaddwd", rows[0]
+
+
+def test_without_any_exact_kernel_the_references_are_exact_too():
+    # A tier where no int8 kernel qualifies (no VNNI, no AVX2 for the widening kernel): the qconv's
+    # reference is the quantized graph's own float ops (eager's values) and int_mm's is an int64
+    # product (eager's _int_mm would saturate there). Capped in a child process: the capability
+    # model is read once per process.
+    import subprocess
+    import sys
+
+    code = r'''
+import sys, warnings, torch, torch.nn as nn
+sys.path.insert(0, "tests/python")
+import verifuse
+import test_int8 as T
+from verifuse.env import capabilities
+assert capabilities()["tier"] == "baseline", capabilities()["summary"]
+model, x = T._saturating("conv-u8-zp128")
+with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+    warnings.simplefilter("always")
+    T.compile_and_compare_codes(model, x)
+    rows = verifuse.explain(model, x, strict=True).to_dict()["int8_kernels"]
+assert rows and all(r["variant"] == "" for r in rows), rows
+assert any("int8 kernel not used" in str(w.message) for w in caught)
+import torchao.quantization as tq
+m = nn.Sequential(nn.Linear(64, 32)).eval()
+tq.quantize_(m, tq.Int8DynamicActivationInt8WeightConfig())
+xl = torch.randn(4, 64) * 10
+with torch.no_grad():
+    ref = T._with_exact_int_mm(m, xl)
+    assert torch.equal(torch.compile(m, backend="verifuse", options={"strict": True})(xl), ref)
+print("ok")
+'''
+    env = dict(os.environ, VERIFUSE_MAX_ISA="baseline", ONEDNN_MAX_CPU_ISA="SSE41", ATEN_CPU_CAPABILITY="default")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout[-3000:] + out.stderr[-3000:]

@@ -1,5 +1,6 @@
 // verifuse._C: the Python face of the C++ core. The only place where a Status becomes a Python
 // exception. LibTorch headers here and in the executor only.
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -236,6 +237,10 @@ void registerCore(py::module_& m) {
              std::vector<c10::IValue> args;
              args.reserve(pyArgs.size());
              for (const auto& a : pyArgs) args.push_back(toIValue(a));
+             // A kernel decided at its first run may warn (an int8 op falling back to its
+             // reference); the handler turns C++ warnings into Python ones when it goes out of
+             // scope, with the GIL held again, so users' warning filters and tests see them.
+             torch::PyWarningHandler warnings;
              StatusOr<std::vector<c10::IValue>> result = [&] {
                py::gil_scoped_release release;
                return cg.run(args);

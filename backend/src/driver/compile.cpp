@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "runtime/int8_kernel_choice.h"
 #include "verifuse/kernels/tuning_db.h"
 #include "verifuse/partition/partitioner.h"
 #include "verifuse/support/hash.h"
@@ -230,6 +231,16 @@ StatusOr<CompiledModel> compileOnce(ir::Graph graph, const CompileRequest& reque
   report.rewrites = std::move(pipeline.rewrites);
   report.nearMisses = std::move(pipeline.nearMisses);
   report.nearMissesOmitted = pipeline.nearMissesOmitted;
+
+  // The int8 ops choose their kernels at their first run, each only where its declared arithmetic
+  // is proved exact; the lemmas behind that proof are the same for every layer: prove them now,
+  // through this compile's proof cache (the install proved them already), not during a user's call.
+  for (const ir::Node& n : graph.nodes()) {
+    if (!n.erased && (n.op == "verifuse::qconv" || n.op == "verifuse::qlinear" || n.op == "verifuse::int_mm")) {
+      runtime::proveInt8VariantLemmas(proofMemo().cache(request.cacheDir));
+      break;
+    }
+  }
 
   // 2. Partition: union-find over nodes of one engine class, acyclic merges only.
   t0 = Clock::now();

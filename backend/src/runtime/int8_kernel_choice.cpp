@@ -7,6 +7,7 @@
 
 #include "verifuse/kernels/int8_widening.h"
 #include "verifuse/verify/int_dot.h"
+#include "verifuse/verify/proof_cache.h"
 
 namespace verifuse::runtime {
 
@@ -16,7 +17,8 @@ std::atomic<Int8TestHook> gHook{Int8TestHook::kNone};
 
 /// The schematic lemmas of a declaration, proved once per process (they do not depend on the
 /// instance; a few Z3 queries of tens of milliseconds).
-const verify::IntDotVariantProof& variantProof(const kernels::IntDotArithmetic& a) {
+const verify::IntDotVariantProof& variantProof(const kernels::IntDotArithmetic& a,
+                                               verify::ProofCache* cache = nullptr) {
   static std::mutex m;
   static std::map<std::string, std::unique_ptr<verify::IntDotVariantProof>> proved;
   const std::string key = a.variant + "|" + std::to_string(static_cast<int>(a.source)) + "|" +
@@ -25,7 +27,9 @@ const verify::IntDotVariantProof& variantProof(const kernels::IntDotArithmetic& 
   std::lock_guard<std::mutex> lock(m);
   auto it = proved.find(key);
   if (it == proved.end()) {
-    it = proved.emplace(key, std::make_unique<verify::IntDotVariantProof>(verify::proveIntDotVariant(a))).first;
+    verify::ProveOptions opts;
+    opts.cache = cache;
+    it = proved.emplace(key, std::make_unique<verify::IntDotVariantProof>(verify::proveIntDotVariant(a, opts))).first;
   }
   return *it->second;
 }
@@ -58,6 +62,14 @@ verify::Verdict notChecked(const char* why) {
 }
 
 }  // namespace
+
+void proveInt8VariantLemmas(verify::ProofCache* cache) {
+  for (kernels::Int8Type src : {kernels::Int8Type::kU8, kernels::Int8Type::kS8}) {
+    kernels::Int8Params p;
+    p.srcType = src;
+    for (const Variant& v : candidatesFor(p)) variantProof(v.arithmetic, cache);
+  }
+}
 
 void setInt8TestHook(Int8TestHook hook) { gHook.store(hook); }
 Int8TestHook int8TestHook() { return gHook.load(); }

@@ -20,6 +20,10 @@
 #include "verifuse/support/status.h"
 #include "verifuse/verify/verdict.h"
 
+namespace verifuse::verify {
+class ProofCache;
+}
+
 namespace verifuse::runtime {
 
 /// One candidate variant and what became of it.
@@ -48,6 +52,11 @@ enum class Int8TestHook {
 };
 void setInt8TestHook(Int8TestHook hook);
 Int8TestHook int8TestHook();
+
+/// Proves the lemmas of this tier's candidate variants now (once per process), through \p cache
+/// (may be null), so that an int8 op's first run does not wait for Z3. The driver calls it for
+/// graphs with int8 ops; chooseInt8Kernel proves whatever is still missing itself.
+void proveInt8VariantLemmas(verify::ProofCache* cache);
 
 /// Chooses the kernel for \p p (the parameters of kernels::createInt8), its source codes' range
 /// being the whole range of p.srcType.

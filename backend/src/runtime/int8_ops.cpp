@@ -344,9 +344,11 @@ at::Tensor qlinear(const at::Tensor& x, const at::Tensor& w, const std::optional
 }
 
 // verifuse::int_mm(a, w): aten::_int_mm(a, w.t()) with w an s8 [N, K] constant (int8-int-mm:
-// torchao's dynamic int8 linears), on oneDNN's u8/s8 x s8 -> s32 matmul with the weight prepacked
-// once; the exact s32 accumulator, as ATen's. ATen's own CPU _int_mm is a plain loop (about 20
-// GOP/s on this CPU against several hundred for oneDNN's VNNI kernel).
+// torchao's dynamic int8 linears), on the int8 kernel the choice proves exact (oneDNN's VNNI matmul,
+// or the own widening kernel below VNNI) with the weight prepacked once: the exact s32 accumulator,
+// _int_mm's meaning. Where no kernel qualifies the product is computed in int64 and narrowed, not by
+// ATen's _int_mm: torch 2.13's CPU _int_mm runs its bundled oneDNN, whose s16 pair sums saturate
+// below VNNI (docs/cpu-tiers.md).
 at::Tensor intMm(const at::Tensor& a, const at::Tensor& w) {
   auto srcType = int8Type(a.scalar_type());
   if (srcType && w.scalar_type() == at::kChar && w.is_contiguous() && a.dim() == 2 && w.dim() == 2 &&
@@ -372,7 +374,7 @@ at::Tensor intMm(const at::Tensor& a, const at::Tensor& w) {
         p.dstType = kernels::Int8Type::kS32;
         p.weights = static_cast<const int8_t*>(w.data_ptr());
         p.weightScales.assign(static_cast<size_t>(w.size(0)), 1.f);
-        KernelEntry entry = makeInt8Kernel(w.getIntrusivePtr(), p, "verifuse::int_mm", "ATen's _int_mm runs");
+        KernelEntry entry = makeInt8Kernel(w.getIntrusivePtr(), p, "verifuse::int_mm", "an int64 product runs");
         k = entry.kernel;
         entries.insert_or_assign(key, std::move(entry));
       }
@@ -384,7 +386,10 @@ at::Tensor intMm(const at::Tensor& a, const at::Tensor& w) {
       return out;
     }
   }
-  return at::_int_mm(a, w.t());
+  if (a.dim() != 2 || w.dim() != 2 || a.size(1) != w.size(1) || a.scalar_type() != at::kChar) {
+    return at::_int_mm(a, w.t());  // eager's own error for what _int_mm refuses
+  }
+  return at::mm(a.to(at::kLong), w.to(at::kLong).t()).to(at::kInt);
 }
 
 // verifuse::qmax_pool(x, kernel_size, stride, padding, dilation, ceil_mode): 2-d max pooling of
