@@ -4,7 +4,7 @@ PYTHON ?= python
 BUILD_DIR ?= build/cmake
 JOBS ?= 2
 
-.PHONY: install deps demo test test-cpp test-python test-tiers test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic
+.PHONY: install deps demo test test-crash test-cpp test-python test-tiers test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic
 
 deps:
 	@# GoogleTest from Debian (docs/dependencies.md); everything else from PyPI, pinned.
@@ -37,7 +37,7 @@ test-tiers:
 # LibTorch under ASan+UBSan is not the obstacle (a minimal ATen/dispatcher program runs clean);
 # add verifuse_runtime_test to SANITIZE_TARGETS to try it.
 SANITIZE_DIR ?= build/asan
-SANITIZE_TARGETS ?= verifuse_support_test verifuse_ir_test verifuse_passes_test verifuse_partition_test \
+SANITIZE_TARGETS ?= verifuse_support_test verifuse_record_store_crash verifuse_ir_test verifuse_passes_test verifuse_partition_test \
 	verifuse_kernels_test verifuse_verifier_test verifuse_shapes_test verifuse_cpu_kernels_test
 SANITIZE_ENV = ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -58,6 +58,15 @@ test: install
 	$(MAKE) --no-print-directory test-python
 	$(MAKE) --no-print-directory test-tiers
 	$(MAKE) --no-print-directory test-sanitize
+
+# The record store's crash-consistency harness for minutes (make test runs it for seconds):
+# workers writing, flushing and reading one store, SIGKILLed at random points; 0 lost or torn
+# records allowed (tests/cpp/support/record_store_crash.cpp). CRASH_SECONDS, CRASH_WORKERS.
+CRASH_SECONDS ?= 300
+CRASH_WORKERS ?= 6
+test-crash: install
+	cmake --build $(BUILD_DIR) --target verifuse_record_store_crash
+	$(BUILD_DIR)/support/verifuse_record_store_crash --seconds $(CRASH_SECONDS) --workers $(CRASH_WORKERS) --seed $$(date +%s)
 
 # ---- serving (issue 18; examples/ray_serve/README.md) --------------------------------------------
 # Ray Serve with 2 replicas on a local Ray cluster (loopback), verifuse vs eager vs inductor under

@@ -575,6 +575,8 @@ struct RecordStore::Impl {
 
   /// Under the lock no other writer is between "write temp" and "rename", so every temp file of
   /// this store is a crashed writer's, and a blob no record names is garbage.
+  /// Unreferenced blob files go only after the grace period (readers may be reading them from an
+  /// older index); temp files at once (no reader ever opens one).
   void collectGarbage(const std::set<std::string>& referenced) {
     std::error_code ec;
     const std::string tmpPrefix = "." + name + kSuffix + ".tmp.";
@@ -583,9 +585,17 @@ struct RecordStore::Impl {
       if (f.rfind(tmpPrefix, 0) == 0) ::unlink(it->path().c_str());
     }
     ec.clear();
+    const int64_t now = nowSeconds();
     for (fs::directory_iterator it(blobDir, ec), end; !ec && it != end; it.increment(ec)) {
       std::string f = it->path().filename().string();
-      if (referenced.count(f) == 0) ::unlink(it->path().c_str());
+      if (referenced.count(f) != 0) continue;
+      const bool temp = f.rfind(".tmp.", 0) == 0;
+      struct stat st;
+      if (!temp && options.blobGraceSeconds > 0 &&
+          (::stat(it->path().c_str(), &st) != 0 || now - int64_t(st.st_mtim.tv_sec) < options.blobGraceSeconds)) {
+        continue;
+      }
+      ::unlink(it->path().c_str());
     }
   }
 
@@ -654,12 +664,19 @@ StatusOr<std::unique_ptr<RecordStore>> RecordStore::open(const std::string& dir,
 
 std::optional<Record> RecordStore::get(const std::string& key) {
   Impl& s = *impl_;
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  // A blob read fails when a writer replaced the record and deleted its old blob after this object
+  // read the index (or when the blob is damaged). Re-read the index and retry with the blob it
+  // names now, as long as the index keeps changing; a failure against an unchanged index is
+  // damage, reported as a miss. Either way the record stays: only a flush under the lock, which
+  // sees the blob directory as it is, drops a record whose blob is gone.
+  constexpr int kMaxAttempts = 64;
+  std::string failedBlob, why;
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Entry copy;
     {
       std::lock_guard<std::mutex> lock(s.mu);
       auto it = s.entries.find(key);
-      if (it == s.entries.end()) {
+      if (it == s.entries.end() || (!failedBlob.empty() && it->second.blobFile == failedBlob)) {
         (void)s.reloadLocked();  // an unreadable file is a miss like any other
         it = s.entries.find(key);
       }
@@ -671,31 +688,25 @@ std::optional<Record> RecordStore::get(const std::string& key) {
         ++s.stats.hits;
         return Record{it->second.payload, it->second.created};
       }
+      if (!failedBlob.empty() && it->second.blobFile == failedBlob) break;  // the index still names it
       copy.blobFile = it->second.blobFile;
       copy.blobSize = it->second.blobSize;
       copy.blobSum = it->second.blobSum;
       copy.created = it->second.created;
     }
-    std::string why;
     std::optional<std::string> payload = s.readBlob(key, copy, why);
-    std::lock_guard<std::mutex> lock(s.mu);
     if (payload) {
+      std::lock_guard<std::mutex> lock(s.mu);
       ++s.stats.hits;
       return Record{std::move(*payload), copy.created};
     }
-    // Another writer may have replaced the record (and deleted its old blob): look again.
-    if (attempt == 0 && !(statFile(s.path) == s.seen)) {
-      (void)s.reloadLocked();
-      auto it = s.entries.find(key);
-      if (it != s.entries.end() && it->second.blobFile != copy.blobFile) continue;
-    }
-    ++s.stats.droppedBlobs;
-    s.noteDamage("blob " + copy.blobFile + ": " + why);
-    auto it = s.entries.find(key);
-    if (it != s.entries.end() && it->second.blobFile == copy.blobFile) s.entries.erase(it);
-    ++s.stats.misses;
-    return std::nullopt;
+    failedBlob = copy.blobFile;
   }
+  std::lock_guard<std::mutex> lock(s.mu);
+  ++s.stats.droppedBlobs;
+  // Not a rebuild: the index is intact, and the record stays in it.
+  if (s.stats.damage.size() < kMaxDamageNotes) s.stats.damage.push_back("blob " + failedBlob + ": " + why);
+  ++s.stats.misses;
   return std::nullopt;
 }
 

@@ -12,7 +12,14 @@
 //    detected at load, the valid records kept and the file rewritten;
 //  - a payload above RecordStoreOptions::inlineLimit lives in its own checksummed file under
 //    <dir>/<name>.blobs/, written (and synced) under the lock before the index that names it, and
-//    read only when asked for. Blob files no record names are deleted under the lock.
+//    read only when asked for. Blob files no record names are deleted under the lock, once
+//    older than RecordStoreOptions::blobGraceSeconds; a reader whose blob has gone re-reads the
+//    index and retries with the blob it names now, for as long as the index keeps changing;
+//  - nothing but a flush under the lock removes a record, and only a record whose blob is gone
+//    there: a failed blob read is a miss, never a deletion (which the next flush would write);
+//  - a process killed at any point (SIGKILL inside flush included) leaves the last committed
+//    index, its blobs, and at most temp files and unnamed blobs that later flushes delete; the
+//    flock dies with the process. tests/cpp/support/record_store_crash.cpp checks this.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +36,11 @@ struct RecordStoreOptions {
   /// Payloads longer than this many bytes are kept in a file of their own (a "blob") and read on
   /// demand, so opening and flushing the store costs the same however big the payloads are.
   size_t inlineLimit = 64 * 1024;
+  /// A blob file no record names any more is deleted by a flush only once it is this many
+  /// seconds old. Readers read blobs without the lock, from the index as they last read it: the
+  /// grace period lets a reader that is a few replacements behind still read the old blob (get()
+  /// also re-reads the index and retries when a blob has gone). 0: delete at once.
+  int64_t blobGraceSeconds = 60;
 };
 
 /// One value of the map.
@@ -49,7 +61,10 @@ struct RecordStoreStats {
   int64_t flushes = 0;         ///< files written (open()'s repair included)
   int64_t reloads = 0;         ///< re-reads of the file after another writer changed it
   int64_t droppedRecords = 0;  ///< damaged records of a file read (checksum, framing, syntax)
-  int64_t droppedBlobs = 0;    ///< blob payloads missing or failing their checksum
+  /// Blob payloads missing or failing their checksum: at get() (a miss; the record stays, and a
+  /// later get() or another process may read it) or at flush() (a record whose blob file is gone
+  /// or of the wrong size under the lock, which is dropped from the index).
+  int64_t droppedBlobs = 0;
   /// A file read was damaged or of another format/store, and is (or at the next flush() will be)
   /// rewritten from its valid records. Missing file: not damage.
   bool rebuilt = false;
