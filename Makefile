@@ -4,7 +4,7 @@ PYTHON ?= python
 BUILD_DIR ?= build/cmake
 JOBS ?= 2
 
-.PHONY: install deps demo test test-crash test-cpp test-python test-tiers test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic
+.PHONY: install deps demo test test-crash test-saved-models test-cpp test-python test-tiers test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic
 
 deps:
 	@# GoogleTest from Debian (docs/dependencies.md); everything else from PyPI, pinned.
@@ -67,6 +67,12 @@ CRASH_WORKERS ?= 6
 test-crash: install
 	cmake --build $(BUILD_DIR) --target verifuse_record_store_crash
 	$(BUILD_DIR)/support/verifuse_record_store_crash --seconds $(CRASH_SECONDS) --workers $(CRASH_WORKERS) --seed $$(date +%s)
+
+# Saved functions for every model of the bench suites at full size, with their int8 (PT2E) and
+# bf16 variants: saved here, loaded in a fresh process, compared with eager (make test runs the
+# small stand-ins and the structural cases). Needs `make bench-deps` for transformers/timm/torchvision.
+test-saved-models: install
+	VERIFUSE_SAVE_ALL_MODELS=1 PYTHONPATH=$(CURDIR)/bench$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m pytest -q tests/python/test_save_every_model.py
 
 # ---- serving (issue 18; examples/ray_serve/README.md) --------------------------------------------
 # Ray Serve with 2 replicas on a local Ray cluster (loopback), verifuse vs eager vs inductor under

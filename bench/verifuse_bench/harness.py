@@ -782,7 +782,7 @@ def float32_reference(bm: BenchModel, model: torch.nn.Module, inputs: Inputs) ->
 
 def _own_error_accuracy(acc: dict[str, Any], out_vs_float32: dict[str, Any], eager_own: dict[str, Any],
                         dtype: str, factor: float) -> None:
-    """Fill a reduced-precision backend's accuracy entry: its max abs diff against eager in the same
+    r"""Fill a reduced-precision backend's accuracy entry: its max abs diff against eager in the same
     dtype, in units of eager's own error against float32, and the ok flag (at most \p factor)."""
     own = eager_own.get("max_abs_diff")
     diff = acc.get("max_abs_diff")
