@@ -239,11 +239,16 @@ void registerCore(py::module_& m) {
              for (const auto& a : pyArgs) args.push_back(toIValue(a));
              // A kernel decided at its first run may warn (an int8 op falling back to its
              // reference); the handler turns C++ warnings into Python ones when it goes out of
-             // scope, with the GIL held again, so users' warning filters and tests see them.
-             torch::PyWarningHandler warnings;
+             // scope, with the GIL held again, so users' warning filters and tests see them. Its
+             // scope ends before any error is raised: a warning filter that makes it an error may
+             // then throw from its destructor without another exception in flight.
              StatusOr<std::vector<c10::IValue>> result = [&] {
-               py::gil_scoped_release release;
-               return cg.run(args);
+               torch::PyWarningHandler warnings;
+               StatusOr<std::vector<c10::IValue>> r = [&] {
+                 py::gil_scoped_release release;
+                 return cg.run(args);
+               }();
+               return r;
              }();
              // Drop our references to the inputs before Python regains control.
              args.clear();
