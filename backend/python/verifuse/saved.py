@@ -148,7 +148,7 @@ def _graph_spec(gm: torch.fx.GraphModule) -> list:
 def graph_problem(gm: torch.fx.GraphModule) -> Optional[str]:
     try:
         _graph_spec(gm)
-        _encode_graph(gm)
+        _encode_graph(gm, copy_attrs=False)  # every compile asks: no tensor copies
     except _Unsavable as err:
         return str(err)
     return None
@@ -235,8 +235,9 @@ def _decode_arg(enc: Any, nodes: list) -> Any:
     raise RuntimeError(f"verifuse: unknown saved argument kind {kind!r}")
 
 
-def _encode_graph(gm: torch.fx.GraphModule) -> tuple[list, dict]:
-    """Every node (op, name, target, args, kwargs) and the tensors get_attr nodes read."""
+def _encode_graph(gm: torch.fx.GraphModule, copy_attrs: bool = True) -> tuple[list, dict]:
+    """Every node (op, name, target, args, kwargs) and (``copy_attrs``) copies of the tensors
+    get_attr nodes read."""
     index: dict = {}
     nodes, attrs = [], {}
     for i, n in enumerate(gm.graph.nodes):
@@ -248,7 +249,8 @@ def _encode_graph(gm: torch.fx.GraphModule) -> tuple[list, dict]:
                 value = getattr(value, part)
             if not isinstance(value, torch.Tensor):
                 raise _Unsavable(f"a graph attribute of type {type(value).__name__}")
-            attrs[str(n.target)] = value.detach().clone()
+            if copy_attrs:
+                attrs[str(n.target)] = value.detach().clone()
         nodes.append((n.op, n.name, _encode_target(n.target), _encode_arg(tuple(n.args), index),
                       _encode_arg(dict(n.kwargs), index)))
         index[n] = i
