@@ -267,6 +267,10 @@ def test_explain_report_keys_and_json():
     assert 0 < g["trace_seconds"] and 0 < g["plan_seconds"]
     assert g["trace_seconds"] + g["pipeline_seconds"] + g["plan_seconds"] <= g["compile_seconds"]
     assert "compile: ATen trace" in str(report)
+    # A first call's split (issue 40): the lowering inside the compile, the first run after it.
+    assert 0 < g["lowering_seconds"] and g["trace_seconds"] + g["lowering_seconds"] <= g["compile_seconds"]
+    assert 0 < g["first_run_seconds"], g
+    assert "lowering" in str(report) and "first run" in str(report)
 
 
 @pytest.mark.parametrize("one_trace", ["1", "0"])

@@ -62,6 +62,8 @@ class GraphReport:
     trace_seconds: float = 0.0     # Dynamo's graph to the ATen graph (one trace, or AOT's)
     pipeline_seconds: float = 0.0  # rules, proofs and instance validation
     plan_seconds: float = 0.0      # executor plan: kernels created, weights prepacked
+    lowering_seconds: float = 0.0  # the ATen graph handed to C++ (Python's lowering, node by node)
+    first_run_seconds: float = 0.0  # the plan's first run (0 until it ran)
     # Bytes of weight copies the engines hold beyond the frozen weights (own GEMM's packed copies,
     # oneDNN's prepacked ones): the memory price of the engine decisions.
     weight_copy_bytes: int = 0
@@ -177,6 +179,7 @@ class Report:
                  "reorders_before": g.reorders_before, "timings_run": g.timings_run,
                  "tuning_inputs_made": g.tuning_inputs_made, "tuning_db": g.tuning_db,
                  "trace_seconds": g.trace_seconds, "pipeline_seconds": g.pipeline_seconds, "plan_seconds": g.plan_seconds,
+                 "lowering_seconds": g.lowering_seconds, "first_run_seconds": g.first_run_seconds,
                  "weight_copy_bytes": g.weight_copy_bytes, "aten_trace": g.aten_trace}
                 for g in self.graphs
             ],
@@ -203,9 +206,10 @@ class Report:
                          f"constants={g.num_constants} compile={g.compile_seconds:.3f}s")
             if g.engine == "verifuse" and g.compile_seconds > 0:
                 # Where the backend's compile went (Dynamo's own trace before it is not in it).
-                lines.append(f"    compile: ATen trace {g.trace_seconds:.3f}s, rules and proofs "
-                             f"{g.pipeline_seconds:.3f}s, plan {g.plan_seconds:.3f}s "
-                             f"({g.timings_run} autotune timings)")
+                lines.append(f"    compile: ATen trace {g.trace_seconds:.3f}s, lowering {g.lowering_seconds:.3f}s, "
+                             f"rules and proofs {g.pipeline_seconds:.3f}s, plan {g.plan_seconds:.3f}s "
+                             f"({g.timings_run} autotune timings, plan {g.plan_source}); first run "
+                             f"{g.first_run_seconds:.3f}s")
             if g.aten_trace:
                 lines.append(f"    ATen graph from: {g.aten_trace}")
             top = sorted(g.ops.items(), key=lambda kv: (-kv[1], kv[0]))
