@@ -243,12 +243,9 @@ void registerCore(py::module_& m) {
              // scope ends before any error is raised: a warning filter that makes it an error may
              // then throw from its destructor without another exception in flight.
              StatusOr<std::vector<c10::IValue>> result = [&] {
-               torch::PyWarningHandler warnings;
-               StatusOr<std::vector<c10::IValue>> r = [&] {
-                 py::gil_scoped_release release;
-                 return cg.run(args);
-               }();
-               return r;
+               torch::PyWarningHandler warnings;  // destroyed last, once the GIL is held again
+               py::gil_scoped_release release;
+               return cg.run(args);
              }();
              // Drop our references to the inputs before Python regains control.
              args.clear();

@@ -236,7 +236,7 @@ StatusOr<CompiledModel> compileOnce(ir::Graph graph, const CompileRequest& reque
   // is proved exact; the lemmas behind that proof are the same for every layer: prove them now,
   // through this compile's proof cache (the install proved them already), not during a user's call.
   for (const ir::Node& n : graph.nodes()) {
-    if (!n.erased && (n.op == "verifuse::qconv" || n.op == "verifuse::qlinear" || n.op == "verifuse::int_mm")) {
+    if (!n.erased && runtime::isInt8KernelOp(n.op)) {
       runtime::proveInt8VariantLemmas(proofMemo().cache(request.cacheDir));
       break;
     }

@@ -1578,7 +1578,7 @@ std::vector<Int8KernelReport> CompiledGraph::int8Kernels() const {
   const ir::Graph& g = graph();
   for (size_t k = 0; k < g.nodes().size(); ++k) {
     const ir::Node& n = g.nodes()[k];
-    if (n.erased || (n.op != "verifuse::qconv" && n.op != "verifuse::qlinear" && n.op != "verifuse::int_mm")) continue;
+    if (n.erased || !isInt8KernelOp(n.op)) continue;
     if (n.args.size() < 2 || !n.args[1].isConstant()) continue;
     const at::Tensor& w = impl_->constants[static_cast<size_t>(n.args[1].i)];
     for (const auto& d : int8DecisionsFor(w.unsafeGetTensorImpl())) {

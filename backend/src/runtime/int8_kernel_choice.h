@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "verifuse/kernels/int8.h"
@@ -57,6 +58,11 @@ Int8TestHook int8TestHook();
 /// (may be null), so that an int8 op's first run does not wait for Z3. The driver calls it for
 /// graphs with int8 ops; chooseInt8Kernel proves whatever is still missing itself.
 void proveInt8VariantLemmas(verify::ProofCache* cache);
+
+/// Whether \p op is one of the ops that choose an int8 kernel at their first run.
+inline bool isInt8KernelOp(std::string_view op) {
+  return op == "verifuse::qconv" || op == "verifuse::qlinear" || op == "verifuse::int_mm";
+}
 
 /// Chooses the kernel for \p p (the parameters of kernels::createInt8), its source codes' range
 /// being the whole range of p.srcType.
