@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +29,7 @@
 #include <random>
 #include <set>
 #include <string_view>
+#include <thread>
 
 #include "verifuse/support/hash.h"
 
@@ -146,6 +148,23 @@ Status writeFileDurably(const std::string& tmp, const std::string& path,
   if (s.isOk() && ::rename(tmp.c_str(), path.c_str()) != 0) s = internalError(errnoText("cannot rename onto", path));
   if (!s.isOk()) ::unlink(tmp.c_str());
   return s;
+}
+
+/// Test hook for killing a process inside a flush (tests/serve: a Ray Serve replica killed while it
+/// writes the shared cache). VERIFUSE_TEST_PAUSE_IN_FLUSH=<store name>:<marker dir>:<seconds>: a
+/// flush of that store, holding the lock with its blobs written and its index not yet committed,
+/// creates <marker dir>/<pid> and sleeps that long before going on.
+void pauseInFlushForTests(const std::string& storeName) {
+  const char* hook = std::getenv("VERIFUSE_TEST_PAUSE_IN_FLUSH");
+  if (!hook) return;
+  const std::string spec(hook);
+  const size_t a = spec.find(':');
+  const size_t b = a == std::string::npos ? a : spec.find(':', a + 1);
+  if (b == std::string::npos || spec.substr(0, a) != storeName) return;
+  const std::string marker = spec.substr(a + 1, b - a - 1) + "/" + std::to_string(::getpid());
+  int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(spec.c_str() + b + 1)));
 }
 
 std::string tempSuffix() {
@@ -545,6 +564,7 @@ struct RecordStore::Impl {
       noteDamage("blob " + entries[key].blobFile + " missing or of the wrong size");
       entries.erase(key);
     }
+    if (s.isOk()) pauseInFlushForTests(name);
     if (s.isOk()) {
       s = writeFileDurably(dir + "/." + name + kSuffix + ".tmp." + tempSuffix(), path, {serialize(name, entries)});
     }
