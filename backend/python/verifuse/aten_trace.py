@@ -34,7 +34,7 @@ from typing import Any, Optional, Sequence
 import torch
 import torch.fx
 
-__all__ = ["OneTrace", "one_trace_wanted", "trace_inference_graph"]
+__all__ = ["OneTrace", "one_trace_wanted", "static_indices", "trace_inference_graph", "trace_problem"]
 
 
 @dataclass
@@ -55,7 +55,7 @@ def one_trace_wanted() -> bool:
 def trace_inference_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                           decompositions: dict) -> OneTrace:
     """``gm``'s ATen graph from one trace, or the reason it needs aot_autograd."""
-    reason = _input_problem(example_inputs) or _dynamo_graph_problem(gm)
+    reason = trace_problem(gm, example_inputs)
     if reason:
         return OneTrace(None, [], reason)
     fake_mode = _dynamo_fake_mode(gm)
@@ -94,7 +94,12 @@ def trace_inference_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any
     # does not have them either, and a saved graph must rebuild node for node from its code.
     traced.graph.eliminate_dead_code()
     traced.recompile()
-    return OneTrace(traced, _static_indices(gm))
+    return OneTrace(traced, static_indices(gm))
+
+
+def trace_problem(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:
+    """Why ``gm`` cannot be traced this way (it goes through aot_autograd); "" when it can."""
+    return _input_problem(example_inputs) or _dynamo_graph_problem(gm)
 
 
 _WRITING_OPERATORS = {operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
@@ -260,7 +265,7 @@ def _aten_graph_problem(traced: torch.fx.GraphModule) -> str:
     return ""
 
 
-def _static_indices(gm: torch.fx.GraphModule) -> list[int]:
+def static_indices(gm: torch.fx.GraphModule) -> list[int]:
     """The placeholders Dynamo marked as parameters or buffers (what aot_autograd reports as
     static input indices for the same graph)."""
     static = []

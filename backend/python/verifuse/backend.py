@@ -213,7 +213,13 @@ def _compile_with_one_trace(gm: torch.fx.GraphModule, example_inputs: list, name
         graph_report.aten_trace = "aot_autograd (VERIFUSE_ONE_TRACE=0)"
         return None
     start = time.perf_counter()
-    traced = trace_inference_graph(gm, example_inputs, decomposition_table())
+    traced = _cached_trace(gm, example_inputs, opts, graph_report) if plan_cache else None
+    if traced is None:
+        traced = trace_inference_graph(gm, example_inputs, decomposition_table())
+        if traced.graph is not None and graph_report.trace_key:
+            from .trace_cache import store_trace
+
+            store_trace(str(opts.cache_dir), graph_report.trace_key, traced.graph, traced.static)
     graph_report.trace_seconds = time.perf_counter() - start
     if traced.graph is None:
         graph_report.aten_trace = f"aot_autograd ({traced.reason})"
@@ -229,6 +235,29 @@ def _compile_with_one_trace(gm: torch.fx.GraphModule, example_inputs: list, name
         return boxed(list(args))
 
     return run
+
+
+def _cached_trace(gm: torch.fx.GraphModule, example_inputs: list, opts: Options,
+                  graph_report: _report.GraphReport) -> Any:
+    """The ATen graph an earlier process traced for this Dynamo graph and these inputs, from the
+    trace cache under ``cache_dir`` (trace_cache.py); None when it has none (the key is noted in
+    the report, so that the fresh trace is stored under it)."""
+    from .aten_trace import OneTrace, static_indices, trace_problem
+    from .trace_cache import load_trace, trace_key
+
+    if not opts.cache_dir or trace_problem(gm, example_inputs):
+        return None
+    static = static_indices(gm)
+    key = trace_key(gm, example_inputs, static)
+    if key is None:
+        return None
+    graph_report.trace_key = key
+    hit = load_trace(str(opts.cache_dir), key)
+    if hit is None or hit[1] != static:
+        return None
+    graph_report.trace_source = "trace cache"
+    _report.bump("trace_cache_hits")
+    return OneTrace(hit[0], static)
 
 
 def _plan_or_eager(aten_gm: torch.fx.GraphModule, inputs: list, static: list[int], names: list[str], opts: Options,

@@ -74,6 +74,10 @@ class GraphReport:
     solver_queries: int = 0
     # How the ATen graph was made: "one trace" (aten_trace.py) or "aot_autograd (<why>)".
     aten_trace: str = ""
+    # Where the one trace came from: "traced", or "trace cache" (an earlier process's trace of the
+    # same Dynamo graph and inputs, read from cache_dir: trace_cache.py); its key ("" uncached).
+    trace_source: str = "traced"
+    trace_key: str = ""
 
 
 def record_fallback(report: GraphReport, op: str, reason: str) -> None:
@@ -180,7 +184,8 @@ class Report:
                  "tuning_inputs_made": g.tuning_inputs_made, "tuning_db": g.tuning_db,
                  "trace_seconds": g.trace_seconds, "pipeline_seconds": g.pipeline_seconds, "plan_seconds": g.plan_seconds,
                  "lowering_seconds": g.lowering_seconds, "first_run_seconds": g.first_run_seconds,
-                 "weight_copy_bytes": g.weight_copy_bytes, "aten_trace": g.aten_trace}
+                 "weight_copy_bytes": g.weight_copy_bytes, "aten_trace": g.aten_trace,
+                 "trace_source": g.trace_source}
                 for g in self.graphs
             ],
             # --- shapes (issue 5; owned by the shapes work): assumptions, added and Dynamo guards ---
@@ -206,7 +211,8 @@ class Report:
                          f"constants={g.num_constants} compile={g.compile_seconds:.3f}s")
             if g.engine == "verifuse" and g.compile_seconds > 0:
                 # Where the backend's compile went (Dynamo's own trace before it is not in it).
-                lines.append(f"    compile: ATen trace {g.trace_seconds:.3f}s, lowering {g.lowering_seconds:.3f}s, "
+                source = " (from the trace cache)" if g.trace_source == "trace cache" else ""
+                lines.append(f"    compile: ATen trace{source} {g.trace_seconds:.3f}s, lowering {g.lowering_seconds:.3f}s, "
                              f"rules and proofs {g.pipeline_seconds:.3f}s, plan {g.plan_seconds:.3f}s "
                              f"({g.timings_run} autotune timings, plan {g.plan_source}); first run "
                              f"{g.first_run_seconds:.3f}s")

@@ -272,7 +272,11 @@ def _decode_graph(nodes: list, attrs: dict) -> torch.fx.GraphModule:
     for op, name, target, args, kwargs in nodes:
         made.append(graph.create_node(op, _decode_target(target), _decode_arg(args, made), _decode_arg(kwargs, made),
                                       name=name))
-    return torch.fx.GraphModule(root, graph)
+    # Lazy: its Python code is generated on first call or first look at .code, never for a graph
+    # only lowered (40 ms of BERT-base's warm start).
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    return _LazyGraphModule(root, graph)
 
 
 def _rebuild_graph_module(state: dict) -> torch.fx.GraphModule:
