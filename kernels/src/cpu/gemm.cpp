@@ -55,6 +55,8 @@ StatusOr<std::shared_ptr<const PackedWeights>> packWeights(const float* w, int64
           std::memcpy(dst, src, static_cast<size_t>(cols) * sizeof(float));
           std::fill(dst + cols, dst + kNR, 0.f);
         }
+      } else if (cols == kNR && cpu::hasAvx2Fma()) {
+        detail::packPanelNkAvx2(w, k, j * kNR, k0, kb, panel);
       } else {
         for (int64_t col = 0; col < kNR; ++col) {
           if (col >= cols) {

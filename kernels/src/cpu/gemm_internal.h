@@ -58,6 +58,11 @@ struct Problem {
 /// Runs a checked problem with m >= 1 (gemm_avx2.cpp; call only when cpu::hasAvx2Fma()).
 Status runAvx2(const Problem& p);
 
+/// One full B panel from [N, K] weights: panel[kk·16 + c] = w[(n0 + c)·k + k0 + kk] for c < 16,
+/// kk < kb (8×8 register transposes; gemm_avx2.cpp, call only when cpu::hasAvx2Fma()). A copy:
+/// the same floats as the scalar loop, in the same places.
+void packPanelNkAvx2(const float* w, int64_t k, int64_t n0, int64_t k0, int64_t kb, float* panel);
+
 /// The same with the AVX-512 kernel (gemm_avx512.cpp; call only when cpu::hasAvx512()).
 Status runAvx512(const Problem& p);
 

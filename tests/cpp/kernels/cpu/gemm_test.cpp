@@ -589,6 +589,21 @@ TEST_P(GemmTest, PackedLayoutIsTheDocumentedOne) {
       }
     }
   }
+  // Full panels of [N, K] weights are transposed 8 rows at a time: K blocks that are not a
+  // multiple of 8 (a scalar tail), one K block and several, a partial last panel or none.
+  for (const auto& [k, n] : {std::pair<int64_t, int64_t>{13, 48}, {257, 33}, {4, 16}, {771, 64}, {8, 17}}) {
+    Problem p = makeProblem(1, k, n, WeightOrder::kNK);
+    auto packed = packWeights(p.w.data(), k, n, WeightOrder::kNK);
+    ASSERT_TRUE(packed.isOk());
+    const PackedWeights& b = *packed.value();
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const int64_t k0 = kk / b.kBlock() * b.kBlock(), kb = std::min(b.kBlock(), k - k0);
+      for (int64_t nn = 0; nn < b.nPadded(); ++nn) {
+        const float got = b.data()[k0 * b.nPadded() + nn / 16 * kb * 16 + (kk - k0) * 16 + nn % 16];
+        ASSERT_EQ(got, nn < n ? p.weight(kk, nn) : 0.f) << "k=" << k << " n=" << n << " at " << kk << "," << nn;
+      }
+    }
+  }
 }
 
 TEST_P(GemmTest, EmptyMIsANoOp) {
