@@ -251,6 +251,9 @@ StatusOr<CompiledModel> compileOnce(ir::Graph graph, const CompileRequest& reque
   plan.bf16 = request.bf16;
   plan.autotune = request.autotune && engines == EnginePolicy::kAuto;
   plan.releaseWeights = plan.useOnednn && request.fuse;
+  // Packing after the plan is returned (VERIFUSE_DEFER_PACKING=0: inside it, for comparisons).
+  const char* deferKnob = std::getenv("VERIFUSE_DEFER_PACKING");
+  plan.deferPacking = !(deferKnob && std::string(deferKnob) == "0");
   plan.linearWeights = request.linearWeights;
   if (const char* knob = std::getenv("VERIFUSE_LINEAR_WEIGHTS"); knob && plan.linearWeights == runtime::LinearWeights::kAuto) {
     if (std::string(knob) == "packed") plan.linearWeights = runtime::LinearWeights::kPacked;

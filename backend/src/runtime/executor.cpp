@@ -20,6 +20,7 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -28,6 +29,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <typeinfo>
 
@@ -348,6 +350,16 @@ struct CompiledGraph::Impl {
   std::vector<int32_t> nodePartition;
   std::vector<PartitionDecision> partitions;
   int64_t timingsRun = 0;
+  /// Packs the own GEMM's deferred weights (CompileOptions::deferPacking) after the plan is
+  /// returned; joined before the ops it works on are destroyed.
+  std::thread deferredWork;
+
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl() {
+    if (deferredWork.joinable()) deferredWork.join();
+  }
 };
 
 const char* engineName(Engine engine) {
@@ -1467,8 +1479,22 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     impl->stats.conversions += static_cast<size_t>(d.inputConversions + d.outputConversions);
     impl->partitions.push_back(std::move(d));
   }
+  std::vector<FusedOp*> deferred;
   for (FusedOp* op : fusedOf) {
-    if (op) op->finishPlanning();
+    if (!op) continue;
+    op->finishPlanning();
+    if (op->hasDeferredWork() && std::find(deferred.begin(), deferred.end(), op) == deferred.end()) deferred.push_back(op);
+  }
+  if (!deferred.empty()) {
+    // In step order, so the first run and the packing walk the model together; the run waits on
+    // an op's lock only when it overtakes the packing.
+    try {
+      impl->deferredWork = std::thread([deferred] {
+        for (FusedOp* op : deferred) op->finishDeferredWork();
+      });
+    } catch (const std::system_error&) {
+      for (FusedOp* op : deferred) op->finishDeferredWork();  // no thread to be had: pack now
+    }
   }
   impl->timingsRun = kernels::timingCallCount() - timingsBefore;
   impl->stats.partitions = impl->partitions.size();

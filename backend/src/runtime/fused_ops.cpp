@@ -590,8 +590,9 @@ class FusedLinear final : public FusedBase {
   void setEngine(Engine e) override {
     // Kernels are made when an engine is chosen (or timed), not at creation: a linear that ends
     // on the own GEMM never builds oneDNN's kernel nor a dense copy of a transposed weight. If
-    // the engine cannot run it after all, the op stays on ATen (weights kept).
-    if (e == Engine::kGemm && !packed()) e = Engine::kAten;
+    // the engine cannot run it after all, the op stays on ATen (weights kept). Deferred packing
+    // keeps the weights until packing succeeds (runAten serves the op if it fails).
+    if (e == Engine::kGemm && !(deferPacking_ && !isPacked() ? canPack() : packed())) e = Engine::kAten;
     if (e != Engine::kGemm) {  // the tuner's packed copy would be held for nothing
       std::lock_guard<std::mutex> lock(gemmMu_);
       packed_.reset();
@@ -607,15 +608,11 @@ class FusedLinear final : public FusedBase {
   void releaseWeights() override {
     if (!staticShape_) return;
     if (engine_ == Engine::kGemm) {
-      // The packed copy is all the GEMM reads (and the bias, kept by gemmBias_): the folded
-      // float32 weights and oneDNN's kernels (prepacked copies unless borrowed) can go.
-      std::lock_guard<std::mutex> lock(weightMu_);
-      weight_ = at::Tensor();
-      bias_ = at::Tensor();
-      atenWeight_ = at::Tensor();
-      atenBias_ = at::Tensor();
-      released_ = true;
-      cache_.clear();
+      if (deferPacking_ && !isPacked()) {
+        releaseAfterPacking_ = true;  // finishDeferredWork() releases them once packed
+        return;
+      }
+      releaseForGemm();
       return;
     }
     packed_.reset();  // packed only while the tuner timed it
@@ -627,9 +624,22 @@ class FusedLinear final : public FusedBase {
     if (engine_ == Engine::kGemm) {
       std::lock_guard<std::mutex> lock(gemmMu_);
       if (packedBf16_) return static_cast<int64_t>(packedBf16_->bytes());
-      return packed_ ? static_cast<int64_t>(packed_->bytes()) : 0;
+      if (packed_) return static_cast<int64_t>(packed_->bytes());
+      if (!deferPacking_) return 0;
+      // Not packed yet (deferred): the copy it will hold, as packWeights/packWeightsBf16 size it.
+      const int64_t nPadded = (outFeatures_ + 15) / 16 * 16;
+      return gemmBf16_ ? (outFeaturesIn_ + 1) / 2 * nPadded * 4 : outFeaturesIn_ * nPadded * 4;
     }
     return FusedBase::weightCopyBytes();
+  }
+
+  bool hasDeferredWork() const override {
+    return deferPacking_ && engine_ == Engine::kGemm && !isPacked();
+  }
+  void finishDeferredWork() override {
+    if (!deferPacking_ || engine_ != Engine::kGemm) return;
+    // A failed packing keeps the weights: runOn falls back to runAten for this op.
+    if (packed() && releaseAfterPacking_) releaseForGemm();
   }
   std::string weightLayout() const override {
     return engine_ == Engine::kGemm ? "packed" : FusedBase::weightLayout();
@@ -649,13 +659,38 @@ class FusedLinear final : public FusedBase {
                                                                      : "verifuse gemm:avx2_f32";
   }
 
+  bool isPacked() const {
+    std::lock_guard<std::mutex> lock(gemmMu_);
+    return packed_ || packedBf16_;
+  }
+  bool canPack() const {
+    std::lock_guard<std::mutex> lock(weightMu_);
+    return atenWeight_.defined() && atenWeight_.dim() == 2 && atenWeight_.size(0) >= 1 && atenWeight_.size(1) >= 1;
+  }
+  void releaseForGemm() {
+    // The packed copy is all the GEMM reads (and the bias, kept by gemmBias_): the folded
+    // float32 weights and oneDNN's kernels (prepacked copies unless borrowed) can go.
+    std::lock_guard<std::mutex> lock(weightMu_);
+    weight_ = at::Tensor();
+    bias_ = at::Tensor();
+    atenWeight_ = at::Tensor();
+    atenBias_ = at::Tensor();
+    released_ = true;
+    cache_.clear();
+  }
+
   /// The weights packed for the own GEMM (float32, or bf16 for a bf16 model), made on first use
   /// (the tuner's first timing, or the engine choice): a partition that never picks the GEMM
   /// never holds the copy. \returns false if they cannot be packed.
   bool packed() const {
     std::lock_guard<std::mutex> lock(gemmMu_);
     if (packed_ || packedBf16_) return true;
-    at::Tensor w = atenWeight_, b = bias_;
+    at::Tensor w, b;
+    {
+      std::lock_guard<std::mutex> weights(weightMu_);  // (deferred packing: released under it)
+      w = atenWeight_;
+      b = bias_;
+    }
     if (!w.defined()) return false;
     // A bf16 model's weights are widened (exactly) for packing; the copy dies here.
     if (gemmBf16_) w = float32Weights(w);
@@ -678,8 +713,15 @@ class FusedLinear final : public FusedBase {
   }
 
   at::Tensor runAten(const std::vector<at::Tensor>& in) const {
-    requireWeights();
-    at::Tensor y = at::linear(in[0], atenWeight_, atenBias_.defined() ? std::optional<at::Tensor>(atenBias_) : std::nullopt);
+    at::Tensor w, b;
+    {
+      // Copies under the lock: with deferred packing the background thread may release them now.
+      std::lock_guard<std::mutex> lock(weightMu_);
+      requireWeights();
+      w = atenWeight_;
+      b = atenBias_;
+    }
+    at::Tensor y = at::linear(in[0], w, b.defined() ? std::optional<at::Tensor>(b) : std::nullopt);
     return applyPostOpsAten(y, postOps_, in.size() > 1 ? &in[1] : nullptr);
   }
 
@@ -733,6 +775,8 @@ class FusedLinear final : public FusedBase {
   bool gemmOk_ = false;                  // the own GEMM can run this op (AVX2, f32, post-ops)
   bool gemmBf16_ = false;                // ... in bf16 (a bf16 model: AVX512-BF16, or widening on AVX2)
   kernels::gemm::Epilogue gemmEpilogue_;  // bias pointer set once packed() kept the bias alive
+  bool deferPacking_ = false;            // CompileOptions::deferPacking
+  bool releaseAfterPacking_ = false;     // releaseWeights() came before the deferred packing
   mutable std::mutex gemmMu_;
   mutable std::shared_ptr<const kernels::gemm::PackedWeights> packed_;
   mutable std::shared_ptr<const kernels::gemm::PackedWeightsBf16> packedBf16_;
@@ -1251,6 +1295,7 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     op->layoutPolicy_ = options.linearWeights;
     op->borrowWeights_ = options.linearWeights != LinearWeights::kPacked;  // dynamic shapes: per-shape kernels
     op->autotune_ = options.autotune;
+    op->deferPacking_ = options.deferPacking;
     op->tuningDb_ = options.tuningDb;
     op->tuneRepeats_ = options.tuneRepeats;
     op->outFeatures_ = w.size(0);

@@ -49,6 +49,11 @@ class FusedOp {
   /// plan's tuning database exists (a linear on oneDNN chooses its weight layout with its first
   /// kernel); nothing is timed once planning is over.
   virtual void finishPlanning() {}
+  /// Work the op left for after planning (CompileOptions::deferPacking): true while some is
+  /// pending. finishDeferredWork() does it, on any thread; a run that needs it first waits on the
+  /// op's lock instead (the plan's background thread calls it for every op, in step order).
+  virtual bool hasDeferredWork() const { return false; }
+  virtual void finishDeferredWork() {}
   /// Multiply-adds of one run at the static shape (0 when the shape is not static).
   virtual double macs() const = 0;
   /// oneDNN's implementation name of the last kernel created ("brg:avx512_core", ...), or "".

@@ -127,6 +127,11 @@ struct CompileOptions {
   /// is freed). Inputs that need the ATen composition (NaN/Inf) then make run() return
   /// kUnimplemented "exact plan needed": the caller runs an unfused plan instead.
   bool releaseWeights = false;
+  /// Linears whose engine is the own GEMM without being timed (the heuristic, or a replayed
+  /// plan's decision) pack their weights on a background thread once the plan is returned:
+  /// Dynamo's guard building and the first run's first layers overlap it, and a run that reaches
+  /// a linear before its weights are packed waits for them (BERT-base: 0.13 s of a warm plan).
+  bool deferPacking = false;
   /// Partitions above this many multiply-adds per run are not timed: they run on oneDNN (the
   /// same GEMM/conv kernels dominate either way and fusion saves the post-ops' memory passes),
   /// and timing them would make compile time grow with the batch.
