@@ -261,13 +261,39 @@ def _verifuse_reports(enabled: bool):
         yield graphs
 
 
+_VERIFUSE_COLD_DIRS: dict[int, str] = {}
+
+
+def new_verifuse_cold_cache_dir(opts) -> str:
+    """A new, empty verifuse cache directory for the configuration about to run with ``opts``
+    (harness.run_config asks at its start), removed when the process ends."""
+    import atexit
+    import shutil
+    import tempfile
+
+    d = _VERIFUSE_COLD_DIRS[id(opts)] = tempfile.mkdtemp(prefix="verifuse-cold-")
+    atexit.register(shutil.rmtree, d, True)
+    return d
+
+
+def verifuse_cold_cache_dir(opts) -> str:
+    """The current configuration's own verifuse cache directory (made on first use)."""
+    return _VERIFUSE_COLD_DIRS.get(id(opts)) or new_verifuse_cold_cache_dir(opts)
+
+
 def _verifuse_compile(model, opts, threads) -> CompileCtx:
     kwargs: dict[str, Any] = {"backend": "verifuse", "dynamic": False}
-    if opts.verifuse_options:
-        kwargs["options"] = dict(opts.verifuse_options)
+    options = dict(opts.verifuse_options or {})
+    cold_dir = None
+    if getattr(opts, "verifuse_cache", "default") == "cold" and "cache_dir" not in options:
+        # Cold like the peers: no tuning decision, proof or plan from an earlier model or run (the
+        # rule proofs made at install time seed it, as they seed every new cache directory).
+        cold_dir = options["cache_dir"] = verifuse_cold_cache_dir(opts)
+    if options:
+        kwargs["options"] = options
     compiled = torch.compile(model, **kwargs)
     before = verifuse_stats()
-    info: dict[str, Any] = {}
+    info: dict[str, Any] = {"verifuse_cache_dir": cold_dir} if cold_dir else {}
 
     @contextlib.contextmanager
     def first_call():

@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="small models, batch default, 1 thread, few iterations, eager,inductor,verifuse")
     p.add_argument("--inductor-cache", choices=("cold", "warm"), default="cold",
                    help="cold (default): inductor compiles into a fresh cache dir each time")
+    p.add_argument("--verifuse-cache", choices=("cold", "default"), default="cold",
+                   help="cold (default): verifuse compiles each configuration into its own empty cache_dir "
+                        "and reports a second, warm compile from it (compile_warm_s); default: the user's cache")
     p.add_argument("--verifuse-options", type=str, default=None,
                    help='JSON dict passed as torch.compile(..., options=...) to verifuse, e.g. \'{"verify":"rules"}\'')
     p.add_argument("--dtype", choices=("float32", "bfloat16", "int8"), default="float32",
@@ -229,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         min_iters=min(5, max(1, pick("iters", "iters"))),
         seed=args.seed,
         inductor_cache=args.inductor_cache,
+        verifuse_cache=args.verifuse_cache,
         verifuse_options=vopts,
         quick=args.quick,
         suite=args.suite,

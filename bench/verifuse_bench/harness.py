@@ -75,6 +75,11 @@ class BenchOptions:
     min_iters: int = 5
     seed: int = 0
     inductor_cache: str = "cold"  # "cold": fresh cache dir, no FX-graph/AOTAutograd cache hits
+    # "cold": verifuse compiles each configuration into its own empty cache_dir (no tuning decision,
+    # proof or plan from an earlier model: what the peers get), and once the timing is over compiles
+    # again in the same process from that directory (compile_warm_s: its tuning database and plan
+    # cache warm); "default": the user's default cache directory, as before.
+    verifuse_cache: str = "cold"
     verifuse_options: dict[str, Any] | None = None
     quick: bool = False
     suite: str | None = None  # informational (models are already resolved)
@@ -922,6 +927,10 @@ def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: in
 
     t_cfg = time.perf_counter()
     torch.set_num_threads(threads)
+    if opts.verifuse_cache == "cold":
+        from .backends import new_verifuse_cold_cache_dir
+
+        new_verifuse_cold_cache_dir(opts)  # this configuration's own, empty
     entry: dict[str, Any] = {
         "model": bm.name,
         "suite": bm.suite,
@@ -1039,6 +1048,11 @@ def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: in
                 if name in _AVAILABILITY_DETAILS and _AVAILABILITY_DETAILS[name].get("note") and "note" not in b:
                     b["note"] = _AVAILABILITY_DETAILS[name]["note"]
                 entry["backends"][name] = b
+    vb = entry["backends"].get("verifuse") or {}
+    if vb.get("status") == "ok" and vb.get("verifuse_cache_dir"):
+        for p in prepared.values():  # the timing is over: Dynamo's reset below recompiles them all
+            p.fn = None
+        vb["compile_warm_s"] = warm_verifuse_compile(model, inputs, opts, threads)
     entry["ratios"] = config_ratios(entry["backends"])
     entry["load_avg_after"] = load_average()
     entry["wall_s"] = time.perf_counter() - t_cfg
@@ -1046,6 +1060,23 @@ def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: in
         p.fn = None
         p.first_output = None
     return entry
+
+
+def warm_verifuse_compile(model: torch.nn.Module, inputs: Inputs, opts: BenchOptions, threads: int) -> float | None:
+    """A second verifuse compile of the configuration, from the cache directory its cold compile
+    filled (tuning database, plan cache, trace cache): the first call's seconds, or None."""
+    from .backends import BACKENDS
+
+    try:
+        torch._dynamo.reset()
+        ctx = BACKENDS["verifuse"].compile(copy.deepcopy(model), opts, threads)
+        fn = _call_fn(ctx.compiled, inputs)
+        with torch.no_grad(), ctx.first_call:
+            t0 = time.perf_counter()
+            fn()
+            return time.perf_counter() - t0
+    except Exception:  # noqa: BLE001 - a column, never a failed configuration
+        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -1062,6 +1093,34 @@ def _median(b: dict[str, Any] | None) -> float | None:
 def _accurate(b: dict[str, Any]) -> bool:
     acc = b.get("accuracy")
     return acc is None or bool(acc.get("ok"))
+
+
+# A row's verdict: the 95% interval of (best peer's median / verifuse's median) from a bootstrap over
+# the timed calls; a win if it lies above 1, a loss if below, otherwise a tie. The win probability
+# is the chance that one verifuse call is faster than one best-peer call (all pairs of samples).
+VERDICT_LEVEL = 0.95
+VERDICT_RESAMPLES = 2000
+
+
+def ratio_uncertainty(verifuse_ms: list | None, peer_ms: list | None, seed: int = 0) -> dict[str, Any]:
+    """The bootstrap interval of peer median / verifuse median, the win probability and the
+    verdict ("win", "tie", "loss"); empty when either side has fewer than 3 samples."""
+    import random
+    import statistics
+
+    v, p = [float(x) for x in verifuse_ms or []], [float(x) for x in peer_ms or []]
+    if len(v) < 3 or len(p) < 3:
+        return {}
+    rng = random.Random(seed)  # deterministic: the same samples give the same verdict
+    ratios = sorted(statistics.median(rng.choices(p, k=len(p))) / statistics.median(rng.choices(v, k=len(v)))
+                    for _ in range(VERDICT_RESAMPLES))
+    tail = (1 - VERDICT_LEVEL) / 2
+    lo = ratios[int(tail * (len(ratios) - 1))]
+    hi = ratios[int((1 - tail) * (len(ratios) - 1))]
+    wins = sum((a < b) + 0.5 * (a == b) for a in v for b in p)
+    verdict = "win" if lo > 1 else "loss" if hi < 1 else "tie"
+    return {"verifuse_vs_best_peer_ci": [lo, hi], "verifuse_win_probability": wins / (len(v) * len(p)),
+            "verdict": verdict}
 
 
 def config_ratios(backends: dict[str, Any]) -> dict[str, Any]:
@@ -1095,7 +1154,13 @@ def config_ratios(backends: dict[str, Any]) -> dict[str, Any]:
     if excluded:
         r["peers_excluded"] = excluded
     vf = _median(backends.get("verifuse"))
+    if vf and not _accurate(backends["verifuse"]):
+        # The gate applies to verifuse too: an inaccurate verifuse row is a failed row, not a speed.
+        r["verifuse_failed"] = "accuracy check failed"
+        vf = None
     r["verifuse_vs_best_peer"] = best[0] / vf if best and vf else None
+    if best and vf:
+        r.update(ratio_uncertainty(backends["verifuse"].get("samples_ms"), backends[best[1]].get("samples_ms")))
     ind_m = _median(backends.get(ind_best)) if ind_best else None
     r["verifuse_vs_inductor"] = ind_m / vf if ind_m and vf else None
     ci = (backends.get(ind_best) or {}).get("compile_s") if ind_best else None
@@ -1158,6 +1223,14 @@ def summarize(results: list[dict[str, Any]], backends: list[str]) -> dict[str, A
                 if bp:
                     counts[bp] = counts.get(bp, 0) + 1
             g["best_peer_counts"] = counts
+            # Wins, ties and losses by each row's interval; a failed verifuse row is counted apart.
+            verdicts = {"win": 0, "tie": 0, "loss": 0, "failed": 0}
+            for e in es:
+                if e["ratios"].get("verifuse_failed"):
+                    verdicts["failed"] += 1
+                elif e["ratios"].get("verdict") in verdicts:
+                    verdicts[e["ratios"]["verdict"]] += 1
+            g["verdicts"] = verdicts
             out.append(g)
     return {"geomeans": out}
 
@@ -1321,8 +1394,12 @@ def _one_line(entry: dict[str, Any]) -> str:
         else:
             parts.append(f"{name} {b['status']}")
     r = entry.get("ratios", {})
+    if r.get("verifuse_failed"):
+        parts.append(f"verifuse FAILED: {r['verifuse_failed']}")
     if r.get("verifuse_vs_best_peer"):
-        parts.append(f"verifuse vs {r['best_peer']}: {r['verifuse_vs_best_peer']:.2f}x")
+        verdict = f" ({r['verdict']}, 95% interval {r['verifuse_vs_best_peer_ci'][0]:.2f}-" \
+                  f"{r['verifuse_vs_best_peer_ci'][1]:.2f})" if r.get("verdict") else ""
+        parts.append(f"verifuse vs {r['best_peer']}: {r['verifuse_vs_best_peer']:.2f}x{verdict}")
     return "-> " + ", ".join(parts)
 
 

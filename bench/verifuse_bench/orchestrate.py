@@ -29,7 +29,7 @@ from typing import Any, Callable
 from .harness import (BenchOptions, _hms, _new_report, _one_line, config_list, dtype_tag, finish_report)
 
 _FINGERPRINT_KEYS = ("iters", "warmup", "chunk", "time_budget_s", "min_iters", "seed", "inductor_cache",
-                     "verifuse_options", "memory", "recompile_limit")
+                     "verifuse_cache", "verifuse_options", "memory", "recompile_limit")
 
 
 def fingerprint(opts: BenchOptions, model: str, batch: int, threads: int) -> str:

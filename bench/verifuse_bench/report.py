@@ -94,7 +94,9 @@ def _header(report: dict[str, Any]) -> list[str]:
         "(per configuration in the JSON: `load_avg_before/after`)",
         f"- {s['iters']} timed calls per backend (round-robin, chunks of {s['chunk']}, rotating order), "
         f"{s['warmup']} warm-up calls after the compile call, time budget {s['time_budget_s']:.0f} s per "
-        f"configuration, inductor cache {s['inductor_cache']}, seed {s['seed']}",
+        f"configuration, inductor cache {s['inductor_cache']}, verifuse cache {s.get('verifuse_cache', 'default')} "
+        f"(cold: its own empty cache_dir per configuration; compile_warm_s in the JSON: a second compile "
+        f"from it), seed {s['seed']}",
         f"- dtype **{dtype}**" + (
             "" if dtype == "float32" else INT8_HEADER if dtype == "int8" else
             ": every model `.to(torch.bfloat16)`, its floating-point inputs too (token ids stay int64); the "
@@ -189,10 +191,13 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines += ["", "## verifuse vs the best peer" + (f" ({report['settings']['dtype']})" if bf16 else ""), "",
               "Median latency in ms per call. *best peer* = the fastest of inductor (better of freezing on/off), "
               "OpenVINO and zentorch with accurate results; *verifuse vs best peer* = best peer's median / "
-              "verifuse's median (> 1: verifuse is faster).", ""]
+              "verifuse's median (> 1: verifuse is faster), with its 95% bootstrap interval over the timed calls "
+              "and the verdict: **win** when the interval lies above 1, **loss** below 1, otherwise **tie**; "
+              "*P(faster)* = the chance that a verifuse call beats a best-peer call. A verifuse row that fails "
+              "the accuracy check is FAILED, whatever its speed, and is left out of the geomeans.", ""]
     head = ["model", "batch", "thr", "eager"] + cols + (["verifuse"] if has_vf else []) + ["best peer"]
     if has_vf:
-        head.append("verifuse vs best peer")
+        head += ["verifuse vs best peer", "95% interval", "verdict", "P(faster)"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join(["---", "---:", "---:"] + ["---:"] * (len(head) - 3)) + "|")
     for e in results:
@@ -203,8 +208,13 @@ def to_markdown(report: dict[str, Any]) -> str:
             row.append(_peer_cell(e, "verifuse"))
         row.append(r.get("best_peer") or "–")
         if has_vf:
-            v = r.get("verifuse_vs_best_peer")
-            row.append(f"**{v:.2f}x**" if v else "–")
+            v, ci = r.get("verifuse_vs_best_peer"), r.get("verifuse_vs_best_peer_ci")
+            if r.get("verifuse_failed"):
+                row += [f"FAILED ({r['verifuse_failed']})", "–", "failed", "–"]
+            else:
+                row += [f"**{v:.2f}x**" if v else "–", f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "–",
+                        r.get("verdict") or "–",
+                        _fmt(r.get("verifuse_win_probability"), ".2f")]
         lines.append("| " + " | ".join(row) + " |")
     # ---- geomeans --------------------------------------------------------------------------------
     lines += ["", "## Geomeans", "",
@@ -216,8 +226,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         gcols.append(("verifuse", "verifuse"))
     head = ["suite", "batch", "thr", "scope", "n"] + [f"{t}/eager" for _, t in gcols]
     if has_vf:
-        head += ["verifuse vs best peer", "compile verifuse/inductor", "without Dynamo's trace",
-                 "compile verifuse/openvino"]
+        head += ["verifuse vs best peer", "wins / ties / losses (failed)", "compile verifuse/inductor",
+                 "without Dynamo's trace", "compile verifuse/openvino"]
     head.append("best peer (configs)")
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join(["---"] * 4 + ["---:"] * (len(head) - 5) + ["---"]) + "|")
@@ -233,7 +243,10 @@ def to_markdown(report: dict[str, Any]) -> str:
         if has_vf:
             v = g.get("verifuse_vs_best_peer")
             c = cell(v, nu.get("verifuse_vs_best_peer"))
-            row += [f"**{c}**" if v else c] + [
+            vd = g.get("verdicts") or {}
+            wtl = f"{vd.get('win', 0)} / {vd.get('tie', 0)} / {vd.get('loss', 0)}" + (
+                f" ({vd['failed']})" if vd.get("failed") else "")
+            row += [f"**{c}**" if v else c, wtl] + [
                 cell(g.get(k), nu.get(k)) for k in ("compile_ratio_verifuse_inductor",
                                                     "compile_ratio_verifuse_inductor_after_dynamo",
                                                     "compile_ratio_verifuse_openvino")]

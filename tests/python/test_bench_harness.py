@@ -674,3 +674,77 @@ def test_ceiling_table_from_a_results_file(tmp_path, capsys):
     assert r32["best_peer"] == "zentorch" and r32["ceiling"] == pytest.approx(1.5) and r32["ratio"] == pytest.approx(1.2)
     assert r16["floor_ms"] == pytest.approx(10.0) and r16["ceiling"] == pytest.approx(2.5)
     assert "| m32 | 2.30 | 12.50 | 80% | 15.00 (zentorch) | 1.200 | 1.500 |" in capsys.readouterr().out
+
+
+# ---- benchmark honesty (issue 43): verdicts with their uncertainty, the gate on verifuse, cold caches
+
+def test_verdicts_come_from_the_interval_not_the_median():
+    slow, fast = [10.0 + 0.1 * i for i in range(15)], [8.0 + 0.1 * i for i in range(15)]
+    win = harness.ratio_uncertainty(fast, slow)
+    assert win["verdict"] == "win" and win["verifuse_vs_best_peer_ci"][0] > 1
+    assert win["verifuse_win_probability"] > 0.95
+    assert harness.ratio_uncertainty(slow, fast)["verdict"] == "loss"
+    # A 1-2% lead inside the spread of the calls is a tie, however the medians compare.
+    noisy_v = [9.8, 10.4, 9.9, 10.6, 9.7, 10.2, 10.0, 10.5, 9.6, 10.1]
+    noisy_p = [10.1, 9.9, 10.7, 10.0, 10.3, 9.8, 10.6, 10.2, 9.9, 10.4]
+    tie = harness.ratio_uncertainty(noisy_v, noisy_p)
+    assert tie["verdict"] == "tie"
+    lo, hi = tie["verifuse_vs_best_peer_ci"]
+    assert lo < 1 < hi and 0.3 < tie["verifuse_win_probability"] < 0.8
+    assert harness.ratio_uncertainty(noisy_v, noisy_p) == tie  # deterministic
+    assert harness.ratio_uncertainty([1.0, 2.0], noisy_p) == {}  # too few calls: no verdict
+
+
+def test_an_inaccurate_verifuse_row_is_a_failed_row():
+    def backends(vf_ok: bool) -> dict:
+        samples = {"eager": [100.0, 99.0, 101.0, 100.5], "inductor": [40.0, 41.0, 39.0, 40.5],
+                   "verifuse": [30.0, 29.0, 31.0, 30.5]}
+        out = {"eager": {"status": "ok"}, "inductor": _b(40.0), "verifuse": _b(30.0, acc_ok=vf_ok)}
+        for name, b in out.items():
+            b["samples_ms"] = samples[name]
+            b["latency_ms"] = harness.latency_stats(samples[name])
+        return out
+
+    good = harness.config_ratios(backends(True))
+    assert good["verifuse_vs_best_peer"] == pytest.approx(40.25 / 30.25) and good["verdict"] == "win"
+    bad = harness.config_ratios(backends(False))
+    assert bad["verifuse_failed"] == "accuracy check failed"
+    assert bad["verifuse_vs_best_peer"] is None and "verdict" not in bad
+    results = [{"model": m, "family": "mlp", "batch": 1, "threads": 1, "suite": "own",
+                "backends": backends(ok), "ratios": harness.config_ratios(backends(ok))}
+               for m, ok in (("a", True), ("b", False))]
+    (g,) = [g for g in harness.summarize(results, ["eager", "inductor", "verifuse"])["geomeans"]
+            if g["batch"] == 1 and g["scope"] == "all"]
+    assert g["verdicts"] == {"win": 1, "tie": 0, "loss": 0, "failed": 1}
+    assert g["n_used"]["verifuse_vs_best_peer"] == 1  # the failed row is not in the geomean
+    from verifuse_bench import report as bench_report
+
+    opts = _opts(["mlp_small"], ["eager", "inductor", "verifuse"])
+    report = harness._new_report(opts, None)
+    report["results"] = results
+    harness.finish_report(report, opts)
+    text = bench_report.to_markdown(report)
+    assert "FAILED (accuracy check failed)" in text and "1 / 0 / 0 (1)" in text
+
+
+def test_verifuse_compiles_each_configuration_into_its_own_empty_cache(monkeypatch):
+    """Cold like the peers: a second configuration of the same model tunes again (no decision
+    from the first one's database) and a warm compile from the configuration's own directory is
+    reported apart."""
+    pytest.importorskip("verifuse")
+    spec = get_model("mlp_small")
+    opts = _opts(["mlp_small"], ["eager", "verifuse"])
+    assert opts.verifuse_cache == "cold"
+    entries = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        entries.append(harness.run_config(spec, spec.build(0), spec.make_inputs(8, 0), 8, 1, opts, log=lambda s: None))
+    dirs = [e["backends"]["verifuse"]["verifuse_cache_dir"] for e in entries]
+    assert dirs[0] != dirs[1]
+    for e in entries:
+        b = e["backends"]["verifuse"]
+        assert b["status"] == "ok", b
+        stats = b.get("verifuse_stats_delta", {})
+        assert stats.get("timings_run", 0) > 0, stats  # tuned afresh, also the second time
+        assert stats.get("tuning_db_hits", 0) == 0, stats
+        assert b["compile_warm_s"] is not None and b["compile_warm_s"] > 0
