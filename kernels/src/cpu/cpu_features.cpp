@@ -1,5 +1,6 @@
 // The capability model, CPU half (cpu_features.h): cpuid and xgetbv, then the cap.
 #include "verifuse/kernels/cpu_features.h"
+#include "verifuse_kernels_fingerprint.h"
 
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -204,6 +205,6 @@ bool hasAvx512Bf16() { return capabilities().usable.avx512() && capabilities().u
 
 std::string isaName() { return tierName(capabilities().tier); }
 
-std::string kernelsRevision() { return "5"; }
+std::string kernelsRevision() { return VERIFUSE_KERNELS_FINGERPRINT; }
 
 }  // namespace verifuse::kernels::cpu

@@ -2,6 +2,8 @@
 // processes), key sensitivity, the timing helper and the N-candidate tuner (failing candidates,
 // alternation, persisted decisions). Never asserts on measured times. The record store under it
 // has its own fault matrix (tests/cpp/support/record_store_test.cpp).
+#include <algorithm>
+#include <cctype>
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -348,6 +350,12 @@ TEST(TuningKey, ForThisMachineFillsIsaAndVersion) {
   EXPECT_EQ(k.threads, 3);
   EXPECT_EQ(k.cpuKernelsIsa, cpu::isaName() + ":" + cpu::kernelsRevision());
   EXPECT_FALSE(k.cpuKernelsIsa.empty());
+  // The timed code's revision is a hash of its sources made at build time (cmake/HashSources.cmake),
+  // not a hand-set number that an edit can forget to bump.
+  const std::string rev = cpu::kernelsRevision();
+  EXPECT_EQ(rev.size(), 16u) << rev;
+  EXPECT_TRUE(std::all_of(rev.begin(), rev.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); }))
+      << rev;
 }
 
 TEST(Timing, TimeCallableCountsRunsAndOrdersStatistics) {

@@ -78,9 +78,9 @@ bool hasAvx512();
 bool hasAvx512Bf16();
 /// The tier's name ("avx2", "avx512_bf16", ...): the own kernels' part of tuning keys and reports.
 std::string isaName();
-/// Bumped whenever an own kernel's speed changes enough to make old tuning decisions stale (the
-/// tuning key holds it): "2" = the AVX-512 GEMM, "3" = its bf16 variant, "4" = epilogue operands
-/// prefetched and the bf16 epilogue in registers, "5" = tiers named by the capability model.
+/// The timed code's identity in tuning keys: a hash of the own kernels, the oneDNN wrappers and the
+/// runtime's fused ops, made at build time from their sources (cmake/HashSources.cmake), so a
+/// stored decision never outlives the code it was measured on (it was a hand-set number).
 std::string kernelsRevision();
 
 }  // namespace verifuse::kernels::cpu
