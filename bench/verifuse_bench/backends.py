@@ -23,13 +23,21 @@ from typing import Any, Callable
 
 import torch
 
-ALL_BACKENDS: tuple[str, ...] = ("eager", "inductor", "inductor-nofreeze", "openvino", "zentorch", "verifuse")
-PEERS: tuple[str, ...] = ("inductor", "inductor-nofreeze", "openvino", "zentorch")
-INDUCTOR_VARIANTS: tuple[str, ...] = ("inductor", "inductor-nofreeze")
+ALL_BACKENDS: tuple[str, ...] = ("eager", "inductor", "inductor-nofreeze", "inductor-max-autotune",
+                                  "inductor-cpp-wrapper", "openvino", "zentorch", "verifuse")
+# Inductor at its best: default with freezing, without it, max-autotune (its C++ GEMM templates
+# timed against ATen's, with freezing) and cpp_wrapper (C++ instead of Python between kernels, with
+# freezing); the "inductor" of the ratios and tables is the fastest accurate one of them.
+INDUCTOR_VARIANTS: tuple[str, ...] = ("inductor", "inductor-nofreeze", "inductor-max-autotune", "inductor-cpp-wrapper")
+PEERS: tuple[str, ...] = (*INDUCTOR_VARIANTS, "openvino", "zentorch")
+# How the tables mark the variant that was the best inductor ("" for the default one).
+INDUCTOR_VARIANT_MARKS: dict[str, str] = {"inductor": "", "inductor-nofreeze": "nf", "inductor-max-autotune": "ma",
+                                          "inductor-cpp-wrapper": "cw"}
 # Compile order inside one configuration. zentorch last: its compile sets
 # torch._inductor.config.joint_custom_post_pass globally (we also patch it back, see below), and
 # OpenVINO falls back to inductor's compile_fx for subgraphs it cannot convert.
-COMPILE_ORDER: tuple[str, ...] = ("eager", "inductor", "inductor-nofreeze", "verifuse", "openvino", "zentorch")
+COMPILE_ORDER: tuple[str, ...] = ("eager", "inductor", "inductor-nofreeze", "inductor-max-autotune",
+                                   "inductor-cpp-wrapper", "verifuse", "openvino", "zentorch")
 DISABLE_ENV = "VERIFUSE_BENCH_DISABLE"  # comma-separated backends to record as unavailable
 
 
@@ -167,14 +175,14 @@ def _inductor_avail():
         return False, f"inductor import failed: {type(e).__name__}: {e}", {}
 
 
-def _make_inductor(freezing: bool):
+def _make_inductor(freezing: bool, **extra: bool):
     def compile_(model, opts, threads) -> CompileCtx:
         import torch._inductor.config as ic
 
-        # options= makes the two inductor variants compare unequal, so Dynamo's BACKEND_MATCH guard
-        # keeps their cache entries apart; the patch makes freezing visible at trace time (config
-        # is per-thread in torch 2.12+, and freezing is read while inductor compiles).
-        compiled = torch.compile(model, backend="inductor", dynamic=False, options={"freezing": freezing})
+        # options= makes the inductor variants compare unequal, so Dynamo's BACKEND_MATCH guard
+        # keeps their cache entries apart; the patch makes freezing (and max_autotune, cpp_wrapper)
+        # visible at trace time (config is per-thread in torch 2.12+, read while inductor compiles).
+        compiled = torch.compile(model, backend="inductor", dynamic=False, options={"freezing": freezing, **extra})
         info: dict[str, Any] = {}
         codes: list[str] = []
         info["_codes"] = codes
@@ -183,9 +191,11 @@ def _make_inductor(freezing: bool):
         def first_call():
             # joint_custom_post_pass=None: zentorch sets this globally at its first compile and
             # never restores it; plain inductor must not run zentorch's passes.
-            with ic.patch(freezing=freezing, joint_custom_post_pass=None), capture_inductor_code(codes), \
+            with ic.patch(freezing=freezing, joint_custom_post_pass=None, **extra), capture_inductor_code(codes), \
                     no_graph_caches(opts.inductor_cache), capture_logs("zentorch") as zlog:
                 info["freezing_config_at_trace"] = bool(ic.freezing)
+                for key in extra:
+                    info[f"{key}_config_at_trace"] = bool(getattr(ic, key))
                 info["grad_enabled_at_trace"] = torch.is_grad_enabled()
                 info["joint_custom_post_pass_at_trace"] = (None if ic.joint_custom_post_pass is None
                                                            else repr(ic.joint_custom_post_pass))
@@ -551,6 +561,12 @@ BACKENDS: dict[str, BackendDef] = {
                            uses_inductor_codegen=True),
     "inductor-nofreeze": BackendDef("inductor-nofreeze", _inductor_avail, _make_inductor(False), is_peer=True,
                                     uses_inductor_codegen=True),
+    "inductor-max-autotune": BackendDef("inductor-max-autotune", _inductor_avail,
+                                        _make_inductor(True, max_autotune=True), is_peer=True,
+                                        uses_inductor_codegen=True),
+    "inductor-cpp-wrapper": BackendDef("inductor-cpp-wrapper", _inductor_avail,
+                                       _make_inductor(True, cpp_wrapper=True), is_peer=True,
+                                       uses_inductor_codegen=True),
     "openvino": BackendDef("openvino", _openvino_avail, _openvino_compile, is_peer=True),
     "zentorch": BackendDef("zentorch", _zentorch_avail, _zentorch_compile, is_peer=True,
                            uses_inductor_codegen=True),

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-COLORS = {"inductor": "#4C72B0", "inductor-nofreeze": "#8FAADC", "openvino": "#55A868", "zentorch": "#C44E52",
+COLORS = {"inductor": "#4C72B0", "inductor-nofreeze": "#8FAADC", "inductor-max-autotune": "#2F4B7C",
+          "inductor-cpp-wrapper": "#6A8CC7", "openvino": "#55A868", "zentorch": "#C44E52",
           "verifuse": "#8172B2"}
 
 

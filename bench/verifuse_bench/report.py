@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from .backends import INDUCTOR_VARIANT_MARKS, INDUCTOR_VARIANTS
+
 PEER_COLUMNS = ("inductor", "openvino", "zentorch")
 BF16_FACTOR = 2.0  # harness.BF16_OWN_ERROR_FACTOR (not imported: report.py needs no torch)
 
@@ -105,8 +107,9 @@ def _header(report: dict[str, Any]) -> list[str]:
             f"upcast); accurate when <= {BF16_FACTOR:g} (above that the backend is provably further from float32 "
             "than eager bf16 is)"),
         "- inductor = `torch.compile(backend='inductor')` with freezing on at trace time (verified from the "
-        "generated code) and `inductor-nofreeze`; the **inductor** column is the better of the two "
-        "(`nf` = without freezing)",
+        "generated code), `inductor-nofreeze`, `inductor-max-autotune` (max_autotune + freezing) and "
+        "`inductor-cpp-wrapper` (cpp_wrapper + freezing), those of them this run had; the **inductor** column "
+        "is the fastest accurate one (`nf` = without freezing, `ma` = max-autotune, `cw` = cpp_wrapper)",
     ]
     if report.get("partial"):
         p = report["partial"]
@@ -154,8 +157,9 @@ def _peer_cell(e: dict[str, Any], col: str) -> str:
         best = e["ratios"].get("inductor_best")
         if best:
             cell = _ms(bs[best]["latency_ms"]["median"])
-            return cell + (" nf" if best == "inductor-nofreeze" else "")
-        names = [n for n in ("inductor", "inductor-nofreeze") if n in bs]
+            mark = INDUCTOR_VARIANT_MARKS.get(best, "")
+            return cell + (f" {mark}" if mark else "")
+        names = [n for n in INDUCTOR_VARIANTS if n in bs]
         return _status_cell(bs[names[0]]) if names else "–"
     if col not in bs:
         return "–"
@@ -181,7 +185,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines = _header(report)
     backends = list(report["settings"]["backends"])
     results = report.get("results", [])
-    cols = [c for c in PEER_COLUMNS if c in backends or (c == "inductor" and "inductor-nofreeze" in backends)]
+    cols = [c for c in PEER_COLUMNS if c in backends or (c == "inductor" and any(v in backends for v in INDUCTOR_VARIANTS))]
     has_vf = "verifuse" in backends
     # ---- headline table ------------------------------------------------------------------------
     dtype = report["settings"].get("dtype", "float32")

@@ -748,3 +748,26 @@ def test_verifuse_compiles_each_configuration_into_its_own_empty_cache(monkeypat
         assert stats.get("timings_run", 0) > 0, stats  # tuned afresh, also the second time
         assert stats.get("tuning_db_hits", 0) == 0, stats
         assert b["compile_warm_s"] is not None and b["compile_warm_s"] > 0
+
+
+def test_inductor_is_the_fastest_accurate_of_its_variants():
+    assert {"inductor-max-autotune", "inductor-cpp-wrapper"} <= set(bk.ALL_BACKENDS) <= set(bk.BACKENDS)
+    r = harness.config_ratios({
+        "eager": {"status": "ok", "latency_ms": {"median": 100.0}},
+        "inductor": _b(50.0), "inductor-nofreeze": _b(45.0),
+        "inductor-max-autotune": _b(30.0, acc_ok=False), "inductor-cpp-wrapper": _b(40.0),
+        "verifuse": _b(42.0)})
+    assert r["inductor_best"] == "inductor-cpp-wrapper" and r["best_peer"] == "inductor-cpp-wrapper"
+    assert r["verifuse_vs_best_peer"] == pytest.approx(40.0 / 42.0)
+
+
+def test_inductor_variants_compile_with_their_settings(monkeypatch):
+    """max-autotune and cpp_wrapper reach inductor's config at trace time (with freezing)."""
+    spec = get_model("mlp_small")
+    model = spec.build(0)
+    opts = _opts(["mlp_small"], ["eager", "inductor-cpp-wrapper"])
+    entry = harness.run_config(spec, model, spec.make_inputs(2, 0), 2, 1, opts, log=lambda s: None)
+    b = entry["backends"]["inductor-cpp-wrapper"]
+    assert b["status"] == "ok", b
+    assert b["cpp_wrapper_config_at_trace"] is True and b["freezing_config_at_trace"] is True
+    assert b["accuracy"]["ok"]
