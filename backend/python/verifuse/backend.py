@@ -463,6 +463,20 @@ def _freezing_problem(fake_inputs: list, real_inputs: list, static: list[int], m
     return None
 
 
+_EXIT_WAIT_REGISTERED = False
+
+
+def _wait_for_background_work_at_exit(c_module: Any) -> None:
+    """Plans pack their GEMM weights on a background thread once built: at interpreter exit, wait
+    for it before C++ tears down the objects that work uses (registered once)."""
+    global _EXIT_WAIT_REGISTERED
+    if not _EXIT_WAIT_REGISTERED:
+        import atexit
+
+        atexit.register(c_module.wait_for_deferred_work)
+        _EXIT_WAIT_REGISTERED = True
+
+
 class CompiledGraphRunner:
     """The boxed callable AOT runs: one C++ plan, refreshed when a frozen weight changes.
 
@@ -523,6 +537,8 @@ class CompiledGraphRunner:
 
     def _build(self, real_inputs: Sequence[Any], saved_plan: Optional[bytes] = None) -> tuple:
         from . import _C
+
+        _wait_for_background_work_at_exit(_C)
         from .lowering import lower_graph
 
         from torch._dispatch.python import no_python_dispatcher

@@ -276,6 +276,8 @@ void registerCore(py::module_& m) {
   m.def("capabilities", &capabilitiesDict,
         "The capability model (kernels/capabilities.h): the tier verifuse runs as, the cap, the CPU's "
         "and the usable features, oneDNN's effective ISA and the predicates kernels and tests use.");
+  m.def("wait_for_deferred_work", &runtime::waitForDeferredWork, py::call_guard<py::gil_scoped_release>(),
+        "Blocks until no plan packs weights in the background (called at interpreter exit).");
   m.def("engine_run_counts", &runtime::engineRunCounts,
         "Fused-op runs per engine since the process started (what plans really executed).");
   m.def(

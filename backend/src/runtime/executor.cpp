@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -335,6 +336,18 @@ struct FrozenCheck {
 };
 
 }  // namespace
+
+namespace {
+// Plans whose background work is still running (see waitForDeferredWork).
+std::mutex gDeferredMu;
+std::condition_variable gDeferredDone;
+int gDeferredRunning = 0;
+}  // namespace
+
+void waitForDeferredWork() {
+  std::unique_lock<std::mutex> lock(gDeferredMu);
+  gDeferredDone.wait(lock, [] { return gDeferredRunning == 0; });
+}
 
 struct CompiledGraph::Impl {
   ir::Graph graph;
@@ -1488,12 +1501,23 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   if (!deferred.empty()) {
     // In step order, so the first run and the packing walk the model together; the run waits on
     // an op's lock only when it overtakes the packing.
+    {
+      std::lock_guard<std::mutex> lock(gDeferredMu);
+      ++gDeferredRunning;
+    }
+    auto done = [] {
+      std::lock_guard<std::mutex> lock(gDeferredMu);
+      --gDeferredRunning;
+      gDeferredDone.notify_all();
+    };
     try {
-      impl->deferredWork = std::thread([deferred] {
+      impl->deferredWork = std::thread([deferred, done] {
         for (FusedOp* op : deferred) op->finishDeferredWork();
+        done();
       });
     } catch (const std::system_error&) {
       for (FusedOp* op : deferred) op->finishDeferredWork();  // no thread to be had: pack now
+      done();
     }
   }
   impl->timingsRun = kernels::timingCallCount() - timingsBefore;

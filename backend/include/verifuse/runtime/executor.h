@@ -41,6 +41,10 @@ const std::vector<Engine>& allEngines();
 /// that check a plan executes its partitions' decisions (not only reports them).
 std::map<std::string, int64_t> engineRunCounts();
 
+/// Blocks until no plan's background work (deferred weight packing) is running. The Python package
+/// calls it at interpreter exit, before C++ static objects the work may use are destroyed.
+void waitForDeferredWork();
+
 /// A partition formed by the driver (union-find over the fused graph, acyclic merges) that the
 /// planner turns into one unit of execution: its nodes run together, on one engine, with one
 /// layout inside and conversions only at its edges.
