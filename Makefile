@@ -76,8 +76,11 @@ test-saved-models: install
 
 # ---- serving (issue 18; examples/ray_serve/README.md) --------------------------------------------
 # Ray Serve with 2 replicas on a local Ray cluster (loopback), verifuse vs eager vs inductor under
-# bounded load, one verifuse replica killed mid-load. Minutes on 2 cores: not part of `make test`.
-# Scale with SERVE_MODELS=resnet50,bert SERVE_BACKENDS=verifuse,eager,inductor SERVE_REQUESTS=2000.
+# bounded load, one verifuse replica killed mid-load; and (issue 40) a verifuse replica killed inside
+# its write of the shared plan cache, whose replacement must replay the other replica's plan.
+# Minutes on 2 cores: not part of `make test`. Scale with SERVE_MODELS=resnet50,bert
+# SERVE_BACKENDS=verifuse,eager,inductor SERVE_REQUESTS=2000 SERVE_CLIENTS=8, and the kill-in-flush
+# test with SERVE_FLUSH_MODELS=resnet50 SERVE_FLUSH_REQUESTS=200 SERVE_FLUSH_CLIENTS=4 SERVE_FLUSH_PAUSE=5.
 serve-deps:
 	$(PYTHON) -m pip install -q -c examples/ray_serve/constraints-serve.txt -r examples/ray_serve/requirements-serve.txt
 

@@ -7,8 +7,14 @@ tuning decisions, optimized IR) in the plan cache, and every later replica (the 
 replacement Ray starts after a crash) replays it: no Z3 query and no timing.
 
 Each replica writes what its start cost to ``info_dir/replica-<pid>.json`` (the load test reads
-them). Ray Serve runs a synchronous ``__call__`` in a thread pool, so up to
-``max_ongoing_requests`` requests call the one compiled callable from several threads at once.
+them): for verifuse the counters of its compile (plan-cache hits, plans compiled, Z3 queries,
+autotuner timings, fallbacks) and each graph's plan source and plan note. Ray Serve runs a
+synchronous ``__call__`` in a thread pool, so up to ``max_ongoing_requests`` requests call the one
+compiled callable from several threads at once.
+
+``app(..., env_vars=...)`` gives the replica processes extra environment variables: the load test's
+kill-in-flush mode sets verifuse's ``VERIFUSE_TEST_PAUSE_IN_FLUSH`` hook there, so a replica
+writing the shared plan cache pauses inside the write long enough to be killed.
 """
 from __future__ import annotations
 
@@ -28,14 +34,15 @@ import models
                   health_check_timeout_s=30, graceful_shutdown_timeout_s=5)
 class CompiledModel:
     def __init__(self, model_name: str, backend: str, cache_dir: str, info_dir: str, threads: int = 1) -> None:
+        init_started_at = time.time()  # wall clock: the load test tells a replacement by it
         start = time.perf_counter()
         torch.set_num_threads(threads)
         self.model, example = models.build(model_name)
         built = time.perf_counter()
         self.fn = self._compile(backend, cache_dir)
         stats_before = self._stats(backend)
-        with torch.no_grad():
-            self.fn(example)  # the compile happens here
+        with self._collect(backend) as graphs, torch.no_grad():
+            self.fn(example)  # the compile (or the plan cache's replay) happens here
         ready = time.perf_counter()
         self.threads_seen: set[int] = set()
         self.lock = threading.Lock()
@@ -46,6 +53,7 @@ class CompiledModel:
             "build_s": built - start,
             "compile_and_first_call_s": ready - built,
             "start_to_ready_s": ready - start,
+            "init_started_at": init_started_at,
             "started_at": time.time(),
         }
         if backend == "verifuse":
@@ -57,6 +65,13 @@ class CompiledModel:
             info["solver_queries"] = after.get("solver_queries", 0) - stats_before.get("solver_queries", 0)
             info["timings_run"] = after.get("timings_run", 0) - stats_before.get("timings_run", 0)
             info["fallbacks"] = after.get("fallbacks", 0)
+            from verifuse import _C
+
+            st = os.stat(_C.__file__)  # the build part of the plan's environment key (verifuse/saved.py)
+            info["verifuse_build"] = f"{st.st_size}-{st.st_mtime_ns}"
+            # Per graph: "compiled" or "plan-cache", and why a cache entry was ignored or refused.
+            info["plan_sources"] = [g.plan_source for g in graphs]
+            info["plan_notes"] = [g.plan_note for g in graphs]
         os.makedirs(info_dir, exist_ok=True)
         with open(os.path.join(info_dir, f"replica-{os.getpid()}.json"), "w") as f:
             json.dump(info, f)
@@ -77,6 +92,17 @@ class CompiledModel:
         if backend == "verifuse":
             return torch.compile(self.model, backend="verifuse", options={"cache_dir": cache_dir})
         raise ValueError(f"unknown backend {backend!r}")
+
+    @staticmethod
+    def _collect(backend: str) -> Any:
+        """The GraphReports of the graphs compiled in the block (verifuse), else nothing."""
+        if backend != "verifuse":
+            import contextlib
+
+            return contextlib.nullcontext([])
+        from verifuse import report
+
+        return report.collect()
 
     @staticmethod
     def _stats(backend: str) -> dict:
@@ -100,6 +126,13 @@ class CompiledModel:
         return os.getpid()
 
 
-def app(model_name: str, backend: str, cache_dir: str, info_dir: str, replicas: int = 2, threads: int = 1):
-    """The application: ``serve.run(app(...), name=...)``."""
-    return CompiledModel.options(num_replicas=replicas).bind(model_name, backend, cache_dir, info_dir, threads)
+def app(model_name: str, backend: str, cache_dir: str, info_dir: str, replicas: int = 2, threads: int = 1,
+        env_vars: dict[str, str] | None = None):
+    """The application: ``serve.run(app(...), name=...)``. ``env_vars``: extra environment variables
+    of the replica processes (merged with the job's), e.g. the load test's
+    ``VERIFUSE_TEST_PAUSE_IN_FLUSH`` hook."""
+    options: dict[str, Any] = {"num_replicas": replicas}
+    if env_vars:
+        # (replaces the decorator's ray_actor_options: repeat its num_cpus)
+        options["ray_actor_options"] = {"num_cpus": 1, "runtime_env": {"env_vars": dict(env_vars)}}
+    return CompiledModel.options(**options).bind(model_name, backend, cache_dir, info_dir, threads)
