@@ -103,24 +103,6 @@ def _cell_text(cell: Any) -> str:
     raise _NotCacheable(f"a torch function closing over a {type(value).__name__}")
 
 
-def _arg_text(a: Any, index: dict) -> str:
-    if isinstance(a, torch.fx.Node):
-        return f"%{index[a]}"
-    if a is None or isinstance(a, (bool, int, float, str)):
-        return f"{type(a).__name__}:{a!r}"  # repr: floats round-trip exactly, -0.0 and nan included
-    if isinstance(a, (list, tuple)):
-        return type(a).__name__ + "[" + ",".join(_arg_text(x, index) for x in a) + "]"
-    if isinstance(a, dict):
-        return "{" + ",".join(f"{k!r}:{_arg_text(v, index)}" for k, v in a.items()) + "}"
-    if isinstance(a, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
-        return f"{type(a).__name__}:{a}"
-    if isinstance(a, slice):
-        return "slice(" + ",".join(_arg_text(x, index) for x in (a.start, a.stop, a.step)) + ")"
-    if a is Ellipsis:
-        return "..."
-    raise _NotCacheable(f"an argument of type {type(a).__name__}")
-
-
 def _input_text(t: torch.Tensor, static: bool, alias: int) -> str:
     return (f"{t.dtype}/{t.device}/{tuple(t.shape)}/{tuple(t.stride())}/{t.storage_offset()}/"
             f"grad={t.requires_grad}/static={static}/alias={alias}")
@@ -128,6 +110,8 @@ def _input_text(t: torch.Tensor, static: bool, alias: int) -> str:
 
 def trace_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static: Sequence[int]) -> Optional[str]:
     """The key of ``gm``'s ATen trace for these inputs, or None when it is not cacheable."""
+    from .saved import _encode_arg, _Unsavable
+
     try:
         parts = [_FORMAT, _build_identity(), f"torch={torch.__version__}", f"default_dtype={torch.get_default_dtype()}",
                  f"one_trace={os.environ.get('VERIFUSE_ONE_TRACE', '1')}"]
@@ -144,10 +128,12 @@ def trace_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static: S
             if node.op not in ("placeholder", "call_function", "call_method", "output"):
                 raise _NotCacheable(f"a {node.op} node")
             target = _target_name(node.target) if node.op in ("call_function", "call_method") else str(node.target)
-            parts.append(f"{node.op} {node.name} {target} {_arg_text(tuple(node.args), index)} "
-                         f"{_arg_text(dict(node.kwargs), index)}")
+            # saved.py's encoding of arguments (node references by index, plain data as itself);
+            # repr is exact for floats and tells True from 1 and -0.0 from 0.0.
+            parts.append(f"{node.op} {node.name} {target} {_encode_arg(tuple(node.args), index)!r} "
+                         f"{_encode_arg(dict(node.kwargs), index)!r}")
             index[node] = i
-    except _NotCacheable:
+    except (_NotCacheable, _Unsavable):
         return None
     h = hashlib.sha256()
     for p in parts:

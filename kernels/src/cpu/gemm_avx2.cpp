@@ -116,24 +116,7 @@ void packPanel(const float* a, int64_t lda, int64_t kc, float* __restrict dst) {
       for (int i = 0; i < 6; ++i) r[i] = _mm256_loadu_ps(a + i * lda + k0);
       r[6] = zero;
       r[7] = zero;
-      // 8x8 transpose: unpack pairs, shuffle quads, permute 128-bit halves.
-      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-      float* d = dst + k0 * 6;
-      _mm256_storeu_ps(d + 0, _mm256_permute2f128_ps(u0, u4, 0x20));
-      _mm256_storeu_ps(d + 6, _mm256_permute2f128_ps(u1, u5, 0x20));
-      _mm256_storeu_ps(d + 12, _mm256_permute2f128_ps(u2, u6, 0x20));
-      _mm256_storeu_ps(d + 18, _mm256_permute2f128_ps(u3, u7, 0x20));
-      _mm256_storeu_ps(d + 24, _mm256_permute2f128_ps(u0, u4, 0x31));
-      _mm256_storeu_ps(d + 30, _mm256_permute2f128_ps(u1, u5, 0x31));
-      _mm256_storeu_ps(d + 36, _mm256_permute2f128_ps(u2, u6, 0x31));
-      _mm256_storeu_ps(d + 42, _mm256_permute2f128_ps(u3, u7, 0x31));
+      transposeStore8x8(r, dst + k0 * 6, 6);
     }
   }
   const float* rows[MR];
@@ -329,30 +312,9 @@ void packPanelNkAvx2(const float* w, int64_t k, int64_t n0, int64_t k0, int64_t 
   for (; kk + 8 <= kb; kk += 8) {
     for (int64_t h = 0; h < 2; ++h) {
       const float* src = w + (n0 + 8 * h) * k + k0 + kk;
-      __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + k), r2 = _mm256_loadu_ps(src + 2 * k),
-             r3 = _mm256_loadu_ps(src + 3 * k), r4 = _mm256_loadu_ps(src + 4 * k), r5 = _mm256_loadu_ps(src + 5 * k),
-             r6 = _mm256_loadu_ps(src + 6 * k), r7 = _mm256_loadu_ps(src + 7 * k);
-      const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-      const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-      const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-      const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-      const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-      const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-      const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-      const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-      const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-      const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-      const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-      const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-      float* dst = panel + kk * kNR + 8 * h;
-      _mm256_storeu_ps(dst + 0 * kNR, _mm256_permute2f128_ps(u0, u4, 0x20));
-      _mm256_storeu_ps(dst + 1 * kNR, _mm256_permute2f128_ps(u1, u5, 0x20));
-      _mm256_storeu_ps(dst + 2 * kNR, _mm256_permute2f128_ps(u2, u6, 0x20));
-      _mm256_storeu_ps(dst + 3 * kNR, _mm256_permute2f128_ps(u3, u7, 0x20));
-      _mm256_storeu_ps(dst + 4 * kNR, _mm256_permute2f128_ps(u0, u4, 0x31));
-      _mm256_storeu_ps(dst + 5 * kNR, _mm256_permute2f128_ps(u1, u5, 0x31));
-      _mm256_storeu_ps(dst + 6 * kNR, _mm256_permute2f128_ps(u2, u6, 0x31));
-      _mm256_storeu_ps(dst + 7 * kNR, _mm256_permute2f128_ps(u3, u7, 0x31));
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * k);
+      transposeStore8x8(r, panel + kk * kNR + 8 * h, kNR);
     }
   }
   for (; kk < kb; ++kk) {
