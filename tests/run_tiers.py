@@ -39,6 +39,7 @@ PYTHON_FILES = [
     "tests/python/test_attention_engine.py",
     "tests/python/test_row_fusion.py",
     "tests/python/test_tiers.py",
+    "tests/python/test_gemm_kernel.py",
 ]
 PYTHON_SELECT = {
     # whole models of the zoo (CNNs, depthwise, a transformer encoder, attention), float32

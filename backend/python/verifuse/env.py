@@ -77,7 +77,8 @@ def main(argv: list[str]) -> int:
           ", own bf16 (AVX512-BF16) " + ("yes" if caps["own_avx512_bf16"] else "no") +
           ", oneDNN bf16 native " + ("yes" if caps["onednn_native_bf16"] else "no") +
           ", oneDNN int8 without s16 saturation (VNNI/AMX) " +
-          ("yes" if caps["onednn_int8_without_saturation"] else "no"))
+          ("yes" if caps["onednn_int8_without_saturation"] else "no") +
+          ", MKL packed sgemm " + ("yes" if caps["mkl_sgemm"] else f"no ({caps['mkl_sgemm_unavailable']})"))
     print("cap:      VERIFUSE_MAX_ISA=" + "|".join(TIERS))
     return 0
 

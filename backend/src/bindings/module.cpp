@@ -12,6 +12,7 @@
 #include "runtime/int8_kernel_choice.h"
 #include "verifuse/ir/graph.h"
 #include "verifuse/kernels/capabilities.h"
+#include "verifuse/kernels/gemm.h"
 #include "verifuse/kernels/kernel.h"
 #include "verifuse/runtime/executor.h"
 
@@ -169,6 +170,9 @@ py::dict capabilitiesDict() {
   d["own_avx512_bf16"] = c.cpu.usable.avx512() && c.cpu.usable.avx512Bf16;
   d["onednn_native_bf16"] = c.onednnNativeBf16();
   d["onednn_int8_without_saturation"] = c.onednnInt8WithoutSaturation();
+  // MKL's packed sgemm, the own-GEMM engine's second float32 kernel (kernels/gemm.h).
+  d["mkl_sgemm"] = kernels::gemm::mklAvailable();
+  d["mkl_sgemm_unavailable"] = kernels::gemm::mklUnavailableReason();
   d["summary"] = c.summary();
   return d;
 }

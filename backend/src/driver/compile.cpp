@@ -255,6 +255,10 @@ StatusOr<CompiledModel> compileOnce(ir::Graph graph, const CompileRequest& reque
   const char* deferKnob = std::getenv("VERIFUSE_DEFER_PACKING");
   plan.deferPacking = !(deferKnob && std::string(deferKnob) == "0");
   plan.linearWeights = request.linearWeights;
+  if (const char* knob = std::getenv("VERIFUSE_GEMM_KERNEL")) {
+    if (std::string(knob) == "own") plan.gemmKernel = runtime::GemmKernel::kOwn;
+    if (std::string(knob) == "mkl") plan.gemmKernel = runtime::GemmKernel::kMkl;
+  }
   if (const char* knob = std::getenv("VERIFUSE_LINEAR_WEIGHTS"); knob && plan.linearWeights == runtime::LinearWeights::kAuto) {
     if (std::string(knob) == "packed") plan.linearWeights = runtime::LinearWeights::kPacked;
     if (std::string(knob) == "in-place") plan.linearWeights = runtime::LinearWeights::kInPlace;

@@ -584,7 +584,12 @@ class FusedLinear final : public FusedBase {
 
   void finishPlanning() override {
     if (engine_ == Engine::kOnednn && staticShape_ && !released_) (void)kernelFor(m_);  // a failure runs ATen
-    tuningDb_ = nullptr;  // the caller's database goes away with the plan
+    // The caller's database and saved-plan maps go away with the plan.
+    tuningDb_ = nullptr;
+    replayTunings_ = nullptr;
+    recordTunings_ = nullptr;
+    replayMiss_ = nullptr;
+    planning_ = false;
   }
 
   void setEngine(Engine e) override {
@@ -592,11 +597,13 @@ class FusedLinear final : public FusedBase {
     // on the own GEMM never builds oneDNN's kernel nor a dense copy of a transposed weight. If
     // the engine cannot run it after all, the op stays on ATen (weights kept). Deferred packing
     // keeps the weights until packing succeeds (runAten serves the op if it fails).
+    if (e == Engine::kGemm) chooseGemmKernelOnce();
     if (e == Engine::kGemm && !(deferPacking_ && !isPacked() ? canPack() : packed())) e = Engine::kAten;
     if (e != Engine::kGemm) {  // the tuner's packed copy would be held for nothing
       std::lock_guard<std::mutex> lock(gemmMu_);
       packed_.reset();
       packedBf16_.reset();
+      packedMkl_.reset();
     }
     if (e == Engine::kOnednn && staticShape_ && !kernelFor(m_).isOk()) {
       onednnOk_ = false;
@@ -617,6 +624,7 @@ class FusedLinear final : public FusedBase {
     }
     packed_.reset();  // packed only while the tuner timed it
     packedBf16_.reset();
+    packedMkl_.reset();
     FusedBase::releaseWeights();
   }
 
@@ -625,7 +633,9 @@ class FusedLinear final : public FusedBase {
       std::lock_guard<std::mutex> lock(gemmMu_);
       if (packedBf16_) return static_cast<int64_t>(packedBf16_->bytes());
       if (packed_) return static_cast<int64_t>(packed_->bytes());
+      if (packedMkl_) return static_cast<int64_t>(packedMkl_->bytes());
       if (!deferPacking_) return 0;
+      if (gemmUsesMkl_) return outFeaturesIn_ * outFeatures_ * 4;  // about MKL's packed size
       // Not packed yet (deferred): the copy it will hold, as packWeights/packWeightsBf16 size it.
       const int64_t nPadded = (outFeatures_ + 15) / 16 * 16;
       return gemmBf16_ ? (outFeaturesIn_ + 1) / 2 * nPadded * 4 : outFeaturesIn_ * nPadded * 4;
@@ -655,13 +665,112 @@ class FusedLinear final : public FusedBase {
       }
       return "verifuse gemm:avx2_bf16io";
     }
+    if (gemmUsesMkl_) return "mkl sgemm_compute (packed)";
     return kernels::gemm::activeIsa() == kernels::gemm::Isa::kAvx512 ? "verifuse gemm:avx512_f32"
                                                                      : "verifuse gemm:avx2_f32";
   }
 
   bool isPacked() const {
     std::lock_guard<std::mutex> lock(gemmMu_);
-    return packed_ || packedBf16_;
+    return packed_ || packedBf16_ || packedMkl_;
+  }
+
+  void chooseGemmKernelOnce() const {
+    std::call_once(gemmKernelChosen_, [this] { chooseGemmKernel(); });
+  }
+
+  /// Which float32 GEMM this linear's own-GEMM engine runs (CompileOptions::gemmKernel): the own
+  /// kernel or MKL's packed sgemm, which torch's frozen linears use and which beats the own
+  /// AVX-512 kernel on some CPUs (Sapphire Rapids: 87-103 vs 69-80 GFLOP/s at BERT, ViT and Llama
+  /// shapes, 1 thread) and not on others (the own kernel was tuned on Zen 5). kAuto times both
+  /// once per shape with the real bias and activations, the decision kept in the tuning database;
+  /// MKL must win by 3% (within noise the own kernel's bit-exact, thread-count independent
+  /// results are worth more). Only at a static shape (MKL packs for one row count), only above
+  /// the decode sizes the own kernel takes untimed (<= 4 rows), and only on the planning thread
+  /// (the tuning database is gone once the plan is returned).
+  void chooseGemmKernel() const {
+    gemmUsesMkl_ = false;
+    if (gemmBf16_ || io_ != at::kFloat || !staticShape_ || m_ <= 4 || !kernels::gemm::mklAvailable()) return;
+    if (gemmKernel_ == GemmKernel::kOwn) return;
+    if (gemmKernel_ == GemmKernel::kMkl) {
+      gemmUsesMkl_ = true;
+      return;
+    }
+    if (!autotune_ || (tuningDb_ == nullptr && replayTunings_ == nullptr) || macs_ > 2.0e9) return;
+    at::Tensor w;
+    {
+      std::lock_guard<std::mutex> lock(weightMu_);
+      w = atenWeight_;
+    }
+    if (!w.defined() || w.dim() != 2) return;
+    const int64_t n = w.size(0), k = w.size(1);
+    // Timing inputs and both packed copies are made only when the database has no decision.
+    struct Timing {
+      bool made = false;
+      Status status;
+      std::shared_ptr<const kernels::gemm::PackedWeights> own;
+      std::shared_ptr<const kernels::gemm::MklPackedWeights> mkl;
+      at::Tensor x, out;
+    } timing;
+    kernels::gemm::Epilogue ep;  // bias and activations; sum and binary operands are per call
+    ep.bias = gemmEpilogue_.bias;
+    std::string acts;
+    for (const kernels::PostOp& op : gemmEpilogue_.postOps) {
+      if (op.kind != kernels::PostOp::Kind::kEltwise) continue;
+      ep.postOps.push_back(op);
+      acts += "," + std::to_string(static_cast<int>(op.act));
+    }
+    auto make = [&]() -> Status {
+      if (timing.made) return timing.status;
+      timing.made = true;
+      const bool kn = w.stride(0) == 1 && w.stride(1) == n;
+      const at::Tensor dense = kn ? w : w.contiguous();
+      const auto order = kn ? kernels::gemm::WeightOrder::kKN : kernels::gemm::WeightOrder::kNK;
+      auto own = kernels::gemm::packWeights(dense.data_ptr<float>(), k, n, order);
+      auto mkl = kernels::gemm::packWeightsMkl(dense.data_ptr<float>(), k, n, order, m_);
+      if (!own.isOk()) return timing.status = own.status();
+      if (!mkl.isOk()) return timing.status = mkl.status();
+      timing.own = std::move(own).value();
+      timing.mkl = std::move(mkl).value();
+      timing.x = at::randn({m_, k});
+      timing.out = at::empty({m_, n});
+      return Status::ok();
+    };
+    auto runner = [&](bool useMkl) {
+      return [&, useMkl]() -> Status {
+        VF_RETURN_IF_ERROR(make());
+        const float* x = timing.x.data_ptr<float>();
+        float* out = timing.out.data_ptr<float>();
+        return useMkl ? kernels::gemm::runMkl(x, m_, k, *timing.mkl, out, n, ep)
+                      : kernels::gemm::run(x, m_, k, *timing.own, out, n, ep);
+      };
+    };
+    const std::string signature = "verifuse::linear gemm kernel n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                                  " bias=" + std::to_string(ep.bias != nullptr) + " acts=" + acts;
+    auto key = kernels::TuningKey::forThisMachine(signature, {{m_, k}}, "f32", at::get_num_threads());
+    StatusOr<kernels::TuningDecision> decision = Status(StatusCode::kNotFound, "");
+    if (replayTunings_ != nullptr) {  // a saved plan: its decision, never a timing
+      auto saved = replayTunings_->find(key.canonical());
+      if (saved == replayTunings_->end()) {
+        if (replayMiss_ != nullptr && replayMiss_->empty()) {
+          *replayMiss_ = "tuning key " + key.shortHash() + " (" + signature + ") is not in the saved plan";
+        }
+        return;
+      }
+      decision = saved->second;
+    } else {
+      decision = kernels::tuneOrLookup(*tuningDb_, key, {{"own", runner(false)}, {"mkl", runner(true)}}, 1,
+                                       tuneRepeats_ + 2);
+    }
+    if (!decision.isOk()) return;
+    if (recordTunings_ != nullptr) (*recordTunings_)[key.canonical()] = *decision;
+    const double ownMs = decision->msOf("own"), mklMs = decision->msOf("mkl");
+    gemmUsesMkl_ = mklMs > 0 && (ownMs < 0 || mklMs < ownMs * 0.97);
+    // The winner's copy was packed for the timing: keep it (packed() then has nothing to do).
+    std::lock_guard<std::mutex> lock(gemmMu_);
+    if (gemmUsesMkl_ && timing.mkl) packedMkl_ = std::move(timing.mkl);
+    if (!gemmUsesMkl_ && timing.own) packed_ = std::move(timing.own);
+    if (packed_ || packedMkl_) gemmBias_ = bias_;
   }
   bool canPack() const {
     std::lock_guard<std::mutex> lock(weightMu_);
@@ -683,8 +792,9 @@ class FusedLinear final : public FusedBase {
   /// (the tuner's first timing, or the engine choice): a partition that never picks the GEMM
   /// never holds the copy. \returns false if they cannot be packed.
   bool packed() const {
+    if (planning_) chooseGemmKernelOnce();  // planning (the tuner's candidate run)
     std::lock_guard<std::mutex> lock(gemmMu_);
-    if (packed_ || packedBf16_) return true;
+    if (packed_ || packedBf16_ || packedMkl_) return true;
     at::Tensor w, b;
     {
       std::lock_guard<std::mutex> weights(weightMu_);  // (deferred packing: released under it)
@@ -703,6 +813,10 @@ class FusedLinear final : public FusedBase {
       auto p = kernels::gemm::packWeightsBf16(dense.data_ptr<float>(), k, n, order);
       if (!p.isOk()) return false;
       packedBf16_ = std::move(p).value();
+    } else if (gemmUsesMkl_) {
+      auto p = kernels::gemm::packWeightsMkl(dense.data_ptr<float>(), k, n, order, m_);
+      if (!p.isOk()) return false;
+      packedMkl_ = std::move(p).value();
     } else {
       auto p = kernels::gemm::packWeights(dense.data_ptr<float>(), k, n, order);
       if (!p.isOk()) return false;
@@ -750,6 +864,11 @@ class FusedLinear final : public FusedBase {
         s = kernels::gemm::runBf16(reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>()), m, outFeaturesIn_,
                                    *packedBf16_, o, outFeatures_, gemmEpilogue_, hasSum_ ? o : nullptr,
                                    hasSum_ ? outFeatures_ : 0);
+      } else if (packedMkl_) {
+        if (m != packedMkl_->m()) return runAten(in);  // packed for the static row count only
+        const float* residual = hasSum_ ? out.data_ptr<float>() : nullptr;
+        s = kernels::gemm::runMkl(xc.data_ptr<float>(), m, outFeaturesIn_, *packedMkl_, out.data_ptr<float>(),
+                                  outFeatures_, gemmEpilogue_, residual, hasSum_ ? outFeatures_ : 0);
       } else {
         const float* residual = hasSum_ ? out.data_ptr<float>() : nullptr;
         s = kernels::gemm::run(xc.data_ptr<float>(), m, outFeaturesIn_, *packed_, out.data_ptr<float>(), outFeatures_,
@@ -780,7 +899,16 @@ class FusedLinear final : public FusedBase {
   mutable std::mutex gemmMu_;
   mutable std::shared_ptr<const kernels::gemm::PackedWeights> packed_;
   mutable std::shared_ptr<const kernels::gemm::PackedWeightsBf16> packedBf16_;
+  mutable std::shared_ptr<const kernels::gemm::MklPackedWeights> packedMkl_;
   mutable at::Tensor gemmBias_;
+  GemmKernel gemmKernel_ = GemmKernel::kAuto;  // CompileOptions::gemmKernel
+  // Planning only, like tuningDb_ (CompileOptions: a saved plan's decisions, the record's).
+  const std::map<std::string, kernels::TuningDecision>* replayTunings_ = nullptr;
+  std::map<std::string, kernels::TuningDecision>* recordTunings_ = nullptr;
+  std::string* replayMiss_ = nullptr;
+  bool planning_ = true;
+  mutable std::once_flag gemmKernelChosen_;    // chooseGemmKernel ran (planning thread)
+  mutable bool gemmUsesMkl_ = false;           // the own-GEMM engine runs MKL's packed sgemm
 };
 
 
@@ -1298,6 +1426,10 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     op->deferPacking_ = options.deferPacking;
     op->tuningDb_ = options.tuningDb;
     op->tuneRepeats_ = options.tuneRepeats;
+    op->gemmKernel_ = options.gemmKernel;
+    op->replayTunings_ = options.replayTunings;
+    op->recordTunings_ = options.recordTunings;
+    op->replayMiss_ = options.replayMiss;
     op->outFeatures_ = w.size(0);
     op->outFeaturesIn_ = w.size(1);
     op->onednnOk_ = options.useOnednn && !widenedBf16;

@@ -93,7 +93,7 @@ Isa activeIsa() {
 
 void setMaxIsa(Isa isa) { gAvx512Allowed.store(isa == Isa::kAvx512, std::memory_order_relaxed); }
 
-namespace {
+namespace detail {
 int threadsForMacs(int64_t m, int64_t k, int64_t n) {
   // Below this many multiply-adds per thread, another thread costs more than it saves.
   constexpr double kMinMacsPerThread = 1 << 18;
@@ -101,9 +101,9 @@ int threadsForMacs(int64_t m, int64_t k, int64_t n) {
   const double macs = static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
   return static_cast<int>(std::max(1.0, std::min<double>(maxThreads, macs / kMinMacsPerThread)));
 }
-}  // namespace
+}  // namespace detail
 
-int threadsFor(int64_t m, const PackedWeights& b) { return threadsForMacs(m, b.k(), b.n()); }
+int threadsFor(int64_t m, const PackedWeights& b) { return detail::threadsForMacs(m, b.k(), b.n()); }
 
 bool supportsPostOp(const PostOp& op) {
   switch (op.kind) {
@@ -183,11 +183,11 @@ Status resolveEltwise(const PostOp& op, EpiOp& e) {
 
 }  // namespace
 
-Status run(const float* a, int64_t m, int64_t lda, const PackedWeights& b, float* c, int64_t ldc,
-           const Epilogue& ep, const float* residual, int64_t ldr,
-           std::span<const float* const> binaryOperands) {
-  if (!available()) return unimplemented("gemm: this CPU has no AVX2+FMA");
-  const int64_t k = b.k(), n = b.n();
+namespace detail {
+
+Status resolveProblem(const float* a, int64_t m, int64_t lda, int64_t k, int64_t n, float* c, int64_t ldc,
+                      const Epilogue& ep, const float* residual, int64_t ldr,
+                      std::span<const float* const> binaryOperands, Problem& p) {
   if (m < 0) return invalidArgument("gemm::run: m < 0");
   if (static_cast<int64_t>(ep.postOps.size()) > detail::kMaxEpiOps) {
     return unimplemented("gemm: more than 16 post-ops");
@@ -203,13 +203,14 @@ Status run(const float* a, int64_t m, int64_t lda, const PackedWeights& b, float
     return invalidArgument("gemm::run: " + std::to_string(nBinary) + " binary post-ops but " +
                            std::to_string(binaryOperands.size()) + " operands");
   }
+  p.m = 0;
   if (m == 0) return Status::ok();
   if (a == nullptr || c == nullptr) return invalidArgument("gemm::run: null a or c");
   if (lda < k) return invalidArgument("gemm::run: lda < k");
   if (ldc < n) return invalidArgument("gemm::run: ldc < n");
 
-  detail::Problem p;
-  p.a = a; p.m = m; p.lda = lda; p.b = &b; p.c = c; p.ldc = ldc; p.bias = ep.bias;
+  p.a = a; p.m = m; p.lda = lda; p.k = k; p.n = n; p.c = c; p.ldc = ldc; p.bias = ep.bias;
+  p.nOps = 0;
   const Extent cExt = extentOf(c, m, n, ldc);
   if (overlaps(cExt, extentOf(a, m, k, lda))) return invalidArgument("gemm::run: c overlaps a");
   if (ep.bias != nullptr && overlaps(cExt, extentOf(ep.bias, 1, n, n))) {
@@ -275,6 +276,19 @@ Status run(const float* a, int64_t m, int64_t lda, const PackedWeights& b, float
       }
     }
   }
+  return Status::ok();
+}
+
+}  // namespace detail
+
+Status run(const float* a, int64_t m, int64_t lda, const PackedWeights& b, float* c, int64_t ldc,
+           const Epilogue& ep, const float* residual, int64_t ldr,
+           std::span<const float* const> binaryOperands) {
+  if (!available()) return unimplemented("gemm: this CPU has no AVX2+FMA");
+  detail::Problem p;
+  VF_RETURN_IF_ERROR(detail::resolveProblem(a, m, lda, b.k(), b.n(), c, ldc, ep, residual, ldr, binaryOperands, p));
+  if (p.m == 0) return Status::ok();
+  p.b = &b;
   p.threads = threadsFor(m, b);
   return activeIsa() == Isa::kAvx512 ? detail::runAvx512(p) : detail::runAvx2(p);
 }
@@ -396,7 +410,7 @@ Status runBf16(const uint16_t* a, int64_t m, int64_t lda, const PackedWeightsBf1
       VF_RETURN_IF_ERROR(resolveEltwise(op, e));
     }
   }
-  p.threads = threadsForMacs(m, k, n);
+  p.threads = detail::threadsForMacs(m, k, n);
   switch (activeBf16Variant()) {
     case Bf16Variant::kAvx512Bf16: return detail::runBf16Avx512(p);
     case Bf16Variant::kAvx512Widening: return detail::runBf16WideningAvx512(p);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "verifuse/kernels/gemm.h"
 #include "verifuse/kernels/ops.h"
@@ -45,7 +46,8 @@ struct EpiOp {
 struct Problem {
   const float* a = nullptr;
   int64_t m = 0, lda = 0;
-  const PackedWeights* b = nullptr;
+  int64_t k = 0, n = 0;
+  const PackedWeights* b = nullptr;  // null for runMkl
   float* c = nullptr;
   int64_t ldc = 0;
   const float* bias = nullptr;
@@ -54,6 +56,24 @@ struct Problem {
   /// OpenMP threads to ask for (gemm::threadsFor).
   int threads = 1;
 };
+
+/// OpenMP threads for an m x k x n product (gemm::threadsFor).
+int threadsForMacs(int64_t m, int64_t k, int64_t n);
+
+/// This thread's 64-byte aligned scratch of at least \p floats (the GEMM kernels' per-thread
+/// scratch; valid until the next call on this thread), or nullptr (gemm_mkl_avx2.cpp).
+float* productScratchAvx2(size_t floats);
+
+/// run()'s checks and post-op resolution for c[m, n] = epilogue(a[m, k] · B): fills \p p but for
+/// b and threads (p.m == 0 when there is nothing to do). Shared by run() and runMkl().
+Status resolveProblem(const float* a, int64_t m, int64_t lda, int64_t k, int64_t n, float* c, int64_t ldc,
+                      const Epilogue& ep, const float* residual, int64_t ldr,
+                      std::span<const float* const> binaryOperands, Problem& p);
+
+/// c = epilogue(c) in place, or c = epilogue(src) from a dense [m, n] \p src (row stride n) when
+/// src is not null: bias and p.ops with run()'s AVX2 epilogue code, rows split over p.threads
+/// (gemm_mkl_avx2.cpp; call only when cpu::hasAvx2Fma()).
+void finishInPlaceAvx2(const Problem& p, const float* src);
 
 /// Runs a checked problem with m >= 1 (gemm_avx2.cpp; call only when cpu::hasAvx2Fma()).
 Status runAvx2(const Problem& p);

@@ -106,6 +106,9 @@ struct ExecutorStats {
 /// The linear weight layout policy (CompileOptions::linearWeights).
 enum class LinearWeights : uint8_t { kAuto, kPacked, kInPlace };
 
+/// The float32 GEMM behind the own-GEMM engine (CompileOptions::gemmKernel).
+enum class GemmKernel : uint8_t { kAuto, kOwn, kMkl };
+
 /// How fused ops run.
 struct CompileOptions {
   bool useOnednn = true;  ///< false: the ATen composition of every fused op (autotuning baseline)
@@ -149,6 +152,11 @@ struct CompileOptions {
   /// kAuto times both per shape when autotuning (else: packed on AVX-512); dynamic shapes read in
   /// place unless kPacked (a new row count then creates a kernel without another copy).
   LinearWeights linearWeights = LinearWeights::kAuto;
+  /// Which float32 GEMM a static-shape linear on the own-GEMM engine runs: kAuto times verifuse's
+  /// kernel against MKL's packed sgemm once per shape (kept in the tuning database) where MKL is
+  /// in the process and the tier allows it (kernels::gemm::mklAvailable()), else the own kernel;
+  /// kOwn / kMkl fix it (VERIFUSE_GEMM_KERNEL=own|mkl|auto, for tests and comparisons).
+  GemmKernel gemmKernel = GemmKernel::kAuto;
 };
 
 class CompiledGraph;

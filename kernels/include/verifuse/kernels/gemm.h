@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "verifuse/kernels/ops.h"
@@ -213,5 +214,64 @@ void setMaxBf16Variant(Bf16Variant v);
 
 /// Whether runBf16() supports \p op (eltwise activations and sum).
 bool supportsPostOpBf16(const PostOp& op);
+
+// ---- MKL's packed sgemm ------------------------------------------------------------------------------
+//
+// The float32 GEMM torch's own frozen linears use (inductor's freezing: mkl::_mkl_linear):
+// cblas_sgemm_pack once, cblas_sgemm_compute per call, with the bias and post-ops applied by
+// run()'s epilogue code in one pass over c afterwards. A second kernel for the same linears,
+// chosen per shape by timing (runtime/fused_ops.cpp): on Sapphire Rapids it reads 87-103 GFLOP/s
+// at BERT/ViT/Llama shapes where the own AVX-512 kernel (tuned on Zen 5) reads 69-80; elsewhere
+// the own kernel may lead. MKL is not linked: its CBLAS symbols are looked up at run time in the
+// process (torch's libtorch_cpu exports them), so builds and processes without torch lack it.
+//
+// Numerics: MKL's summation order (blocked over K, not one FMA chain; it may depend on the thread
+// count), then + bias[j] and the post-ops exactly as run() applies them (AVX2 vector math). Float32
+// reassociation, as oneDNN's inner product: not bit-identical to run().
+
+/// The weights packed by cblas_sgemm_pack for products of exactly m() rows (MKL's packed layout is
+/// its own; only runMkl reads it). Immutable; shareable between threads.
+class MklPackedWeights {
+ public:
+  ~MklPackedWeights();
+  MklPackedWeights(const MklPackedWeights&) = delete;
+  MklPackedWeights& operator=(const MklPackedWeights&) = delete;
+
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  /// The row count the weights were packed for; runMkl takes only this one.
+  int64_t m() const { return m_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  friend StatusOr<std::shared_ptr<const MklPackedWeights>> packWeightsMkl(const float*, int64_t, int64_t,
+                                                                          WeightOrder, int64_t);
+  MklPackedWeights(int64_t k, int64_t n, int64_t m, size_t bytes, float* data)
+      : k_(k), n_(n), m_(m), bytes_(bytes), data_(data) {}
+  int64_t k_, n_, m_;
+  size_t bytes_;
+  float* data_;
+  friend Status runMkl(const float*, int64_t, int64_t, const MklPackedWeights&, float*, int64_t,
+                       const Epilogue&, const float*, int64_t, std::span<const float* const>);
+};
+
+/// Whether runMkl can run here: MKL's cblas_sgemm_pack/compute found in the process, the own
+/// epilogue's AVX2, and MKL held to the capability model's tier (below AVX-512 with a CPU that has
+/// it, only when MKL_ENABLE_INSTRUCTIONS caps MKL to AVX2 or lower: a capped run must not execute
+/// AVX-512 code). Decided once per process.
+bool mklAvailable();
+/// Why mklAvailable() is false ("" when it is true).
+const std::string& mklUnavailableReason();
+
+/// Packs \p w ([n, k] for kNK, [k, n] for kKN, dense row-major) for \p m-row products.
+/// \returns kUnimplemented when !mklAvailable(); kInvalidArgument for bad sizes or a null \p w.
+StatusOr<std::shared_ptr<const MklPackedWeights>> packWeightsMkl(const float* w, int64_t k, int64_t n,
+                                                                 WeightOrder order, int64_t m);
+
+/// run()'s contract (epilogue, operands, aliasing, checks) with MKL's product and MKL's numerics
+/// (above). \returns kUnimplemented when m != b.m() or !mklAvailable().
+Status runMkl(const float* a, int64_t m, int64_t lda, const MklPackedWeights& b, float* c, int64_t ldc,
+              const Epilogue& ep, const float* residual = nullptr, int64_t ldr = 0,
+              std::span<const float* const> binaryOperands = {});
 
 }  // namespace verifuse::kernels::gemm

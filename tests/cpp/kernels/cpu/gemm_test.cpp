@@ -8,6 +8,7 @@
 #include "postops.h"
 #include "verifuse/kernels/cpu_features.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -666,6 +667,143 @@ TEST_P(GemmTest, RejectsBadArguments) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(packWeights(w.data(), k, 0, WeightOrder::kKN).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+
+// ---- MKL's packed sgemm (runMkl) -----------------------------------------------------------------
+//
+// MKL sums in its own order, so only the double-precision reference's bound applies (it holds for
+// any summation order); the epilogue and the aliasing rules are run()'s. MKL comes from torch's
+// libtorch_cpu, loaded here as the Python process has it.
+
+/// Loads libtorch_cpu (the path CMake found) once, before the first mklAvailable().
+bool loadTorchMkl() {
+  static const bool loaded = dlopen(VERIFUSE_TEST_TORCH_CPU_LIBRARY, RTLD_NOW | RTLD_GLOBAL) != nullptr;
+  return loaded;
+}
+
+void expectWithinBound(const Problem& p, const std::vector<float>& c, const std::string& what) {
+  int bad = 0;
+  for (int64_t i = 0; i < p.m && bad < 5; ++i) {
+    for (int64_t j = 0; j < p.ldc && bad < 5; ++j) {
+      const float got = c[i * p.ldc + j];
+      if (j >= p.n) {
+        if (!sameFloat(got, kSentinel)) {
+          ADD_FAILURE() << what << ": wrote padding (" << i << "," << j << ")";
+          ++bad;
+        }
+        continue;
+      }
+      const auto [exact, bound] = doubleReference(p, i, j);
+      if (!(std::fabs(got - exact) <= bound)) {
+        ADD_FAILURE() << what << ": (" << i << "," << j << ") = " << got << ", exact " << exact << ", bound " << bound;
+        ++bad;
+      }
+    }
+  }
+}
+
+class MklGemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(loadTorchMkl()) << dlerror();
+    if (!mklAvailable()) GTEST_SKIP() << "MKL unavailable: " << mklUnavailableReason();
+    savedThreads_ = omp_get_max_threads();
+  }
+  void TearDown() override { omp_set_num_threads(savedThreads_); }
+
+  /// Packs for p.m rows, runs into a sentinel-filled c (or \p c0 when given) and checks.
+  std::vector<float> runMklAndCheck(const Problem& p, const std::string& what) {
+    auto packed = packWeightsMkl(p.w.data(), p.k, p.n, p.order, p.m);
+    EXPECT_TRUE(packed.isOk()) << packed.status().toString();
+    if (!packed.isOk()) return {};
+    EXPECT_EQ(packed.value()->m(), p.m);
+    EXPECT_GE(packed.value()->bytes(), static_cast<size_t>(p.k * p.n * 4));
+    std::vector<float> c(p.m * p.ldc, kSentinel);
+    Epilogue ep{p.useBias ? p.bias.data() : nullptr, p.ops};
+    const auto operands = operandPointers(p);
+    const Status s = runMkl(p.a.data(), p.m, p.lda, *packed.value(), c.data(), p.ldc, ep, p.residual.data(), p.ldr,
+                            operands);
+    EXPECT_TRUE(s.isOk()) << s.toString();
+    expectWithinBound(p, c, what);
+    return c;
+  }
+  int savedThreads_ = 1;
+};
+
+TEST_F(MklGemmTest, ShapesMatchTheDoubleReference) {
+  // Edge sizes, padded strides, one decode row and transformer widths (K = 768 with N = 1024 and
+  // GPT-2's 2304), each with both weight orders.
+  const ShapeCase cases[] = {{1, 1, 1, 0, 0},    {2, 3, 5, 1, 3},     {7, 17, 33, 2, 1}, {13, 31, 47, 0, 5},
+                             {1, 768, 100, 0, 0}, {17, 300, 70, 7, 9}, {150, 600, 37, 4, 4},
+                             {16, 768, 1024, 0, 0}, {24, 768, 2304, 3, 0}};
+  for (const ShapeCase& sc : cases) {
+    for (const WeightOrder order : {WeightOrder::kNK, WeightOrder::kKN}) {
+      const Problem p = makeProblem(sc.m, sc.k, sc.n, order, sc.padA, sc.padC);
+      runMklAndCheck(p, describe(p));
+    }
+  }
+}
+
+TEST_F(MklGemmTest, EveryPostOpAsRunAppliesIt) {
+  for (const int64_t threads : {1, 2}) {
+    omp_set_num_threads(static_cast<int>(threads));
+    for (const auto& pc : postOpCases(13, 37)) {
+      Problem p = makeProblem(13, 600, 37, WeightOrder::kNK, 3, 5, 2, pc.ops);
+      for (float& v : p.w) v *= 0.35f;  // pre-activations about ±5: every kink is crossed
+      runMklAndCheck(p, pc.name + " threads=" + std::to_string(threads));
+    }
+  }
+  Problem noBias = makeProblem(9, 40, 21, WeightOrder::kKN);
+  noBias.useBias = false;
+  runMklAndCheck(noBias, "without bias or post-ops");
+}
+
+TEST_F(MklGemmTest, InPlaceResidualAndBinaryOperand) {
+  // c is the residual (and the full binary operand): each must be read before MKL's product
+  // overwrites c, which a product written straight into c would break.
+  for (const int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    Problem p = makeProblem(61, 700, 150, WeightOrder::kNK, 0, 3, 3,
+                            {elt(Activation::kRelu), sumOp(1.f), elt(Activation::kClamp, -2.f, 2.f)});
+    auto packed = packWeightsMkl(p.w.data(), p.k, p.n, p.order, p.m);
+    ASSERT_TRUE(packed.isOk());
+    std::vector<float> c = p.residual;  // ldr == ldc
+    for (int64_t i = 0; i < p.m; ++i) {
+      for (int64_t j = p.n; j < p.ldc; ++j) c[i * p.ldc + j] = kSentinel;
+    }
+    Epilogue ep{p.bias.data(), p.ops};
+    ASSERT_TRUE(runMkl(p.a.data(), p.m, p.lda, *packed.value(), c.data(), p.ldc, ep, c.data(), p.ldc).isOk());
+    expectWithinBound(p, c, "in-place sum threads=" + std::to_string(threads));
+  }
+  Problem q = makeProblem(9, 600, 40, WeightOrder::kKN, 0, 0, 0,
+                          {binOp(BinaryAlg::kMul, {9, 40}), binOp(BinaryAlg::kAdd, {1, 40})});
+  auto packed = packWeightsMkl(q.w.data(), q.k, q.n, q.order, q.m);
+  ASSERT_TRUE(packed.isOk());
+  std::vector<float> c = q.operands[0];
+  Epilogue ep{q.bias.data(), q.ops};
+  const float* operands[] = {c.data(), q.operands[1].data()};
+  ASSERT_TRUE(runMkl(q.a.data(), q.m, q.lda, *packed.value(), c.data(), q.ldc, ep, nullptr, 0, operands).isOk());
+  expectWithinBound(q, c, "in-place binary");
+}
+
+TEST_F(MklGemmTest, TakesOnlyThePackedRowCountAndRunsChecks) {
+  const Problem p = makeProblem(8, 64, 32, WeightOrder::kNK);
+  auto packed = packWeightsMkl(p.w.data(), p.k, p.n, p.order, p.m);
+  ASSERT_TRUE(packed.isOk());
+  std::vector<float> c(p.m * p.ldc, kSentinel);
+  const Epilogue ep{p.bias.data(), {}};
+  EXPECT_EQ(runMkl(p.a.data(), 7, p.lda, *packed.value(), c.data(), p.ldc, ep).code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE(runMkl(p.a.data(), 0, p.lda, *packed.value(), c.data(), p.ldc, ep).isOk());  // m = 0: no-op
+  EXPECT_TRUE(sameFloat(c[0], kSentinel));
+  EXPECT_EQ(runMkl(p.a.data(), p.m, p.k - 1, *packed.value(), c.data(), p.ldc, ep).code(),
+            StatusCode::kInvalidArgument);  // run()'s checks: lda < k
+  EXPECT_EQ(runMkl(p.a.data(), p.m, p.lda, *packed.value(), c.data(), p.ldc, Epilogue{nullptr, {sumOp(1.f)}}).code(),
+            StatusCode::kInvalidArgument);  // a sum post-op without its residual
+  EXPECT_EQ(packWeightsMkl(nullptr, p.k, p.n, p.order, p.m).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(packWeightsMkl(p.w.data(), p.k, p.n, p.order, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(runMkl(p.a.data(), p.m, p.lda, *packed.value(), c.data(), p.ldc, ep).isOk());
+  expectWithinBound(p, c, "after the refused calls");
 }
 
 }  // namespace
