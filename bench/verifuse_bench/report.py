@@ -193,7 +193,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     int8 = dtype == "int8"
     short = "int8" if int8 else "bf16"
     lines += ["", "## verifuse vs the best peer" + (f" ({report['settings']['dtype']})" if bf16 else ""), "",
-              "Median latency in ms per call. *best peer* = the fastest of inductor (better of freezing on/off), "
+              "Median latency in ms per call. *best peer* = the fastest of inductor (its fastest accurate variant: default with freezing, without freezing, max-autotune, cpp_wrapper, those the run had), "
               "OpenVINO and zentorch with accurate results; *verifuse vs best peer* = best peer's median / "
               "verifuse's median (> 1: verifuse is faster), with its 95% bootstrap interval over the timed calls "
               "and the verdict: **win** when the interval lies above 1, **loss** below 1, otherwise **tie**; "

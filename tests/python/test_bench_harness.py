@@ -771,3 +771,41 @@ def test_inductor_variants_compile_with_their_settings(monkeypatch):
     assert b["status"] == "ok", b
     assert b["cpp_wrapper_config_at_trace"] is True and b["freezing_config_at_trace"] is True
     assert b["accuracy"]["ok"]
+
+
+# ---- the README's results block --------------------------------------------------------------------
+
+def test_readme_results_block_says_what_its_files_say():
+    """The README's "Measured" tables are generated from committed result JSON: the block names
+    its files, and regenerating it from them must give the README's text unchanged."""
+    from verifuse_bench import readme
+
+    path = BENCH.parent / "README.md"
+    text = path.read_text()
+    names = readme.sources_of(text)
+    assert names, "README.md has no generated results block"
+    files = [BENCH / "results" / n for n in names]
+    assert all(f.is_file() for f in files), names
+    assert readme.replace_block(text, readme.render(files)) == text, (
+        "README.md's results block differs from its sources: "
+        "PYTHONPATH=bench python -m verifuse_bench.readme --update README.md " + " ".join(map(str, files)))
+
+
+def test_readme_block_counts_verdicts_from_the_file(tmp_path):
+    """A changed verdict in the JSON changes the README's table and its win/tie/loss count, so a
+    hand edit of either cannot survive the check above."""
+    from verifuse_bench import readme
+
+    src = BENCH / "results" / "peers-hf-b1-t1-s47-amx.json"
+    data = json.loads(src.read_text())
+    before = readme.render([src])
+    data["results"][0]["ratios"]["verdict"] = "win"
+    for g in data["summary"]["geomeans"]:
+        if g["scope"] == "all" and g["batch"] != "all":
+            g["verdicts"] = {"win": 3, "tie": 4, "loss": 4}
+    changed = tmp_path / src.name
+    changed.write_text(json.dumps(data))
+    after = readme.render([changed])
+    assert after != before
+    assert "| hf_bert_base | 329.0 | inductor-cpp-wrapper | 232.8 | 268.6 | 0.87x | 0.82-1.00 | win |" in after
+    assert "**3 wins, 4 ties, 4 losses**" in after
