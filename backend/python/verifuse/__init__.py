@@ -2,7 +2,7 @@
 
     compiled = torch.compile(model.eval(), backend="verifuse")   # no import needed
 
-Importing verifuse is only needed for ``explain`` and ``stats``.
+Importing verifuse is only needed for ``explain``, ``profile`` and ``stats``.
 """
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from typing import Any
 
 from .backend import VerifuseError, VerifuseFallbackWarning, verifuse_backend
 from .options import Options, OptionsError
+from .profile import ProfileReport, profile
 from .report import Report, reset_stats, stats
 from .saved import VerifusePlanWarning, load, save
 
-__all__ = ["verifuse_backend", "explain", "stats", "reset_stats", "Report", "Options", "OptionsError",
+__all__ = ["verifuse_backend", "explain", "profile", "ProfileReport", "stats", "reset_stats", "Report", "Options", "OptionsError",
            "VerifuseError", "VerifuseFallbackWarning", "VerifusePlanWarning", "save", "load"]
 __version__ = "0.1.0"
 

@@ -525,6 +525,8 @@ class CompiledGraphRunner:
         # int8 ops choose their kernels at their first run: the report asks the current plan then.
         runner = weakref.ref(self)
         graph_report.int8_kernels_of = lambda: runner()._plan.int8_kernels() if runner() is not None else []
+        # verifuse.profile reads the current plan's per-node times.
+        graph_report.plan_of = lambda: runner()._plan if runner() is not None else None
 
     def _note_plan(self, cpp_report: dict, loading: bool) -> None:
         # The plan as a record (saved.py serializes it), and why it was not saved or was refused.

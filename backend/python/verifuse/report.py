@@ -40,8 +40,8 @@ class GraphReport:
     reorders: int = 0
     # Per-node picture data (issue 6), filled by the compiler: one dict per node with keys id,
     # op, inputs (node ids; a graph input as its "%name"), partition (int or None), engine
-    # ("onednn" | "aten") and fusion (rule or post-op names, or None). When empty, save_html()
-    # reads graph_text instead.
+    # ("onednn" | "aten", the planner's class), runs_on (what really runs it: node_rows) and
+    # fusion (rule or post-op names, or None). When empty, save_html() reads graph_text instead.
     nodes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     # Per live node of graph_text, the engine that runs it: "onednn", "aten" (a fused op on
     # ATen), "dispatcher", "builtin" or "constant" (folded at compile time).
@@ -59,6 +59,8 @@ class GraphReport:
     # The int8 ops' kernel choices (variant, kernel, each candidate's exactness verdict), asked of
     # the plan when the report is read: int8 ops choose at their first run.
     int8_kernels_of: Any = dataclasses.field(default=None, repr=False, compare=False)
+    # The plan the graph runs (verifuse.profile asks it for its per-node times), or None.
+    plan_of: Any = dataclasses.field(default=None, repr=False, compare=False)
     trace_seconds: float = 0.0     # Dynamo's graph to the ATen graph (one trace, or AOT's)
     pipeline_seconds: float = 0.0  # rules, proofs and instance validation
     plan_seconds: float = 0.0      # executor plan: kernels created, weights prepacked
@@ -168,7 +170,10 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {
             "fusions": [dict(f, graph=g.graph_id) for g in self.graphs for f in g.fusions],
-            "partitions": [_partition_row(p, i, g.graph_id) for g in self.graphs for i, p in enumerate(g.partitions)],
+            "partitions": [dict(_partition_row(p, i, g.graph_id), runs_on=partition_runs_on(g, dict(p, id=p.get("id", i))))
+                           for g in self.graphs for i, p in enumerate(g.partitions)],
+            # Every node with what runs it (node_rows): the picture, the tables and this agree.
+            "nodes": [dict(n, graph=g.graph_id) for g in self.graphs for n in node_rows(g)],
             "reorders": sum(g.reorders for g in self.graphs),
             "fallbacks": self.fallbacks,
             "proofs": [dict(p, graph=g.graph_id) for g in self.graphs for p in g.proofs],
@@ -240,9 +245,9 @@ class Report:
         lines.append(f"  partitions: {len(data['partitions'])}, layout conversions (reorders): {data['reorders']}, "
                      f"weight copies held by engines: {_mib(copies)}")
         lines.extend("    " + row for row in _text_table(
-            ["graph", "part", "nodes", "engine", "dtype", "layout", "conv in/out", "weights (copy)",
+            ["graph", "part", "nodes", "runs on", "dtype", "layout", "conv in/out", "weights (copy)",
              "timed (ms per run)", "decided by"],
-            [[p["graph"], p["id"], _nodes_cell(p["nodes"]), p["engine"], p.get("dtype") or "-", p.get("layout", "-"),
+            [[p["graph"], p["id"], _nodes_cell(p["nodes"]), p["runs_on"], p.get("dtype") or "-", p.get("layout", "-"),
               f"{p.get('input_conversions', 0)}/{p.get('output_conversions', 0)}", _weights_cell(p),
               _candidates_cell(p), p.get("how", "-")] for p in data["partitions"]]))
         int8 = data["int8_kernels"]
@@ -305,6 +310,37 @@ def _shape_guard_lines(graphs: list[GraphReport]) -> list[str]:
 
 def _int8_rows(g: GraphReport) -> list[dict[str, Any]]:
     return list(g.int8_kernels_of()) if g.int8_kernels_of is not None else []
+
+
+INT8_OPS = ("verifuse::qconv", "verifuse::qlinear", "verifuse::int_mm")
+
+
+def node_rows(g: GraphReport) -> list[dict[str, Any]]:
+    """The graph's nodes, each with ``runs_on``: what really runs it, from the compiler (the fused
+    op's own answer: "oneDNN", "own GEMM", "MKL sgemm", "row engine", "attention engine" or
+    "ATen"), and for int8 ops from their kernel choice (made at their first run): "int8 kernel
+    (<variant>)", or "ATen (int8 reference)" where no kernel was proved exact."""
+    chosen: dict[int, list[str]] = {}
+    for r in _int8_rows(g):
+        if r.get("impl"):
+            chosen.setdefault(r["node"], []).append(r.get("variant") or r["impl"])
+    rows = []
+    for n in g.nodes:
+        row = dict(n)
+        if row.get("op") in INT8_OPS:
+            variants = sorted(set(chosen.get(row["id"], [])))
+            row["runs_on"] = f"int8 kernel ({', '.join(variants)})" if variants else "ATen (int8 reference)"
+        row.setdefault("runs_on", row.get("engine") or "ATen")
+        rows.append(row)
+    return rows
+
+
+def partition_runs_on(g: GraphReport, p: dict[str, Any]) -> str:
+    """A partition's ``runs_on``: the compiler's, or its nodes' (int8 partitions)."""
+    members = [n for n in node_rows(g) if n.get("partition") == p.get("id")]
+    if members and all(n.get("op") in INT8_OPS for n in members):
+        return " + ".join(sorted({n["runs_on"] for n in members}))
+    return p.get("runs_on") or p.get("engine") or "ATen"
 
 
 def _cpu_row() -> dict[str, Any]:

@@ -116,8 +116,43 @@ def graph_nodes(graph: "GraphReport") -> list[dict[str, Any]]:
     """The nodes to draw: ``graph.nodes`` when the compiler filled it, else parsed from
     ``graph.graph_text``."""
     if graph.nodes:
-        return [dict(n) for n in graph.nodes]
+        from .report import node_rows
+
+        return node_rows(graph)
     return parse_graph_text(graph.graph_text) if graph.graph_text else []
+
+
+def conversion_edges(graph: "GraphReport", nodes: list[dict[str, Any]]) -> dict[tuple[Any, Any], str]:
+    """The edges that carry a conversion the plan really performs, with what it is: an input
+    conversion on (producer, node), an output conversion on (node, reader) for each reader.
+    Partition crossings without a conversion are not here."""
+    out: dict[tuple[Any, Any], str] = {}
+    readers: dict[Any, list[Any]] = {}
+    for n in nodes:
+        for ref in n.get("inputs", []):
+            readers.setdefault(ref, []).append(n["id"])
+    for p in graph.partitions:
+        for c in p.get("conversions") or []:
+            what = f"{c.get('kind')} of {c.get('value')}" + (
+                f", {c['bytes'] / 1024:.0f} KiB" if (c.get("bytes") or -1) >= 0 else "")
+            if c.get("direction") == "input":
+                out[(c.get("producer"), c.get("node"))] = what
+            else:
+                for r in readers.get(c.get("node"), []):
+                    out[(c.get("node"), r)] = what
+    return out
+
+
+def engine_class(runs_on: str) -> str:
+    """The picture's border for what runs a node: oneDNN blue, verifuse's own engines green, MKL
+    purple, ATen dashed grey."""
+    if runs_on == "oneDNN":
+        return "onednn"
+    if runs_on.startswith("MKL"):
+        return "mkl"
+    if runs_on in ("own GEMM", "row engine", "attention engine") or runs_on.startswith("int8 kernel"):
+        return "own"
+    return "aten"
 
 
 @dataclasses.dataclass
@@ -286,10 +321,12 @@ def partition_color(partition: Any) -> str:
     return _PALETTE[int(partition) % len(_PALETTE)]
 
 
-def render_graph_svg(nodes: list[dict[str, Any]], title: str = "") -> str:
-    """One graph as an inline ``<svg>``: boxes filled by partition, a solid blue border for oneDNN
-    and a dashed grey one for ATen, an orange stripe and ``+ post-ops`` line on fused nodes, and
-    red dashed edges where a tensor crosses a partition boundary (a layout conversion)."""
+def render_graph_svg(nodes: list[dict[str, Any]], title: str = "",
+                     conversions: "dict[tuple[Any, Any], str] | None" = None) -> str:
+    """One graph as an inline ``<svg>``: boxes filled by partition, the border saying what runs
+    the node (engine_class), an orange stripe and ``+ post-ops`` line on fused nodes, and red
+    dashed edges exactly where the plan converts a tensor (``conversions``, from conversion_edges)."""
+    conversions = conversions or {}
     if not nodes:
         return '<p class="empty">no nodes recorded for this graph</p>'
     lay = layout_graph(nodes)
@@ -305,12 +342,13 @@ def render_graph_svg(nodes: list[dict[str, Any]], title: str = "") -> str:
                'd="M0,0 L10,5 L0,10 z" fill="#c62828"/></marker></defs>')
     # Edges first, so boxes cover their ends.
     for (src, dst), points in lay.routes.items():
+        what = conversions.get((src, dst))
         src_part = by_id[src].get("partition") if src in by_id else None
-        dst_part = by_id[dst].get("partition")
-        reorder = src_part != dst_part and (src_part is not None or dst_part is not None)
-        cls = "edge reorder" if reorder else "edge"
-        marker = "arrow-red" if reorder else "arrow"
-        out.append(f'<path class="{cls}" d="{_route_path(points)}" marker-end="url(#{marker})"/>')
+        crossing = src_part != by_id[dst].get("partition")
+        cls = "edge reorder" if what else ("edge crossing" if crossing else "edge")
+        marker = "arrow-red" if what else "arrow"
+        tip = f"<title>{_esc(what)}</title>" if what else ""
+        out.append(f'<path class="{cls}" d="{_route_path(points)}" marker-end="url(#{marker})">{tip}</path>')
     for key, (x, y, w, h) in boxes.items():
         if key in by_id:
             continue
@@ -320,10 +358,10 @@ def render_graph_svg(nodes: list[dict[str, Any]], title: str = "") -> str:
     for n in nodes:
         x, y, w, h = boxes[n["id"]]
         part = n.get("partition")
-        engine = n.get("engine") or "aten"
+        engine = n.get("runs_on") or n.get("engine") or "ATen"
         fusion = n.get("fusion")
         fused = bool(fusion) or str(n.get("op", "")).startswith("verifuse::")
-        classes = ["node", "onednn" if engine == "onednn" else "aten"]
+        classes = ["node", engine_class(engine)]
         if fused:
             classes.append("fused")
         tip = [f"node {n['id']}: {n.get('op')}", f"engine: {engine}",
@@ -381,17 +419,20 @@ def _legend(graph: "GraphReport", nodes: list[dict[str, Any]]) -> str:
     ids = sorted({n["partition"] for n in nodes if n.get("partition") is not None})
     for pid in ids:
         entry = next((p for i, p in enumerate(graph.partitions) if p.get("id", i) == pid), {})
-        times = ""
-        if entry.get("onednn_ms") is not None or entry.get("aten_ms") is not None:
-            times = f" · oneDNN {_fmt(entry.get('onednn_ms'))} ms / ATen {_fmt(entry.get('aten_ms'))} ms"
-        engine = entry.get("engine", "onednn")
+        from .report import _candidates_cell
+
+        timed = _candidates_cell(entry) if entry else "-"
+        times = "" if timed == "-" else f" · timed (ms): {timed}"
+        runs = sorted({n.get("runs_on") or n.get("engine") or "ATen" for n in nodes if n.get("partition") == pid})
         items.append(f'<span class="chip" style="background:{partition_color(pid)}">P{pid} · '
-                     f'{_esc(engine)}{_esc(times)}</span>')
+                     f'{_esc(" + ".join(runs))}{_esc(times)}</span>')
     items.append(f'<span class="chip" style="background:{_ATEN_FILL}">no partition · ATen</span>')
-    items.append('<span class="chip key-onednn">oneDNN node</span>')
-    items.append('<span class="chip key-aten">ATen node</span>')
+    items.append('<span class="chip key-onednn">oneDNN</span>')
+    items.append('<span class="chip key-own">verifuse engine (own GEMM, row, attention, int8)</span>')
+    items.append('<span class="chip key-mkl">MKL sgemm</span>')
+    items.append('<span class="chip key-aten">ATen</span>')
     items.append('<span class="chip key-fused">fused (+ post-ops)</span>')
-    items.append('<span class="chip key-reorder">layout conversion</span>')
+    items.append('<span class="chip key-reorder">conversion (hover: kind, bytes)</span>')
     return '<div class="legend">' + " ".join(items) + "</div>"
 
 
@@ -404,14 +445,16 @@ th{background:#f6f6f6} td{font-variant-numeric:tabular-nums}
 .scroll{overflow:auto;border:1px solid #e4e4e4;border-radius:6px;max-height:80vh;background:#fff}
 .legend{margin:6px 0 8px} .chip{display:inline-block;padding:2px 8px;margin:2px;border-radius:10px;border:1px solid #ccc;font-size:12px}
 .key-onednn{border:2px solid #1f4e9c} .key-aten{border:2px dashed #999} .key-fused{border-left:6px solid #e8710a}
-.key-reorder{border:2px dashed #c62828}
+.key-reorder{border:2px dashed #c62828} .key-own{border:2px solid #2e7d32} .key-mkl{border:2px solid #6a1b9a}
 svg.graph text{font:12px system-ui,sans-serif;fill:#222} svg.graph text.meta{fill:#555;font-size:11px}
 svg.graph text.fusion{fill:#b35400;font-weight:600;font-size:11px}
 svg.graph .node.onednn rect{stroke:#1f4e9c;stroke-width:2}
 svg.graph .node.aten rect{stroke:#999;stroke-width:1.5;stroke-dasharray:5 3}
+svg.graph .node.own rect{stroke:#2e7d32;stroke-width:2} svg.graph .node.mkl rect{stroke:#6a1b9a;stroke-width:2}
 svg.graph .node rect.stripe{fill:#e8710a;stroke:none}
 svg.graph .input rect{fill:#fff;stroke:#555} svg.graph .edge{fill:none;stroke:#888;stroke-width:1.3}
 svg.graph .edge.reorder{stroke:#c62828;stroke-width:1.8;stroke-dasharray:6 3}
+svg.graph .edge.crossing{stroke:#555}
 """
 
 
@@ -434,15 +477,20 @@ def render_html(report: "Report") -> str:
                      f"{len(nodes)} node(s) · {g.reorders} layout conversion(s) · compile "
                      f"{g.compile_seconds:.3f} s</span></h2>")
         parts.append(_legend(g, nodes))
-        parts.append('<div class="scroll">' + render_graph_svg(nodes, f"graph {g.graph_id}") + "</div>")
+        parts.append('<div class="scroll">' + render_graph_svg(nodes, f"graph {g.graph_id}", conversion_edges(g, nodes))
+                     + "</div>")
 
     parts.append("<h2>tables</h2>")
     parts.append(_table("fusions", ["graph", "rule", "nodes", "verdict", "max error bound", "layer check (Z3)"],
                         ([f.get("graph"), f.get("rule"), f.get("nodes"), f.get("verdict"),
                           f.get("max_error_bound"), f.get("layer_check")] for f in data.get("fusions", []))))
-    parts.append(_table("partitions", ["graph", "partition", "nodes", "engine", "oneDNN ms", "ATen ms"],
-                        ([p.get("graph"), p.get("id"), p.get("nodes"), p.get("engine"), p.get("onednn_ms"),
-                          p.get("aten_ms")] for p in data.get("partitions", []))))
+    from .report import _candidates_cell
+
+    parts.append(_table("partitions", ["graph", "partition", "nodes", "runs on", "kernel", "timed (ms per run)",
+                                       "conversions"],
+                        ([p.get("graph"), p.get("id"), p.get("nodes"), p.get("runs_on"), p.get("impl") or "—",
+                          _candidates_cell(p), "; ".join(f"{c['kind']} ({c['value']})" for c in p.get("conversions") or [])
+                          or "—"] for p in data.get("partitions", []))))
     parts.append(_table("fallbacks", ["graph", "node / op", "reason"],
                         ([f.get("graph"), f.get("node"), f.get("reason")] for f in data.get("fallbacks", []))))
     parts.append(_table("proofs", ["graph", "rule", "verdict", "seconds"],

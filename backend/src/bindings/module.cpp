@@ -269,6 +269,20 @@ void registerCore(py::module_& m) {
            "True if the frozen arguments are the tensors (and versions) the plan was built for.")
       .def("graph_text", [](const runtime::CompiledGraph& cg) { return ir::printGraph(cg.graph()); })
       .def("stats", &statsDict)
+      .def("profile",
+           [](const runtime::CompiledGraph& cg) {
+             const runtime::NodeProfile p = cg.profile();
+             py::dict d;
+             d["runs"] = p.runs;
+             py::dict ns;
+             for (size_t k = 0; k < p.nodeNs.size(); ++k) {
+               if (p.nodeNs[k] > 0) ns[py::int_(cg.graph().nodes()[k].id)] = p.nodeNs[k];
+             }
+             d["node_ns"] = ns;
+             return d;
+           },
+           "Per node id, nanoseconds summed over the runs made while set_profiling(True) (and how many).")
+      .def("reset_profile", &runtime::CompiledGraph::resetProfile)
       .def("int8_kernels", &int8KernelRows,
            "The int8 ops' kernel choices made so far (at their first run): variant, kernel and every "
            "candidate's exactness verdict.");
@@ -282,6 +296,8 @@ void registerCore(py::module_& m) {
         "and the usable features, oneDNN's effective ISA and the predicates kernels and tests use.");
   m.def("wait_for_deferred_work", &runtime::waitForDeferredWork, py::call_guard<py::gil_scoped_release>(),
         "Blocks until no plan packs weights in the background (called at interpreter exit).");
+  m.def("set_profiling", &runtime::setProfiling,
+        "While on, every plan times each of its steps (CompiledGraph.profile; verifuse.profile).");
   m.def("engine_run_counts", &runtime::engineRunCounts,
         "Fused-op runs per engine since the process started (what plans really executed).");
   m.def(

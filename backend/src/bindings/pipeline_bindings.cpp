@@ -85,6 +85,22 @@ py::dict toDict(const driver::CompileReport& r, const runtime::CompiledGraph& pl
     x["weight_layout"] = p.weightLayout;
     x["dtype"] = p.dtype;
     x["impl"] = p.impl;
+    x["runs_on"] = p.runsOn;
+    x["macs"] = p.macs;
+    py::list conversions;
+    for (const runtime::EdgeConversion& c : p.conversions) {
+      py::dict e;
+      const ir::Value& v = g.value(c.value);
+      e["value"] = v.name;
+      // Where the tensor comes from: a node id, or "%name" for a graph input (as nodes' inputs).
+      e["producer"] = v.producer >= 0 ? py::object(py::int_(v.producer)) : py::object(py::str("%" + v.name));
+      e["node"] = c.node;
+      e["direction"] = c.input ? "input" : "output";
+      e["kind"] = c.kind;
+      e["bytes"] = c.bytes;
+      conversions.append(e);
+    }
+    x["conversions"] = conversions;
     partitions.append(x);
   }
   d["partitions"] = partitions;
@@ -102,6 +118,7 @@ py::dict toDict(const driver::CompileReport& r, const runtime::CompiledGraph& pl
     x["inputs"] = inputs;
     x["partition"] = n.partition >= 0 ? py::object(py::int_(n.partition)) : py::object(py::none());
     x["engine"] = n.engine == "onednn" ? "onednn" : "aten";
+    x["runs_on"] = n.runsOn;
     x["fusion"] = n.fusion.empty() ? py::object(py::none()) : py::object(py::str(n.fusion));
     x["timings"] = n.timings;
     nodes.append(x);

@@ -123,6 +123,7 @@ passes::PipelineOptions pipelineOptions(const CompileRequest& request, std::shar
 void describeNodes(const runtime::CompiledGraph& plan, CompileReport& report) {
   const ir::Graph& g = plan.graph();
   const auto& engines = plan.nodeEngines();
+  const auto& runsOn = plan.nodeRunsOn();
   const auto& partitionOf = plan.nodePartition();
   const auto& timings = plan.nodeTimings();
   for (size_t k = 0; k < g.nodes().size(); ++k) {
@@ -138,6 +139,7 @@ void describeNodes(const runtime::CompiledGraph& plan, CompileReport& report) {
     }
     n.partition = partitionOf[k];
     n.engine = engines[k];
+    n.runsOn = runsOn[k];
     if (rules::isFusedOp(node)) n.fusion = node.args[rules::postOpsArgIndex(node)].s;
     n.timings = timings[k];
     report.ops[n.op]++;

@@ -85,6 +85,7 @@ struct Step {
   std::vector<ValueId> outputs;
   bool unpackList = false;         // schema returns one list; IR has one value per element
   std::vector<ValueId> freeAfter;  // values whose last use is this step
+  size_t node = SIZE_MAX;          // index in the plan's graph of the node it runs (profiles)
   /// Max pooling of a dense NCHW input runs on its channels-last copy (ATen 2.13's NCHW CPU
   /// kernel: 4.5 ms at ResNet-50's [1,64,112,112] stem, 1 thread; channels-last 0.26 ms, the copy
   /// ~0.1). The maximum and its index do not depend on the layout, so the values are eager's; the
@@ -359,10 +360,15 @@ struct CompiledGraph::Impl {
   ExecutorStats stats;
   std::vector<std::pair<ValueId, c10::IValue>> folded;  // values computed at compile time
   std::vector<std::string> nodeEngines;                 // by node index of graph
+  std::vector<std::string> nodeRunsOn;                  // by node index: FusedOp::runsOn, "ATen", ...
   std::vector<std::map<std::string, double>> nodeTimings;
   std::vector<int32_t> nodePartition;
   std::vector<PartitionDecision> partitions;
   int64_t timingsRun = 0;
+  /// Profiling (setProfiling): nanoseconds each step took, summed over the profiled runs, and
+  /// how many runs were profiled. Written by whichever thread runs the plan.
+  mutable std::unique_ptr<std::atomic<int64_t>[]> stepNs;
+  mutable std::atomic<int64_t> profiledRuns{0};
   /// Packs the own GEMM's deferred weights (CompileOptions::deferPacking) after the plan is
   /// returned; joined before the ops it works on are destroyed.
   std::thread deferredWork;
@@ -387,7 +393,10 @@ const char* engineName(Engine engine) {
 
 namespace {
 std::atomic<int64_t> gEngineRuns[4];  // indexed by Engine
+std::atomic<bool> gProfiling{false};  // setProfiling
 }  // namespace
+
+void setProfiling(bool on) { gProfiling.store(on, std::memory_order_relaxed); }
 
 std::map<std::string, int64_t> engineRunCounts() {
   std::map<std::string, int64_t> out;
@@ -767,7 +776,7 @@ bool geluOnShortK(const ir::Graph& g, const ir::Node& n) {
 /// tuner's candidates); nullopt: each fused op's planned engine (or ATen when \p exact). ATen
 /// errors propagate as exceptions (c10::Error), the executor's own as a Status.
 Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vector<c10::IValue>& slots, bool exact,
-                std::optional<Engine> engine, bool keepValues = false);
+                std::optional<Engine> engine, bool keepValues = false, std::atomic<int64_t>* stepNs = nullptr);
 
 }  // namespace
 
@@ -1033,6 +1042,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   for (ValueId v : used) isOutput[static_cast<size_t>(v)] = true;
 
   impl->nodeEngines.assign(numNodes, "");
+  impl->nodeRunsOn.assign(numNodes, "");
   impl->nodeTimings.assign(numNodes, {});
   impl->nodePartition.assign(numNodes, -1);
   std::vector<FusedOp*> fusedOf(numNodes, nullptr);  // planning-time handles (the steps own them)
@@ -1067,6 +1077,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       VF_RETURN_IF_ERROR(folded);
       impl->stats.constantFoldedSteps++;
       impl->nodeEngines[k] = "constant";
+      impl->nodeRunsOn[k] = "constant";
       continue;
     }
     if (n.op == kRowwiseOp) {
@@ -1174,6 +1185,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     } else {
       VF_ASSIGN_OR_RETURN(step, planStep(n, impl->constants));
       impl->nodeEngines[k] = step.op ? "dispatcher" : "builtin";
+      impl->nodeRunsOn[k] = step.op ? "ATen" : "builtin";
       if (step.op && n.qualifiedName() == "aten::max_pool2d_with_indices" && n.outputs.size() == 2 &&
           n.args[0].isValue() && graph.value(static_cast<ValueId>(n.args[0].i)).shape.size() == 4) {
         step.pool.channelsLast = true;
@@ -1224,6 +1236,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       }
     }
     stepOf[k] = impl->steps.size();
+    step.node = k;
     impl->steps.push_back(std::move(step));
   }
   // Folded values kept for the calls: those a step reads (the rest fed only other folded nodes).
@@ -1459,13 +1472,37 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     }
     // Layout inside and conversions at the edges.
     bool anyConv = false;
+    for (size_t k : unit.nodes) d.macs += estimateMacs(graph, graph.nodes()[k]);
     for (size_t k : unit.nodes) {
       const ir::Node& n = graph.nodes()[k];
       const ir::Value& x = graph.value(static_cast<ValueId>(n.args[0].i));
       if (n.op == rules::kConvOp && x.shape.size() >= 4) {
         anyConv = true;
-        if (!channelsLast[static_cast<size_t>(n.args[0].i)]) d.inputConversions++;
-        if (!channelsLast[static_cast<size_t>(n.outputs[0])]) d.outputConversions++;
+        // Conversions are per tensor, recorded with what they move (explain draws exactly these).
+        auto convert = [&](ValueId v, bool input) {
+          const ir::Value& t = graph.value(v);
+          EdgeConversion c;
+          c.value = v;
+          c.node = n.id;
+          c.input = input;
+          c.kind = input ? "layout: plain -> channels_last" : "layout: channels_last -> plain";
+          if (t.hasStaticShape()) {
+            int64_t numel = 1;
+            for (const int64_t dim : t.shape) numel *= dim;
+            c.bytes = numel * static_cast<int64_t>(c10::elementSize(toScalarType(t.dtype == ir::DType::Undefined
+                                                                                     ? ir::DType::Float32
+                                                                                     : t.dtype)));
+          }
+          d.conversions.push_back(std::move(c));
+        };
+        if (!channelsLast[static_cast<size_t>(n.args[0].i)]) {
+          d.inputConversions++;
+          convert(static_cast<ValueId>(n.args[0].i), true);
+        }
+        if (!channelsLast[static_cast<size_t>(n.outputs[0])]) {
+          d.outputConversions++;
+          convert(n.outputs[0], false);
+        }
       }
     }
     d.layout = anyConv ? "channels_last" : "plain";
@@ -1477,6 +1514,8 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       d.dtype = d.dtype.empty() || d.dtype == name ? name : "mixed";
     }
     for (FusedOp* op : members) {
+      const std::string on = op->runsOn();
+      if (d.runsOn.find(on) == std::string::npos) d.runsOn += (d.runsOn.empty() ? "" : " + ") + on;
       if (d.impl.empty() && op->engine() != Engine::kAten) d.impl = op->implInfo();
       d.weightCopyBytes += op->weightCopyBytes();
       const std::string layout = op->weightLayout();
@@ -1488,6 +1527,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     for (size_t k : unit.nodes) {
       impl->nodePartition[k] = index;
       impl->nodeEngines[k] = engineName(fusedOf[k]->engine());
+      impl->nodeRunsOn[k] = fusedOf[k]->runsOn();
     }
     impl->stats.conversions += static_cast<size_t>(d.inputConversions + d.outputConversions);
     impl->partitions.push_back(std::move(d));
@@ -1526,16 +1566,28 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
     if (fusedOf[k] && fusedOf[k]->engine() == Engine::kOnednn) impl->stats.onednnSteps++;
   }
   impl->graph = std::move(graph);
+  impl->stepNs = std::make_unique<std::atomic<int64_t>[]>(impl->steps.size());
+  for (size_t s = 0; s < impl->steps.size(); ++s) impl->stepNs[s].store(0, std::memory_order_relaxed);
   return std::shared_ptr<const CompiledGraph>(std::make_shared<CompiledGraph>(std::move(impl)));
 }
 
 namespace {
 
 Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vector<c10::IValue>& slots, bool exact,
-                std::optional<Engine> engine, bool keepValues) {
+                std::optional<Engine> engine, bool keepValues, std::atomic<int64_t>* stepNs) {
   std::vector<at::Tensor> fusedInputs;
   std::vector<c10::IValue> stack;
-  for (size_t s = begin; s < end; ++s) {
+  // Profiling: each step's wall time, from the end of the previous one (so the argument
+  // gathering and freeing between steps is charged to the step they serve).
+  auto last = std::chrono::steady_clock::now();
+  auto charge = [&](size_t s) {
+    if (stepNs == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
+    stepNs[s].fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(now - last).count(),
+                        std::memory_order_relaxed);
+    last = now;
+  };
+  for (size_t s = begin; s < end; charge(s), ++s) {
     const Step& step = p.steps[s];
     stack.clear();
     for (const ArgSlot& a : step.args) {
@@ -1620,6 +1672,23 @@ ExecutorStats CompiledGraph::stats() const { return impl_->stats; }
 const std::vector<std::string>& CompiledGraph::nodeEngines() const { return impl_->nodeEngines; }
 const std::vector<std::map<std::string, double>>& CompiledGraph::nodeTimings() const { return impl_->nodeTimings; }
 const std::vector<int32_t>& CompiledGraph::nodePartition() const { return impl_->nodePartition; }
+const std::vector<std::string>& CompiledGraph::nodeRunsOn() const { return impl_->nodeRunsOn; }
+
+NodeProfile CompiledGraph::profile() const {
+  NodeProfile out;
+  out.runs = impl_->profiledRuns.load(std::memory_order_relaxed);
+  out.nodeNs.assign(impl_->graph.nodes().size(), 0);
+  for (size_t s = 0; s < impl_->steps.size(); ++s) {
+    const size_t node = impl_->steps[s].node;
+    if (node < out.nodeNs.size()) out.nodeNs[node] += impl_->stepNs[s].load(std::memory_order_relaxed);
+  }
+  return out;
+}
+
+void CompiledGraph::resetProfile() const {
+  for (size_t s = 0; s < impl_->steps.size(); ++s) impl_->stepNs[s].store(0, std::memory_order_relaxed);
+  impl_->profiledRuns.store(0, std::memory_order_relaxed);
+}
 const std::vector<PartitionDecision>& CompiledGraph::partitions() const { return impl_->partitions; }
 int64_t CompiledGraph::timingsRun() const { return impl_->timingsRun; }
 
@@ -1725,7 +1794,12 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
     }
   }
   try {
-    VF_RETURN_IF_ERROR(runSteps(p, 0, p.steps.size(), slots, exact, std::nullopt));
+    std::atomic<int64_t>* stepNs = nullptr;
+    if (gProfiling.load(std::memory_order_relaxed) && p.stepNs) {
+      stepNs = p.stepNs.get();
+      p.profiledRuns.fetch_add(1, std::memory_order_relaxed);
+    }
+    VF_RETURN_IF_ERROR(runSteps(p, 0, p.steps.size(), slots, exact, std::nullopt, /*keepValues=*/false, stepNs));
   } catch (const c10::Error& e) {
     if (isNeedsExactPlanError(e.what_without_backtrace())) {
       return unimplemented(e.what_without_backtrace());

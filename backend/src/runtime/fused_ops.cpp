@@ -670,6 +670,10 @@ class FusedLinear final : public FusedBase {
                                                                      : "verifuse gemm:avx2_f32";
   }
 
+  std::string runsOn() const override {
+    return engine_ == Engine::kGemm && gemmUsesMkl_ ? "MKL sgemm" : FusedBase::runsOn();
+  }
+
   bool isPacked() const {
     std::lock_guard<std::mutex> lock(gemmMu_);
     return packed_ || packedBf16_ || packedMkl_;
@@ -1133,6 +1137,9 @@ class AttentionOp final : public FusedOp {
   std::string implInfo() const override {
     return kernels_.info();
   }
+  // The "oneDNN" engine of SDPA is the attention kernel (kernels/attention.h: row steps and, on
+  // AVX-512, its own matmul tiles), not one oneDNN primitive.
+  std::string runsOn() const override { return engine_ == Engine::kOnednn ? "attention engine" : "ATen"; }
   size_t numOutputs() const override { return 2; }
 
   at::Tensor run(const std::vector<at::Tensor>& in, bool exact) const override {
@@ -1468,6 +1475,16 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
   // Where it starts; the planner sets the partition's engine (creating that engine's kernel).
   result->engine_ = result->onednnOk_ ? Engine::kOnednn : Engine::kAten;
   return std::unique_ptr<FusedOp>(std::move(result));
+}
+
+std::string FusedOp::runsOn() const {
+  switch (engine()) {
+    case Engine::kOnednn: return "oneDNN";
+    case Engine::kGemm: return "own GEMM";
+    case Engine::kRowwise: return "row engine";
+    case Engine::kAten: return "ATen";
+  }
+  return "ATen";
 }
 
 }  // namespace verifuse::runtime

@@ -58,6 +58,10 @@ class FusedOp {
   virtual double macs() const = 0;
   /// oneDNN's implementation name of the last kernel created ("brg:avx512_core", ...), or "".
   virtual std::string implInfo() const = 0;
+  /// What runs this op now, for reports: "oneDNN", "own GEMM", "MKL sgemm", "row engine",
+  /// "attention engine" or "ATen" (by default from engine(); ops whose engine has several kernels
+  /// say which).
+  virtual std::string runsOn() const;
   /// Bytes of weight copies this op holds on top of the graph's constants (a packed copy for the
   /// own GEMM, oneDNN's prepacked weights per kernel, a dense copy of a strided weight): the
   /// memory price of its engine choice, which explain() reports per partition.

@@ -69,6 +69,7 @@ struct NodeReport {
   std::vector<std::string> inputs; ///< producer node ids as text, or "%name" for graph inputs
   int32_t partition = -1;          ///< index into CompileReport::partitions, or -1 (ATen alone)
   std::string engine;              ///< "onednn", "aten", "dispatcher", "builtin", "constant"
+  std::string runsOn;              ///< what runs it, for people (CompiledGraph::nodeRunsOn)
   std::string fusion;              ///< post-op chain of a fused node, "" otherwise
   std::map<std::string, double> timings;  ///< the node alone on each engine, when timed
 };

@@ -59,6 +59,16 @@ struct PartitionSpec {
 };
 
 /// What the planner decided for one partition, with the evidence (explain() shows it).
+/// One conversion a run performs at a partition's edge: a convolution reading an input that is not
+/// channels-last (reordered into it) or leaving a result its readers need in the plain layout.
+struct EdgeConversion {
+  ir::ValueId value = -1;  ///< the tensor converted
+  ir::NodeId node = -1;    ///< the node it is converted for (input) or by (output)
+  bool input = true;       ///< true: into node's kernel layout; false: node's output back to plain
+  std::string kind;        ///< e.g. "layout: plain -> channels_last"
+  int64_t bytes = -1;      ///< bytes of the tensor converted (-1: shape not static)
+};
+
 struct PartitionDecision {
   int32_t id = 0;
   std::vector<ir::NodeId> nodes;
@@ -84,6 +94,13 @@ struct PartitionDecision {
   std::string dtype;
   /// The chosen engine's kernel implementation (oneDNN's name, e.g. "brg:avx512_core_bf16"), or "".
   std::string impl;
+  /// What really runs it, for people (FusedOp::runsOn of its members: "oneDNN", "own GEMM",
+  /// "MKL sgemm", "row engine", "attention engine", "ATen"; several joined by " + " when split).
+  std::string runsOn;
+  /// Its conversions, one per converted tensor (inputConversions + outputConversions of them).
+  std::vector<EdgeConversion> conversions;
+  /// Multiply-adds of one run (static shapes; 0 otherwise): a profile's FLOP/s.
+  double macs = 0;
 };
 
 struct ExecutorStats {
@@ -161,6 +178,16 @@ struct CompileOptions {
 
 class CompiledGraph;
 
+/// What a profiled plan spent per node (CompiledGraph::profile).
+struct NodeProfile {
+  int64_t runs = 0;              ///< runs profiled since the last resetProfile()
+  std::vector<int64_t> nodeNs;   ///< per node of graph(): nanoseconds summed over those runs
+};
+
+/// Process-wide: while on, every CompiledGraph::run() times each of its steps (explain's profile;
+/// two clock reads per step, so leave it off otherwise).
+void setProfiling(bool on);
+
 /// Builds the execution plan once: operator handles looked up, schema-typed constant arguments
 /// converted to IValues, last uses computed. Fails with kUnsupported when an operator or an
 /// argument cannot be executed, so the caller can fall back.
@@ -215,6 +242,12 @@ class CompiledGraph {
   /// Per node of graph(): "onednn", "aten" (fused op on ATen), "dispatcher", "builtin" or
   /// "constant" (folded at compile time).
   const std::vector<std::string>& nodeEngines() const;
+  /// Per node of graph(): what runs it, for people: a fused op's FusedOp::runsOn(), "ATen" for a
+  /// dispatcher step, "builtin" or "constant".
+  const std::vector<std::string>& nodeRunsOn() const;
+  /// The per-node times of the runs made while setProfiling(true), and clearing them.
+  NodeProfile profile() const;
+  void resetProfile() const;
   /// Per node of graph(): the index in partitions() of its partition, or -1.
   const std::vector<int32_t>& nodePartition() const;
   /// The planner's decision for every partition, in execution order.
