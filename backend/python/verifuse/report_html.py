@@ -14,6 +14,8 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, Iterable
 
+from .report_fold import readable
+
 if TYPE_CHECKING:  # pragma: no cover
     from .report import GraphReport, Report
 
@@ -110,6 +112,10 @@ def parse_graph_text(text: str) -> list[dict[str, Any]]:
     for node in nodes:
         node["graph_output"] = any(name in graph_outputs for name in node.pop("outputs"))
     return nodes
+
+
+# The unfolded picture of a folded graph is offered (expandable) up to this many nodes.
+FULL_PICTURE_MAX_NODES = 400
 
 
 def graph_nodes(graph: "GraphReport") -> list[dict[str, Any]]:
@@ -322,7 +328,8 @@ def partition_color(partition: Any) -> str:
 
 
 def render_graph_svg(nodes: list[dict[str, Any]], title: str = "",
-                     conversions: "dict[tuple[Any, Any], str] | None" = None) -> str:
+                     conversions: "dict[tuple[Any, Any], str] | None" = None,
+                     frame: "list[Any] | None" = None, frame_label: str = "") -> str:
     """One graph as an inline ``<svg>``: boxes filled by partition, the border saying what runs
     the node (engine_class), an orange stripe and ``+ post-ops`` line on fused nodes, and red
     dashed edges exactly where the plan converts a tensor (``conversions``, from conversion_edges)."""
@@ -340,6 +347,15 @@ def render_graph_svg(nodes: list[dict[str, Any]], title: str = "",
                'fill="#666"/></marker><marker id="arrow-red" viewBox="0 0 10 10" refX="9" refY="5" '
                'markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path '
                'd="M0,0 L10,5 L0,10 z" fill="#c62828"/></marker></defs>')
+    if frame:
+        inside = [boxes[k] for k in frame if k in boxes]
+        if inside:
+            x0 = min(b[0] for b in inside) - 14
+            y0 = min(b[1] for b in inside) - 24
+            x1 = max(b[0] + b[2] for b in inside) + 14
+            y1 = max(b[1] + b[3] for b in inside) + 10
+            out.append(f'<g class="fold"><rect x="{x0:.1f}" y="{y0:.1f}" width="{x1 - x0:.1f}" height="{y1 - y0:.1f}" '
+                       f'rx="10"/><text x="{x0 + 10:.1f}" y="{y0 + 16:.1f}">{_esc(frame_label)}</text></g>')
     # Edges first, so boxes cover their ends.
     for (src, dst), points in lay.routes.items():
         what = conversions.get((src, dst))
@@ -368,6 +384,8 @@ def render_graph_svg(nodes: list[dict[str, Any]], title: str = "",
                f"partition: {'none (ATen)' if part is None else part}"]
         if fusion:
             tip.append(f"fusion: {fusion}")
+        if n.get("summary"):
+            tip.append(f"collapsed: {n['summary']}")
         if n.get("graph_output"):
             tip.append("graph output")
         out.append(f'<g class="{" ".join(classes)}" data-node="{_esc(n["id"])}">'
@@ -455,6 +473,9 @@ svg.graph .node rect.stripe{fill:#e8710a;stroke:none}
 svg.graph .input rect{fill:#fff;stroke:#555} svg.graph .edge{fill:none;stroke:#888;stroke-width:1.3}
 svg.graph .edge.reorder{stroke:#c62828;stroke-width:1.8;stroke-dasharray:6 3}
 svg.graph .edge.crossing{stroke:#555}
+svg.graph .fold rect{fill:#f3f6fb;stroke:#7a8db3;stroke-width:1.5;stroke-dasharray:4 3}
+svg.graph .fold text{font-weight:700;fill:#33466b;font-size:13px}
+details{margin:6px 0}
 """
 
 
@@ -477,8 +498,39 @@ def render_html(report: "Report") -> str:
                      f"{len(nodes)} node(s) · {g.reorders} layout conversion(s) · compile "
                      f"{g.compile_seconds:.3f} s</span></h2>")
         parts.append(_legend(g, nodes))
-        parts.append('<div class="scroll">' + render_graph_svg(nodes, f"graph {g.graph_id}", conversion_edges(g, nodes))
-                     + "</div>")
+        edges = conversion_edges(g, nodes)
+        drawn, fold, stands_for = readable(nodes)
+        if len(drawn) == len(nodes) and fold is None:
+            parts.append('<div class="scroll">' + render_graph_svg(nodes, f"graph {g.graph_id}", edges) + "</div>")
+            continue
+        # Readable at scale: the picture with repeated layers drawn once and index building
+        # collapsed, the conversions moved onto the drawn nodes standing for theirs; the whole
+        # graph below it, expandable (only when it is small enough to draw at all).
+        moved: dict[tuple[Any, Any], str] = {}
+        for (src, dst), what in edges.items():
+            key = (stands_for.get(src, src), stands_for.get(dst, dst))
+            if key[0] != key[1]:
+                moved.setdefault(key, what)
+        label = ""
+        if fold is not None:
+            label = (f"× {fold.count} — {fold.count} identical layers of {fold.period} nodes, drawn once "
+                     f"(the tables list every node)")
+        collapsed = sum(len(n.get("collapsed", [])) for n in drawn)
+        note = []
+        if fold is not None:
+            note.append(f"{fold.count} repeated layers drawn as one")
+        if collapsed:
+            note.append(f"{collapsed} index/mask-building node(s) collapsed")
+        parts.append(f'<p class="summary">Drawn: {len(drawn)} of {len(nodes)} nodes ({"; ".join(note)}).</p>')
+        parts.append('<div class="scroll">' + render_graph_svg(drawn, f"graph {g.graph_id}", moved,
+                                                              fold.drawn if fold else None, label) + "</div>")
+        if len(nodes) <= FULL_PICTURE_MAX_NODES:
+            parts.append(f"<details><summary>the whole graph ({len(nodes)} nodes)</summary>"
+                         '<div class="scroll">' + render_graph_svg(nodes, f"graph {g.graph_id} (whole)", edges)
+                         + "</div></details>")
+        else:
+            parts.append(f'<p class="empty">the whole graph ({len(nodes)} nodes) is too big to draw; '
+                         "the tables below list every node</p>")
 
     parts.append("<h2>tables</h2>")
     parts.append(_table("fusions", ["graph", "rule", "nodes", "verdict", "max error bound", "layer check (Z3)"],
