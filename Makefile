@@ -4,7 +4,7 @@ PYTHON ?= python
 BUILD_DIR ?= build/cmake
 JOBS ?= 2
 
-.PHONY: install deps demo test test-crash test-saved-models test-cpp test-python test-tiers test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic
+.PHONY: report-screenshots install deps demo test test-crash test-saved-models test-cpp test-python test-tiers test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic
 
 deps:
 	@# GoogleTest from Debian (docs/dependencies.md); everything else from PyPI, pinned.
@@ -158,3 +158,9 @@ bench-smoke:
 		$(BENCH_PY) -m verifuse_bench --suite $$s --tiny --backends all --iters 3 --warmup 1 $(BENCH_DT) \
 			--json $(BENCH_RESULTS)/smoke-$$s$(BENCH_TAG).json --no-print $(BENCH_ARGS) || exit 1; \
 	done
+
+# explain's HTML for a 2-layer Llama, BERT-base and a Qwen2.5-0.5B-class model, photographed in
+# headless Chromium (Debian's; installed here if missing) into docs/report-screenshots/.
+report-screenshots: install
+	@command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+	$(BENCH_PY) bench/report_screenshots.py --out docs/report-screenshots

@@ -57,28 +57,30 @@ def test_to_dict_has_partitions_with_times_and_reorders():
 def test_to_dict_fills_missing_partition_fields():
     g = GraphReport(graph_id=1, partitions=[{"nodes": 12, "engine": "aten"}])
     p = Report([g], 0.1).to_dict()["partitions"][0]
-    assert p == {"nodes": 12, "engine": "aten", "id": 0, "onednn_ms": None, "aten_ms": None, "graph": 1}
+    # runs_on: a report without the compiler's answer falls back to the engine's name
+    assert p == {"nodes": 12, "engine": "aten", "id": 0, "onednn_ms": None, "aten_ms": None, "graph": 1,
+                 "runs_on": "ATen"}
 
 
 def test_str_shows_partition_table_and_reorders():
     text = str(synthetic_report())
     assert "layout conversions (reorders): 5" in text
     header = next(line for line in text.splitlines() if "decided by" in line)
-    assert header.split() == ["graph", "part", "nodes", "engine", "dtype", "layout", "conv", "in/out", "weights", "(copy)",
+    assert header.split() == ["graph", "part", "nodes", "runs", "on", "dtype", "layout", "conv", "in/out", "weights", "(copy)",
                               "timed", "(ms", "per", "run)", "decided", "by"]
     rows = [line.split() for line in text.splitlines() if re.match(r"\s+7\s+\d\s", line)]
     # The chosen engine's time comes first, then the other candidates.
-    assert rows == [["7", "0", "0,2", "onednn", "-", "channels_last", "1/1", "-", "onednn", "0.2100,", "aten",
+    assert rows == [["7", "0", "0,2", "oneDNN", "-", "channels_last", "1/1", "-", "onednn", "0.2100,", "aten",
                      "0.3500", "tuned"],
-                    ["7", "1", "3", "aten", "-", "plain", "0/0", "-", "aten", "0.0200,", "onednn", "0.0500",
+                    ["7", "1", "3", "ATen", "-", "plain", "0/0", "-", "aten", "0.0200,", "onednn", "0.0500",
                      "tuning-db"]]
 
 
 def test_str_with_untimed_partitions():
     g = GraphReport(graph_id=1, partitions=[{"nodes": 40, "engine": "aten"}, {"nodes": [1], "onednn_ms": -1.0}])
     text = str(Report([g], 0.1))
-    assert re.search(r"1\s+0\s+40\s+aten\s+-\s+-\s+0/0\s+-\s+-\s+-", text)
-    assert re.search(r"1\s+1\s+1\s+aten\s+-\s+-\s+0/0\s+-\s+onednn n/a\s+-", text)
+    assert re.search(r"1\s+0\s+40\s+ATen\s+-\s+-\s+0/0\s+-\s+-\s+-", text)
+    assert re.search(r"1\s+1\s+1\s+ATen\s+-\s+-\s+0/0\s+-\s+onednn n/a\s+-", text)
 
 
 def _svg_nodes(svg: str) -> dict[str, ET.Element]:
@@ -101,13 +103,18 @@ def test_svg_colours_partitions_marks_fusions_and_engines():
     assert "onednn" in groups["0"].get("class") and "aten" in groups["1"].get("class")
     assert "fused" in groups["0"].get("class") and "fused" not in groups["3"].get("class")
     text0 = " ".join(t.text or "" for t in groups["0"].iter(SVG_NS + "text"))
-    assert "+ conv-bn-fold+relu" in text0 and "onednn" in text0 and "P0" in text0
-    # Edges crossing a partition boundary are the layout conversions: 0->1, 2->3, 1->3, 3->4 and
-    # the graph input into partition 0 (twice: nodes 0 and 2); 0->2 stays inside partition 0.
+    assert "+ conv-bn-fold+relu" in text0 and "onednn" in text0.lower() and "P0" in text0
+    # Crossing a partition boundary is not a conversion (issue 44): 0->1, 2->3, 1->3, 3->4 and the
+    # graph input into partition 0 (twice) cross and are drawn as crossings; only the conversions
+    # the plan reports are red, with their kind.
     root = ET.fromstring(svg)
     edges = [p for p in root.iter(SVG_NS + "path") if "edge" in (p.get("class") or "")]
     assert len(edges) == 7
-    assert sum("reorder" in p.get("class") for p in edges) == 6
+    assert sum("reorder" in p.get("class") for p in edges) == 0
+    assert sum("crossing" in p.get("class") for p in edges) == 6
+    svg = render_graph_svg([dict(n) for n in NODES], "graph 7", {(2, 3): "layout: channels_last -> plain of v3"})
+    red = [p for p in ET.fromstring(svg).iter(SVG_NS + "path") if "reorder" in (p.get("class") or "")]
+    assert len(red) == 1 and "channels_last -> plain" in "".join(red[0].itertext())
 
 
 def test_layout_is_layered_and_non_overlapping():
@@ -184,7 +191,7 @@ def test_graph_nodes_prefers_compiler_data_and_falls_back_to_text():
     g = GraphReport(graph_id=1, graph_text=GRAPH_TEXT)
     assert len(graph_nodes(g)) == 5
     g.nodes = [dict(NODES[0])]
-    assert graph_nodes(g) == [NODES[0]]
+    assert graph_nodes(g) == [dict(NODES[0], runs_on="oneDNN")]  # the planner's name, said for people
     assert graph_nodes(GraphReport(graph_id=2)) == []
 
 

@@ -313,6 +313,9 @@ def _int8_rows(g: GraphReport) -> list[dict[str, Any]]:
 
 
 INT8_OPS = ("verifuse::qconv", "verifuse::qlinear", "verifuse::int_mm")
+# Reports made before the compiler said what runs each node: the planner's engine names.
+_ENGINE_LABELS = {"onednn": "oneDNN", "aten": "ATen", "gemm": "own GEMM", "rowwise": "row engine",
+                  "dispatcher": "ATen"}
 
 
 def node_rows(g: GraphReport) -> list[dict[str, Any]]:
@@ -330,7 +333,9 @@ def node_rows(g: GraphReport) -> list[dict[str, Any]]:
         if row.get("op") in INT8_OPS:
             variants = sorted(set(chosen.get(row["id"], [])))
             row["runs_on"] = f"int8 kernel ({', '.join(variants)})" if variants else "ATen (int8 reference)"
-        row.setdefault("runs_on", row.get("engine") or "ATen")
+        if not row.get("runs_on"):
+            engine = row.get("engine") or "aten"
+            row["runs_on"] = _ENGINE_LABELS.get(engine, engine)
         rows.append(row)
     return rows
 
@@ -340,7 +345,10 @@ def partition_runs_on(g: GraphReport, p: dict[str, Any]) -> str:
     members = [n for n in node_rows(g) if n.get("partition") == p.get("id")]
     if members and all(n.get("op") in INT8_OPS for n in members):
         return " + ".join(sorted({n["runs_on"] for n in members}))
-    return p.get("runs_on") or p.get("engine") or "ATen"
+    if p.get("runs_on"):
+        return p["runs_on"]
+    engine = p.get("engine") or "aten"
+    return _ENGINE_LABELS.get(engine, engine)
 
 
 def _cpu_row() -> dict[str, Any]:

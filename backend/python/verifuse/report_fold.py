@@ -79,8 +79,8 @@ def collapse_index_building(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]
         for m in members:
             ops[_short(str(m["op"]))] = ops.get(_short(str(m["op"])), 0) + 1
         summary = ", ".join(f"{o} x{c}" if c > 1 else o for o, c in ops.items())
-        boxes[box_id] = {"id": box_id, "op": "index/mask building", "inputs": inputs, "partition": None,
-                         "engine": "aten", "runs_on": "ATen", "fusion": f"{len(members)} ops",
+        boxes[box_id] = {"id": box_id, "op": "shape & index ops", "inputs": inputs, "partition": None,
+                         "engine": "aten", "runs_on": "ATen", "fusion": None,
                          "collapsed": sorted(ids, key=str), "summary": summary,
                          "graph_output": any(m.get("graph_output") for m in members)}
         for i in ids:

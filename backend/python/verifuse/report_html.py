@@ -152,7 +152,7 @@ def conversion_edges(graph: "GraphReport", nodes: list[dict[str, Any]]) -> dict[
 def engine_class(runs_on: str) -> str:
     """The picture's border for what runs a node: oneDNN blue, verifuse's own engines green, MKL
     purple, ATen dashed grey."""
-    if runs_on == "oneDNN":
+    if runs_on.lower() == "onednn":  # (a text-only graph carries the planner's name)
         return "onednn"
     if runs_on.startswith("MKL"):
         return "mkl"
@@ -396,6 +396,12 @@ def render_graph_svg(nodes: list[dict[str, Any]], title: str = "",
             out.append(f'<rect class="stripe" x="{x:.1f}" y="{y:.1f}" width="6" height="{h}" rx="3"/>')
         out.append(f'<text class="op" x="{x + 12:.1f}" y="{y + 17:.1f}">{_esc(_short_op(str(n.get("op"))))}</text>')
         where = f"P{part}" if part is not None else "—"
+        if n.get("collapsed"):  # index/mask building collapsed into this box (report_fold)
+            summary = str(n.get("summary", ""))
+            out.append(f'<text class="meta" x="{x + 12:.1f}" y="{y + 32:.1f}">{len(n["collapsed"])} ATen ops · '
+                       f'{_esc(summary if len(summary) <= 24 else summary[:23] + "…")}</text>')
+            out.append("</g>")
+            continue
         out.append(f'<text class="meta" x="{x + 12:.1f}" y="{y + 32:.1f}">#{_esc(n["id"])} · {_esc(engine)} · '
                    f'{_esc(where)}{" · out" if n.get("graph_output") else ""}</text>')
         if fusion:
@@ -497,9 +503,9 @@ def render_html(report: "Report") -> str:
         parts.append(f"<h2>graph {g.graph_id} <span class=\"count\">engine {_esc(g.engine)} · "
                      f"{len(nodes)} node(s) · {g.reorders} layout conversion(s) · compile "
                      f"{g.compile_seconds:.3f} s</span></h2>")
-        parts.append(_legend(g, nodes))
         edges = conversion_edges(g, nodes)
         drawn, fold, stands_for = readable(nodes)
+        parts.append(_legend(g, drawn))  # the partitions the picture shows
         if len(drawn) == len(nodes) and fold is None:
             parts.append('<div class="scroll">' + render_graph_svg(nodes, f"graph {g.graph_id}", edges) + "</div>")
             continue
@@ -520,7 +526,7 @@ def render_html(report: "Report") -> str:
         if fold is not None:
             note.append(f"{fold.count} repeated layers drawn as one")
         if collapsed:
-            note.append(f"{collapsed} index/mask-building node(s) collapsed")
+            note.append(f"{collapsed} shape/index node(s) collapsed")
         parts.append(f'<p class="summary">Drawn: {len(drawn)} of {len(nodes)} nodes ({"; ".join(note)}).</p>')
         parts.append('<div class="scroll">' + render_graph_svg(drawn, f"graph {g.graph_id}", moved,
                                                               fold.drawn if fold else None, label) + "</div>")
