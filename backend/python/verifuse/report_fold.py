@@ -42,6 +42,18 @@ def _short(op: str) -> str:
     return name.split(".")[0]
 
 
+def _redirected(node: dict[str, Any], stands_for: dict[Any, Any]) -> dict[str, Any]:
+    """A copy of ``node`` whose inputs read what stands for them (each input once)."""
+    row = dict(node)
+    refs: list[Any] = []
+    for ref in node.get("inputs", []):
+        ref = stands_for.get(ref, ref)
+        if ref not in refs:
+            refs.append(ref)
+    row["inputs"] = refs
+    return row
+
+
 def collapse_index_building(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each connected set of at least MIN_COLLAPSE index-building ATen nodes (INDEX_OPS, outside
     every partition) becomes one box listing its operators; readers of its nodes read the box."""
@@ -96,14 +108,7 @@ def collapse_index_building(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]
                 placed.add(b)
                 out.append(boxes[b])
             continue
-        row = dict(n)
-        refs: list[Any] = []
-        for ref in n.get("inputs", []):
-            ref = box_of.get(ref, ref)
-            if ref not in refs:
-                refs.append(ref)
-        row["inputs"] = refs
-        out.append(row)
+        out.append(_redirected(n, box_of))
     # A box reads only what is outside itself; boxes may read other boxes.
     for b in boxes.values():
         b["inputs"] = [box_of.get(r, r) for r in b["inputs"] if box_of.get(r, r) != b["id"]]
@@ -172,14 +177,7 @@ def fold_layers(nodes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], "Fol
     for i, n in enumerate(nodes):
         if first <= i < end:
             continue
-        row = dict(n)
-        refs: list[Any] = []
-        for ref in n.get("inputs", []):
-            ref = counterpart.get(ref, ref)
-            if ref not in refs:
-                refs.append(ref)
-        row["inputs"] = refs
-        out.append(row)
+        out.append(_redirected(n, counterpart))
     return out, fold
 
 
