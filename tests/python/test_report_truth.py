@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import verifuse
 from verifuse import _C
-from verifuse.report_html import conversion_edges, graph_nodes, render_graph_svg
+from verifuse.report_html import conversion_edges, graph_nodes, render_graph_svg, render_html
 
 CAPS = _C.capabilities()
 needs_avx2 = pytest.mark.skipif(not CAPS["own_avx2"], reason=f"needs AVX2+FMA; this run: {CAPS['summary']}")
@@ -63,8 +63,7 @@ def runs_on_of(report, op_prefix: str) -> set[str]:
 
 
 def html_of(report) -> str:
-    return report.to_html() if hasattr(report, "to_html") else __import__(
-        "verifuse.report_html", fromlist=["render_html"]).render_html(report)
+    return render_html(report)
 
 
 @needs_avx2

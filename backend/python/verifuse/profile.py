@@ -145,7 +145,8 @@ def profile(model: Any, *example_inputs: Any, runs: int = 20, warmup: int = 3, *
         prof = p.profile()
         n_runs = max(1, prof["runs"])
         node_ns = prof["node_ns"]
-        nodes = {n["id"]: n for n in _report.node_rows(g)}
+        rows_of_graph = _report.node_rows(g)
+        nodes = {n["id"]: n for n in rows_of_graph}
         parts = {pp.get("id", i): pp for i, pp in enumerate(g.partitions)}
         by_part: dict[Any, list[Any]] = {}
         for nid in node_ns:
@@ -158,7 +159,7 @@ def profile(model: Any, *example_inputs: Any, runs: int = 20, warmup: int = 3, *
                 pp = parts.get(key[1], {})
                 macs = float(pp.get("macs") or 0)
                 rows.append(ProfileRow(g.graph_id, key[1], _what(list(pp.get("ops") or [])),
-                                       _report.partition_runs_on(g, dict(pp, id=key[1])), ms, ms / call_ms,
+                                       _report.partition_runs_on(rows_of_graph, dict(pp, id=key[1])), ms, ms / call_ms,
                                        2 * macs / (ms / 1e3) / 1e9 if macs and ms > 0 else None, sorted(nids)))
             else:
                 runs_on = nodes[nids[0]].get("runs_on", "ATen") if nids[0] in nodes else "ATen"

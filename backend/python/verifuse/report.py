@@ -168,12 +168,14 @@ class Report:
         return [dict(f, graph=g.graph_id) for g in self.graphs for f in g.fallbacks]
 
     def to_dict(self) -> dict[str, Any]:
+        rows = {g.graph_id: node_rows(g) for g in self.graphs}  # once per graph (int8 rows come from C++)
         return {
             "fusions": [dict(f, graph=g.graph_id) for g in self.graphs for f in g.fusions],
-            "partitions": [dict(_partition_row(p, i, g.graph_id), runs_on=partition_runs_on(g, dict(p, id=p.get("id", i))))
+            "partitions": [dict(_partition_row(p, i, g.graph_id),
+                                runs_on=partition_runs_on(rows[g.graph_id], dict(p, id=p.get("id", i))))
                            for g in self.graphs for i, p in enumerate(g.partitions)],
             # Every node with what runs it (node_rows): the picture, the tables and this agree.
-            "nodes": [dict(n, graph=g.graph_id) for g in self.graphs for n in node_rows(g)],
+            "nodes": [dict(n, graph=g.graph_id) for g in self.graphs for n in rows[g.graph_id]],
             "reorders": sum(g.reorders for g in self.graphs),
             "fallbacks": self.fallbacks,
             "proofs": [dict(p, graph=g.graph_id) for g in self.graphs for p in g.proofs],
@@ -340,9 +342,10 @@ def node_rows(g: GraphReport) -> list[dict[str, Any]]:
     return rows
 
 
-def partition_runs_on(g: GraphReport, p: dict[str, Any]) -> str:
-    """A partition's ``runs_on``: the compiler's, or its nodes' (int8 partitions)."""
-    members = [n for n in node_rows(g) if n.get("partition") == p.get("id")]
+def partition_runs_on(nodes: list[dict[str, Any]], p: dict[str, Any]) -> str:
+    """A partition's ``runs_on``: the compiler's, or its nodes' (int8 partitions); ``nodes`` are
+    its graph's node_rows."""
+    members = [n for n in nodes if n.get("partition") == p.get("id")]
     if members and all(n.get("op") in INT8_OPS for n in members):
         return " + ".join(sorted({n["runs_on"] for n in members}))
     if p.get("runs_on"):

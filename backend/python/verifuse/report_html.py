@@ -439,12 +439,12 @@ def _table(caption: str, headers: list[str], rows: Iterable[list[Any]]) -> str:
 
 
 def _legend(graph: "GraphReport", nodes: list[dict[str, Any]]) -> str:
+    from .report import _candidates_cell
+
     items = []
     ids = sorted({n["partition"] for n in nodes if n.get("partition") is not None})
     for pid in ids:
         entry = next((p for i, p in enumerate(graph.partitions) if p.get("id", i) == pid), {})
-        from .report import _candidates_cell
-
         timed = _candidates_cell(entry) if entry else "-"
         times = "" if timed == "-" else f" · timed (ms): {timed}"
         runs = sorted({n.get("runs_on") or n.get("engine") or "ATen" for n in nodes if n.get("partition") == pid})

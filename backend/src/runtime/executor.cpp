@@ -1379,20 +1379,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         }
         auto key = kernels::TuningKey::forThisMachine(signature, shapes, options.bf16 ? "bf16" : "f32",
                                                       at::get_num_threads());
-        if (options.replayTunings) {  // a saved plan: its decision, never a timing
-          auto saved = options.replayTunings->find(key.canonical());
-          if (saved == options.replayTunings->end()) {
-            if (options.replayMiss && options.replayMiss->empty()) {
-              *options.replayMiss = "tuning key " + key.shortHash() + " (" + signature.substr(0, 80) + ") is not in the saved plan";
-            }
-            return Status(StatusCode::kNotFound, "not in the saved plan");
-          }
-          if (options.recordTunings) (*options.recordTunings)[key.canonical()] = saved->second;
-          return saved->second;
-        }
-        auto decided = kernels::tuneOrLookup(*options.tuningDb, key, cands, 1, options.tuneRepeats);
-        if (decided.isOk() && options.recordTunings) (*options.recordTunings)[key.canonical()] = *decided;
-        return decided;
+        return tuneOrReplay(TuningSources::of(options), key, signature.substr(0, 80), cands, 1, options.tuneRepeats);
       };
       auto parseEngine = [](const std::string& name) {
         for (Engine e : allEngines()) {
@@ -1513,9 +1500,13 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       const std::string name = t == ir::DType::Undefined ? "f32" : ir::dtypeShortName(t);  // text graphs: f32
       d.dtype = d.dtype.empty() || d.dtype == name ? name : "mixed";
     }
+    std::vector<std::string> runsOn;  // each engine once, in member order
     for (FusedOp* op : members) {
       const std::string on = op->runsOn();
-      if (d.runsOn.find(on) == std::string::npos) d.runsOn += (d.runsOn.empty() ? "" : " + ") + on;
+      if (std::find(runsOn.begin(), runsOn.end(), on) == runsOn.end()) {
+        d.runsOn += (runsOn.empty() ? "" : " + ") + on;
+        runsOn.push_back(on);
+      }
       if (d.impl.empty() && op->engine() != Engine::kAten) d.impl = op->implInfo();
       d.weightCopyBytes += op->weightCopyBytes();
       const std::string layout = op->weightLayout();
@@ -1579,7 +1570,7 @@ Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vec
   std::vector<c10::IValue> stack;
   // Profiling: each step's wall time, from the end of the previous one (so the argument
   // gathering and freeing between steps is charged to the step they serve).
-  auto last = std::chrono::steady_clock::now();
+  auto last = stepNs != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   auto charge = [&](size_t s) {
     if (stepNs == nullptr) return;
     const auto now = std::chrono::steady_clock::now();

@@ -532,7 +532,7 @@ class FusedLinear final : public FusedBase {
     // 10-25% faster at 64 and 128 rows (BERT, GPT-2), 5-8% at Whisper's 1,500 rows, in place
     // chosen only at one row (the pooler) where both read the same bytes. Whisper's timings of
     // its 1,500-row linears were 0.48 of its 0.76 s cold plan, for decisions the rule makes too.
-    if (!autotune_ || tuningDb_ == nullptr || compute_ != kernels::ComputeType::kF32 || io_ != at::kFloat ||
+    if (!autotune_ || tuning_.db == nullptr || compute_ != kernels::ComputeType::kF32 || io_ != at::kFloat ||
         macs_ > 2.0e9 || (!borrowWeights_ && m_ >= kPackedWithoutTimingRows)) {
       return;
     }
@@ -568,7 +568,7 @@ class FusedLinear final : public FusedBase {
     std::string signature = "verifuse::linear weights n=" + std::to_string(outFeatures_) +
                             " k=" + std::to_string(outFeaturesIn_) + " postops=" + std::to_string(postOps_.size());
     auto key = kernels::TuningKey::forThisMachine(signature, {{m_, outFeaturesIn_}}, "f32", at::get_num_threads());
-    auto decision = kernels::tuneOrLookup(*tuningDb_, key, {{"in-place", runner(true)}, {"packed", runner(false)}}, 1,
+    auto decision = kernels::tuneOrLookup(*tuning_.db, key, {{"in-place", runner(true)}, {"packed", runner(false)}}, 1,
                                           tuneRepeats_);
     if (!decision.isOk()) return;
     // A second copy of the weights must pay for itself: packed only when it beats reading in
@@ -584,12 +584,7 @@ class FusedLinear final : public FusedBase {
 
   void finishPlanning() override {
     if (engine_ == Engine::kOnednn && staticShape_ && !released_) (void)kernelFor(m_);  // a failure runs ATen
-    // The caller's database and saved-plan maps go away with the plan.
-    tuningDb_ = nullptr;
-    replayTunings_ = nullptr;
-    recordTunings_ = nullptr;
-    replayMiss_ = nullptr;
-    planning_ = false;
+    tuning_ = {};  // the caller's database and saved-plan maps go away with the plan
   }
 
   void setEngine(Engine e) override {
@@ -601,6 +596,7 @@ class FusedLinear final : public FusedBase {
     if (e == Engine::kGemm && !(deferPacking_ && !isPacked() ? canPack() : packed())) e = Engine::kAten;
     if (e != Engine::kGemm) {  // the tuner's packed copy would be held for nothing
       std::lock_guard<std::mutex> lock(gemmMu_);
+      packReady_.store(false, std::memory_order_release);
       packed_.reset();
       packedBf16_.reset();
       packedMkl_.reset();
@@ -622,9 +618,13 @@ class FusedLinear final : public FusedBase {
       releaseForGemm();
       return;
     }
-    packed_.reset();  // packed only while the tuner timed it
-    packedBf16_.reset();
-    packedMkl_.reset();
+    {
+      std::lock_guard<std::mutex> lock(gemmMu_);
+      packReady_.store(false, std::memory_order_release);
+      packed_.reset();  // packed only while the tuner timed it
+      packedBf16_.reset();
+      packedMkl_.reset();
+    }
     FusedBase::releaseWeights();
   }
 
@@ -700,7 +700,7 @@ class FusedLinear final : public FusedBase {
       gemmUsesMkl_ = true;
       return;
     }
-    if (!autotune_ || (tuningDb_ == nullptr && replayTunings_ == nullptr) || macs_ > 2.0e9) return;
+    if (!autotune_ || !tuning_.available() || macs_ > 2.0e9) return;
     at::Tensor w;
     {
       std::lock_guard<std::mutex> lock(weightMu_);
@@ -752,22 +752,9 @@ class FusedLinear final : public FusedBase {
     const std::string signature = "verifuse::linear gemm kernel n=" + std::to_string(n) + " k=" + std::to_string(k) +
                                   " bias=" + std::to_string(ep.bias != nullptr) + " acts=" + acts;
     auto key = kernels::TuningKey::forThisMachine(signature, {{m_, k}}, "f32", at::get_num_threads());
-    StatusOr<kernels::TuningDecision> decision = Status(StatusCode::kNotFound, "");
-    if (replayTunings_ != nullptr) {  // a saved plan: its decision, never a timing
-      auto saved = replayTunings_->find(key.canonical());
-      if (saved == replayTunings_->end()) {
-        if (replayMiss_ != nullptr && replayMiss_->empty()) {
-          *replayMiss_ = "tuning key " + key.shortHash() + " (" + signature + ") is not in the saved plan";
-        }
-        return;
-      }
-      decision = saved->second;
-    } else {
-      decision = kernels::tuneOrLookup(*tuningDb_, key, {{"own", runner(false)}, {"mkl", runner(true)}}, 1,
-                                       tuneRepeats_ + 2);
-    }
+    auto decision = tuneOrReplay(tuning_, key, signature, {{"own", runner(false)}, {"mkl", runner(true)}}, 1,
+                                 tuneRepeats_ + 2);
     if (!decision.isOk()) return;
-    if (recordTunings_ != nullptr) (*recordTunings_)[key.canonical()] = *decision;
     const double ownMs = decision->msOf("own"), mklMs = decision->msOf("mkl");
     gemmUsesMkl_ = mklMs > 0 && (ownMs < 0 || mklMs < ownMs * 0.97);
     // The winner's copy was packed for the timing: keep it (packed() then has nothing to do).
@@ -796,9 +783,14 @@ class FusedLinear final : public FusedBase {
   /// (the tuner's first timing, or the engine choice): a partition that never picks the GEMM
   /// never holds the copy. \returns false if they cannot be packed.
   bool packed() const {
-    if (planning_) chooseGemmKernelOnce();  // planning (the tuner's candidate run)
+    // Every GEMM run asks: once packed, an acquire load answers (the pointers were set before).
+    if (packReady_.load(std::memory_order_acquire)) return true;
+    if (tuning_.available()) chooseGemmKernelOnce();  // planning (the tuner's candidate run)
     std::lock_guard<std::mutex> lock(gemmMu_);
-    if (packed_ || packedBf16_ || packedMkl_) return true;
+    if (packed_ || packedBf16_ || packedMkl_) {
+      packReady_.store(true, std::memory_order_release);
+      return true;
+    }
     at::Tensor w, b;
     {
       std::lock_guard<std::mutex> weights(weightMu_);  // (deferred packing: released under it)
@@ -827,6 +819,7 @@ class FusedLinear final : public FusedBase {
       packed_ = std::move(p).value();
     }
     gemmBias_ = b;
+    packReady_.store(true, std::memory_order_release);
     return true;
   }
 
@@ -892,7 +885,7 @@ class FusedLinear final : public FusedBase {
   int64_t m_ = 0;                         // rows of the static input shape
   LinearWeights layoutPolicy_ = LinearWeights::kAuto;
   bool autotune_ = false;
-  kernels::TuningDb* tuningDb_ = nullptr;  // planning only (compileGraph's caller owns it)
+  TuningSources tuning_;  // planning only (compileGraph's caller owns them)
   mutable std::once_flag layoutChosen_;     // chooseWeightLayout ran (with the first oneDNN kernel)
   int tuneRepeats_ = 3;
   bool gemmOk_ = false;                  // the own GEMM can run this op (AVX2, f32, post-ops)
@@ -906,11 +899,7 @@ class FusedLinear final : public FusedBase {
   mutable std::shared_ptr<const kernels::gemm::MklPackedWeights> packedMkl_;
   mutable at::Tensor gemmBias_;
   GemmKernel gemmKernel_ = GemmKernel::kAuto;  // CompileOptions::gemmKernel
-  // Planning only, like tuningDb_ (CompileOptions: a saved plan's decisions, the record's).
-  const std::map<std::string, kernels::TuningDecision>* replayTunings_ = nullptr;
-  std::map<std::string, kernels::TuningDecision>* recordTunings_ = nullptr;
-  std::string* replayMiss_ = nullptr;
-  bool planning_ = true;
+  mutable std::atomic<bool> packReady_{false};  // packed() is true: the pointers above are set
   mutable std::once_flag gemmKernelChosen_;    // chooseGemmKernel ran (planning thread)
   mutable bool gemmUsesMkl_ = false;           // the own-GEMM engine runs MKL's packed sgemm
 };
@@ -1431,12 +1420,9 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
     op->borrowWeights_ = options.linearWeights != LinearWeights::kPacked;  // dynamic shapes: per-shape kernels
     op->autotune_ = options.autotune;
     op->deferPacking_ = options.deferPacking;
-    op->tuningDb_ = options.tuningDb;
+    op->tuning_ = TuningSources::of(options);
     op->tuneRepeats_ = options.tuneRepeats;
     op->gemmKernel_ = options.gemmKernel;
-    op->replayTunings_ = options.replayTunings;
-    op->recordTunings_ = options.recordTunings;
-    op->replayMiss_ = options.replayMiss;
     op->outFeatures_ = w.size(0);
     op->outFeaturesIn_ = w.size(1);
     op->onednnOk_ = options.useOnednn && !widenedBf16;
@@ -1475,6 +1461,31 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
   // Where it starts; the planner sets the partition's engine (creating that engine's kernel).
   result->engine_ = result->onednnOk_ ? Engine::kOnednn : Engine::kAten;
   return std::unique_ptr<FusedOp>(std::move(result));
+}
+
+TuningSources TuningSources::of(const CompileOptions& o) {
+  return {o.tuningDb, o.replayTunings, o.recordTunings, o.replayMiss};
+}
+
+StatusOr<kernels::TuningDecision> tuneOrReplay(const TuningSources& s, const kernels::TuningKey& key,
+                                               const std::string& what,
+                                               const std::vector<kernels::Candidate>& candidates, int warmup,
+                                               int repeats) {
+  if (s.replay != nullptr) {  // a saved plan: its decision, never a timing
+    auto saved = s.replay->find(key.canonical());
+    if (saved == s.replay->end()) {
+      if (s.replayMiss != nullptr && s.replayMiss->empty()) {
+        *s.replayMiss = "tuning key " + key.shortHash() + " (" + what + ") is not in the saved plan";
+      }
+      return Status(StatusCode::kNotFound, "not in the saved plan");
+    }
+    if (s.record != nullptr) (*s.record)[key.canonical()] = saved->second;
+    return saved->second;
+  }
+  if (s.db == nullptr) return Status(StatusCode::kNotFound, "no tuning database");
+  auto decided = kernels::tuneOrLookup(*s.db, key, candidates, warmup, repeats);
+  if (decided.isOk() && s.record != nullptr) (*s.record)[key.canonical()] = *decided;
+  return decided;
 }
 
 std::string FusedOp::runsOn() const {

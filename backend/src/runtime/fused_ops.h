@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,6 +70,25 @@ class FusedOp {
   /// How the chosen engine reads the weights: "in place", "packed", "prepacked", or "" (none).
   virtual std::string weightLayout() const { return ""; }
 };
+
+/// Where a planning-time decision comes from and is kept (CompileOptions' tuningDb, replayTunings,
+/// recordTunings, replayMiss): the partition tuner and the ops' own choices share it.
+struct TuningSources {
+  kernels::TuningDb* db = nullptr;
+  const std::map<std::string, kernels::TuningDecision>* replay = nullptr;
+  std::map<std::string, kernels::TuningDecision>* record = nullptr;
+  std::string* replayMiss = nullptr;
+  static TuningSources of(const CompileOptions& options);
+  bool available() const { return db != nullptr || replay != nullptr; }
+};
+
+/// A saved plan's decision for \p key when replaying one (a key it lacks sets *replayMiss, naming
+/// \p what, and is kNotFound), else the database's or a timing of \p candidates; either way
+/// recorded in s.record when set.
+StatusOr<kernels::TuningDecision> tuneOrReplay(const TuningSources& s, const kernels::TuningKey& key,
+                                               const std::string& what,
+                                               const std::vector<kernels::Candidate>& candidates, int warmup,
+                                               int repeats);
 
 inline constexpr const char* kRowwiseOp = "verifuse::rowwise";
 
