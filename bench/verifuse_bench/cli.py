@@ -21,8 +21,10 @@ import os
 import sys
 from pathlib import Path
 
-QUICK_DEFAULTS = {"iters": 10, "warmup": 2, "chunk": 5, "time_budget": 15.0}
-FULL_DEFAULTS = {"iters": 30, "warmup": 3, "chunk": 5, "time_budget": 60.0}
+# chunk 1: every round runs each backend once, so each timed call has a partner of every other
+# backend seconds away, and the verdicts pair them by round (harness.ratio_uncertainty).
+QUICK_DEFAULTS = {"iters": 10, "warmup": 2, "chunk": 1, "time_budget": 15.0}
+FULL_DEFAULTS = {"iters": 30, "warmup": 3, "chunk": 1, "time_budget": 60.0}
 
 
 def _csv(s: str) -> list[str]:

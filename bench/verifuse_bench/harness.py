@@ -70,7 +70,7 @@ class BenchOptions:
     threads: list[int] = field(default_factory=lambda: [1])
     iters: int = 30  # timed iterations per backend and configuration
     warmup: int = 3  # untimed iterations per backend right after its compile call
-    chunk: int = 5  # iterations per backend per round (round-robin alternation)
+    chunk: int = 1  # iterations per backend per round (round-robin alternation; verdicts pair rounds)
     time_budget_s: float = 60.0  # per configuration; stops rounds early (>= min_iters kept)
     min_iters: int = 5
     seed: int = 0
@@ -1053,7 +1053,7 @@ def run_config(bm: BenchModel, model: torch.nn.Module, inputs: Inputs, batch: in
         for p in prepared.values():  # the timing is over: Dynamo's reset below recompiles them all
             p.fn = None
         vb["compile_warm_s"] = warm_verifuse_compile(model, inputs, opts, threads)
-    entry["ratios"] = config_ratios(entry["backends"])
+    entry["ratios"] = config_ratios(entry["backends"], chunk=opts.chunk)
     entry["load_avg_after"] = load_average()
     entry["wall_s"] = time.perf_counter() - t_cfg
     for p in prepared.values():  # drop compiled models before the next configuration
@@ -1102,9 +1102,20 @@ VERDICT_LEVEL = 0.95
 VERDICT_RESAMPLES = 2000
 
 
-def ratio_uncertainty(verifuse_ms: list | None, peer_ms: list | None, seed: int = 0) -> dict[str, Any]:
-    """The bootstrap interval of peer median / verifuse median, the win probability and the
-    verdict ("win", "tie", "loss"); empty when either side has fewer than 3 samples."""
+def ratio_uncertainty(verifuse_ms: list | None, peer_ms: list | None, seed: int = 0,
+                      chunk: int | None = None) -> dict[str, Any]:
+    """The 95% interval of peer / verifuse, the win probability and the verdict ("win", "tie",
+    "loss"); empty when either side has fewer than 3 samples.
+
+    Paired by round when it can be: the calls were taken round-robin, ``chunk`` per backend per
+    round, so sample i of both lists belongs to round i // chunk, minutes apart from other rounds
+    but seconds apart from each other. This host's speed drifts by up to 1.5x over minutes, which
+    moves both backends of a round alike: the ratio of each round's two chunk medians cancels it,
+    and the interval is a bootstrap over rounds of their median (the win probability: the share
+    of rounds verifuse won). Unpaired samples treated as independent gave intervals that excluded
+    1 on drift alone (RoBERTa "lost" 0.81 in a sweep where BERT, the same computation, tied 1.05).
+    With fewer than 5 whole rounds, or lists of different lengths: a bootstrap of each side's
+    median, samples treated as independent ("verdict_method" says which)."""
     import random
     import statistics
 
@@ -1112,19 +1123,31 @@ def ratio_uncertainty(verifuse_ms: list | None, peer_ms: list | None, seed: int 
     if len(v) < 3 or len(p) < 3:
         return {}
     rng = random.Random(seed)  # deterministic: the same samples give the same verdict
-    ratios = sorted(statistics.median(rng.choices(p, k=len(p))) / statistics.median(rng.choices(v, k=len(v)))
-                    for _ in range(VERDICT_RESAMPLES))
     tail = (1 - VERDICT_LEVEL) / 2
+    rounds = len(v) // chunk if chunk and chunk > 0 and len(v) == len(p) else 0
+    if rounds >= 5:
+        per_round = [statistics.median(p[j * chunk:(j + 1) * chunk]) / statistics.median(v[j * chunk:(j + 1) * chunk])
+                     for j in range(rounds)]
+        ratios = sorted(statistics.median(rng.choices(per_round, k=rounds)) for _ in range(VERDICT_RESAMPLES))
+        wins = sum((r > 1) + 0.5 * (r == 1) for r in per_round) / rounds
+        method = f"paired by round ({rounds} rounds of {chunk})"
+        extra = {"verifuse_vs_best_peer_paired": statistics.median(per_round)}
+    else:
+        ratios = sorted(statistics.median(rng.choices(p, k=len(p))) / statistics.median(rng.choices(v, k=len(v)))
+                        for _ in range(VERDICT_RESAMPLES))
+        wins = sum((a < b) + 0.5 * (a == b) for a in v for b in p) / (len(v) * len(p))
+        method = "unpaired (calls as independent samples)"
+        extra = {}
     lo = ratios[int(tail * (len(ratios) - 1))]
     hi = ratios[int((1 - tail) * (len(ratios) - 1))]
-    wins = sum((a < b) + 0.5 * (a == b) for a in v for b in p)
     verdict = "win" if lo > 1 else "loss" if hi < 1 else "tie"
-    return {"verifuse_vs_best_peer_ci": [lo, hi], "verifuse_win_probability": wins / (len(v) * len(p)),
-            "verdict": verdict}
+    return {"verifuse_vs_best_peer_ci": [lo, hi], "verifuse_win_probability": wins, "verdict": verdict,
+            "verdict_method": method, **extra}
 
 
-def config_ratios(backends: dict[str, Any]) -> dict[str, Any]:
-    """Speed-ups of one configuration (baseline median / backend median: > 1 means faster)."""
+def config_ratios(backends: dict[str, Any], chunk: int | None = None) -> dict[str, Any]:
+    """Speed-ups of one configuration (baseline median / backend median: > 1 means faster);
+    ``chunk``: calls per backend per round-robin round, for the paired verdict."""
     eager = _median(backends.get("eager"))
     r: dict[str, Any] = {"speedup_vs_eager": {}}
     for name, b in backends.items():
@@ -1162,7 +1185,8 @@ def config_ratios(backends: dict[str, Any]) -> dict[str, Any]:
         vf = None
     r["verifuse_vs_best_peer"] = best[0] / vf if best and vf else None
     if best and vf:
-        r.update(ratio_uncertainty(backends["verifuse"].get("samples_ms"), backends[best[1]].get("samples_ms")))
+        r.update(ratio_uncertainty(backends["verifuse"].get("samples_ms"), backends[best[1]].get("samples_ms"),
+                                   chunk=chunk))
     ind_m = _median(backends.get(ind_best)) if ind_best else None
     r["verifuse_vs_inductor"] = ind_m / vf if ind_m and vf else None
     ci = (backends.get(ind_best) or {}).get("compile_s") if ind_best else None

@@ -154,7 +154,7 @@ def run_config_process(opts: BenchOptions, model: str, batch: int, threads: int,
         entry["backends"] = {n: entry["backends"][n] for n in opts.backends if n in entry["backends"]}
         from .harness import config_ratios
 
-        entry["ratios"] = config_ratios(entry["backends"])
+        entry["ratios"] = config_ratios(entry["backends"], chunk=opts.chunk)
     res["killed"] = killed
     from .worker import _write_json
 

@@ -195,9 +195,13 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines += ["", "## verifuse vs the best peer" + (f" ({report['settings']['dtype']})" if bf16 else ""), "",
               "Median latency in ms per call. *best peer* = the fastest of inductor (its fastest accurate variant: default with freezing, without freezing, max-autotune, cpp_wrapper, those the run had), "
               "OpenVINO and zentorch with accurate results; *verifuse vs best peer* = best peer's median / "
-              "verifuse's median (> 1: verifuse is faster), with its 95% bootstrap interval over the timed calls "
-              "and the verdict: **win** when the interval lies above 1, **loss** below 1, otherwise **tie**; "
-              "*P(faster)* = the chance that a verifuse call beats a best-peer call. A verifuse row that fails "
+              "verifuse's median (> 1: verifuse is faster), with its 95% bootstrap interval and the verdict: "
+              "**win** when the interval lies above 1, **loss** below 1, otherwise **tie**. The interval is paired "
+              "by round where the run had at least 5 rounds (`--chunk 1` gives one per timed call): each round's "
+              "best-peer / verifuse ratio, its calls seconds apart, so the host's drift over minutes cancels; "
+              "the bootstrap is over rounds, and *P(faster)* = the share of rounds verifuse won. Otherwise the "
+              "calls are resampled as independent and *P(faster)* = the chance that a verifuse call beats a "
+              "best-peer call (each row's `verdict_method` in the JSON says which). A verifuse row that fails "
               "the accuracy check is FAILED, whatever its speed, and is left out of the geomeans.", ""]
     head = ["model", "batch", "thr", "eager"] + cols + (["verifuse"] if has_vf else []) + ["best peer"]
     if has_vf:

@@ -695,6 +695,35 @@ def test_verdicts_come_from_the_interval_not_the_median():
     assert harness.ratio_uncertainty([1.0, 2.0], noisy_p) == {}  # too few calls: no verdict
 
 
+
+def test_verdicts_pair_the_calls_of_a_round_so_host_drift_cancels():
+    """The host's speed drifts by up to 1.5x over minutes. Calls of one round are seconds apart,
+    so a round's ratio cancels the drift: a steady 3% lead under drift is a win when paired, while
+    the same calls resampled as independent cannot tell it from the drift (a tie). Equal speed
+    under drift stays a tie; too few rounds falls back to the unpaired interval and says so."""
+    drift = [1.0 + 0.5 * ((7 * j) % 15) / 14 for j in range(15)]  # host speed factor per round
+    wobble = [1.0 + 0.004 * ((3 * j) % 5 - 2) for j in range(15)]
+    verifuse = [9.7 * f * w for f, w in zip(drift, wobble)]
+    peer = [10.0 * f for f in drift]
+    paired = harness.ratio_uncertainty(verifuse, peer, chunk=1)
+    assert paired["verdict_method"] == "paired by round (15 rounds of 1)"
+    assert paired["verdict"] == "win" and paired["verifuse_vs_best_peer_ci"][0] > 1, paired
+    assert paired["verifuse_win_probability"] == 1.0
+    assert paired["verifuse_vs_best_peer_paired"] == pytest.approx(10.0 / 9.7, rel=0.01)
+    unpaired = harness.ratio_uncertainty(verifuse, peer)
+    assert unpaired["verdict"] == "tie" and unpaired["verdict_method"].startswith("unpaired"), unpaired
+    equal = harness.ratio_uncertainty([10.0 * f * w for f, w in zip(drift, wobble)], peer, chunk=1)
+    assert equal["verdict"] == "tie", equal
+    # 15 calls in chunks of 5 are 3 rounds: too few to pair.
+    assert harness.ratio_uncertainty(verifuse, peer, chunk=5)["verdict_method"].startswith("unpaired")
+    # config_ratios pairs with the run's chunk.
+    def b(samples):
+        return {"status": "ok", "samples_ms": samples, "latency_ms": harness.latency_stats(samples),
+                "accuracy": {"ok": True}}
+    r = harness.config_ratios({"eager": b([20.0 * f for f in drift]), "inductor": b(peer),
+                               "verifuse": b(verifuse)}, chunk=1)
+    assert r["verdict"] == "win" and r["verdict_method"].startswith("paired"), r
+
 def test_an_inaccurate_verifuse_row_is_a_failed_row():
     def backends(vf_ok: bool) -> dict:
         samples = {"eager": [100.0, 99.0, 101.0, 100.5], "inductor": [40.0, 41.0, 39.0, 40.5],

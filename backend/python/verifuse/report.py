@@ -49,6 +49,7 @@ class GraphReport:
     reorders_before: int = 0       # conversions if every oneDNN node were its own partition
     timings_run: int = 0           # autotuner timings this compile ran: engines and weight layouts (0 with a warm tuning DB)
     tuning_inputs_made: int = 0    # partitions given random timing inputs (0 with a warm tuning DB)
+    tuning_inputs_through_views: int = 0  # of their tensors, made through the model's views (its strides)
     tuning_db: str = ""
     # Rule id -> rewrites applied (every phase: canonicalization, no-ops, dead code, fusions).
     rewrites: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -188,7 +189,8 @@ class Report:
                 {"graph": g.graph_id, "engine": g.engine, "nodes": g.num_nodes, "constants": g.num_constants,
                  "ops": dict(g.ops), "compile_seconds": g.compile_seconds, "reorders": g.reorders,
                  "reorders_before": g.reorders_before, "timings_run": g.timings_run,
-                 "tuning_inputs_made": g.tuning_inputs_made, "tuning_db": g.tuning_db,
+                 "tuning_inputs_made": g.tuning_inputs_made,
+                 "tuning_inputs_through_views": g.tuning_inputs_through_views, "tuning_db": g.tuning_db,
                  "trace_seconds": g.trace_seconds, "pipeline_seconds": g.pipeline_seconds, "plan_seconds": g.plan_seconds,
                  "lowering_seconds": g.lowering_seconds, "first_run_seconds": g.first_run_seconds,
                  "weight_copy_bytes": g.weight_copy_bytes, "aten_trace": g.aten_trace,

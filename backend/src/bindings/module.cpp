@@ -91,6 +91,7 @@ py::dict statsDict(const runtime::CompiledGraph& cg) {
   d["folded_made_contiguous"] = s.foldedMadeContiguous;
   d["channels_last_pools"] = s.channelsLastPools;
   d["tuning_inputs_made"] = s.tuningInputsMade;
+  d["tuning_inputs_through_views"] = s.tuningInputsThroughViews;
   std::map<std::string, int> ops;
   for (const auto& n : cg.graph().nodes()) ops[n.qualifiedName()]++;
   d["ops"] = ops;

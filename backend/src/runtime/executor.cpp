@@ -778,6 +778,46 @@ bool geluOnShortK(const ir::Graph& g, const ir::Node& n) {
 Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vector<c10::IValue>& slots, bool exact,
                 std::optional<Engine> engine, bool keepValues = false, std::atomic<int64_t>* stepNs = nullptr);
 
+/// The value a partition input \p id is a view of, when it is made from one through a short chain
+/// of the plan's own ATen view steps (split, view, transpose, ...) whose other arguments are
+/// fixed: the chain's nodes go to \p chain, nearest first. nullopt when \p id is not such a view.
+std::optional<ValueId> viewChainRoot(const ir::Graph& graph, const std::map<ir::NodeId, size_t>& indexOf,
+                                     const std::vector<size_t>& stepOf, const CompiledGraph::Impl& impl, ValueId id,
+                                     std::vector<size_t>& chain) {
+  static const std::set<std::string> kViews = {
+      "aten::view",       "aten::_unsafe_view", "aten::reshape",          "aten::transpose.int", "aten::permute",
+      "aten::slice.Tensor", "aten::split.Tensor", "aten::split_with_sizes", "aten::select.int",    "aten::unsqueeze",
+      "aten::squeeze.dim", "aten::expand",       "aten::t",                "aten::alias",         "aten::unbind.int"};
+  constexpr size_t kMaxChain = 8;
+  chain.clear();
+  ValueId cur = id;
+  while (chain.size() < kMaxChain) {
+    const ir::Value& v = graph.value(cur);
+    auto it = indexOf.find(v.producer);
+    if (v.producer < 0 || it == indexOf.end()) break;
+    const size_t k = it->second;
+    const ir::Node& n = graph.nodes()[k];
+    if (!kViews.count(n.op) || stepOf[k] == SIZE_MAX || n.args.empty() || !n.args[0].isValue()) break;
+    const Step& step = impl.steps[stepOf[k]];
+    if (step.fused || step.builtin || !step.op) break;
+    // Sizes, dims and offsets known now, not values of the call (nor inside a list).
+    std::function<bool(const Arg&)> fixed = [&](const Arg& a) {
+      if (a.isValue() || a.isConstant()) return false;
+      for (const Arg& e : a.list) {
+        if (!fixed(e)) return false;
+      }
+      return true;
+    };
+    bool fixedRest = true;
+    for (size_t a = 1; a < n.args.size(); ++a) fixedRest = fixedRest && fixed(n.args[a]);
+    if (!fixedRest) break;
+    chain.push_back(k);
+    cur = static_cast<ValueId>(n.args[0].i);
+  }
+  if (chain.empty() || !graph.value(cur).hasStaticShape()) return std::nullopt;
+  return cur;
+}
+
 }  // namespace
 
 StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std::vector<int32_t> inputArgIndex,
@@ -1306,15 +1346,19 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       for (const auto& entry : impl->folded) isFolded[static_cast<size_t>(entry.first)] = true;
       std::vector<ValueId> randomInputs;
       std::vector<std::vector<int64_t>> inputShapes;
-      // Which inputs arrive channels-last: a convolution's timing depends on it (a plain input
-      // costs oneDNN a conversion that ATen's kernel does not pay), so it is part of the key.
-      // Keys of partitions without a channels-last input stay what they were.
+      // Which inputs arrive channels-last, or as views: a convolution's timing depends on it (a
+      // plain input costs oneDNN a conversion that ATen's kernel does not pay), and attention's
+      // on q/k/v's strides, so it is part of the key. Keys of partitions whose inputs are all
+      // dense stay what they were.
       std::string inputLayouts;
+      // 'v': made through the model's view steps (its strides, see partitionInputs).
+      std::vector<size_t> viewChain;
       auto layoutLetter = [&](ValueId v) {
-        return channelsLast[static_cast<size_t>(v)] && graph.value(v).shape.size() >= 4 ? 'c' : 'd';
+        if (channelsLast[static_cast<size_t>(v)] && graph.value(v).shape.size() >= 4) return 'c';
+        return viewChainRoot(graph, indexOf, stepOf, *impl, v, viewChain) ? 'v' : 'd';
       };
       auto layoutTag = [](const std::string& letters) {
-        return letters.find('c') == std::string::npos ? std::string() : " inputs:" + letters;
+        return letters.find_first_not_of('d') == std::string::npos ? std::string() : " inputs:" + letters;
       };
       std::set<ValueId> produced;
       for (size_t st = begin; st < end; ++st) {
@@ -1333,14 +1377,36 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
         impl->stats.tuningInputsMade++;
         slots.resize(graph.numValues());
         for (const auto& [v, value] : impl->folded) slots[static_cast<size_t>(v)] = value;
-        for (ValueId id : randomInputs) {
+        auto randomOf = [&](ValueId id) {
           const ir::Value& v = graph.value(id);
           // A bf16 model's activations are bf16; everything else is timed on float32 as before.
           const at::ScalarType type = v.dtype == ir::DType::BFloat16 ? at::kBFloat16 : at::kFloat;
           at::Tensor t = at::randn(v.shape, at::TensorOptions().dtype(type));
           if (channelsLast[static_cast<size_t>(id)] && v.shape.size() == 4) t = t.contiguous(at::MemoryFormat::ChannelsLast);
           if (channelsLast[static_cast<size_t>(id)] && v.shape.size() == 5) t = t.contiguous(at::MemoryFormat::ChannelsLast3d);
-          slots[static_cast<size_t>(id)] = std::move(t);
+          return t;
+        };
+        for (ValueId id : randomInputs) {
+          if (!slots[static_cast<size_t>(id)].isNone()) continue;  // made by an earlier input's view chain
+          // An input the model hands over through views (SDPA's q, k and v: a projection's output
+          // split per head and transposed) is made the same way, from a random root through the
+          // plan's own view steps, so it has the model's strides: the engines do not pay the same
+          // for strided rows (BERT-shaped attention on AVX2: the attention engine 4% ahead of
+          // ATen's on dense q/k/v, 3-5% behind on the model's transposed views).
+          std::vector<size_t> chain;
+          if (auto root = viewChainRoot(graph, indexOf, stepOf, *impl, id, chain)) {
+            if (slots[static_cast<size_t>(*root)].isNone()) slots[static_cast<size_t>(*root)] = randomOf(*root);
+            bool ok = true;
+            for (auto it = chain.rbegin(); it != chain.rend() && ok; ++it) {
+              ok = runSteps(*impl, stepOf[*it], stepOf[*it] + 1, slots, false, std::nullopt, /*keepValues=*/true).isOk();
+            }
+            const c10::IValue& made = slots[static_cast<size_t>(id)];
+            if (ok && made.isTensor() && made.toTensor().sizes().vec() == graph.value(id).shape) {
+              impl->stats.tuningInputsThroughViews++;
+              continue;
+            }
+          }
+          slots[static_cast<size_t>(id)] = randomOf(id);
         }
         return slots;
       };

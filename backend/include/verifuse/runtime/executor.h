@@ -117,6 +117,9 @@ struct ExecutorStats {
   /// Partitions whose random timing inputs were made: 0 when the tuning database (or a saved
   /// plan) answered every key, since inputs are made only for a candidate that really runs.
   size_t tuningInputsMade = 0;
+  /// Timing inputs made from a random root through the model's own view steps, so with its
+  /// strides (SDPA's transposed q, k, v), instead of dense random tensors.
+  size_t tuningInputsThroughViews = 0;
   int64_t weightCopyBytes = 0;    ///< every partition's PartitionDecision::weightCopyBytes
 };
 
