@@ -999,9 +999,17 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       // 0.074 vs 0.064, [1,12,64,64] 0.202 vs 0.131, BERT's [1,12,128,64] 0.66 vs 0.35,
       // [1,6,1500,64] 39-40 vs 19.3 ms): the kernel pays two matmul calls and some copies per
       // (batch, head, block), so it needs at least 2^17 multiply-adds per (batch, head).
+      // Below AVX-512 the float32 attention engine has no own tiles and calls oneDNN's matmuls
+      // per block: measured in the model on AVX2 (SPR capped, 1 thread), ATen's kernel is ahead
+      // at every shape it was timed on there (Whisper's [1,6,1500,64], too big to time: 341 vs
+      // 366 ms for its 4 layers; BERT's [1,12,128,64] on the model's views: 3-5%), so an untimed
+      // float32 SDPA takes ATen on that tier.
       const ir::Value& q = graph.value(static_cast<ValueId>(first.args[0].i));
       const double heads = q.shape.size() == 4 ? static_cast<double>(q.shape[0] * q.shape[1]) : 1.0;
-      heuristicEngine[p] = partitionStatic[p] && partitionMacs[p] >= 131072.0 * heads ? Engine::kOnednn : Engine::kAten;
+      const bool f32WithoutTiles = q.dtype == ir::DType::Float32 && !kernels::capabilities().attentionOwnTilesF32();
+      heuristicEngine[p] = partitionStatic[p] && partitionMacs[p] >= 131072.0 * heads && !f32WithoutTiles
+                               ? Engine::kOnednn
+                               : Engine::kAten;
       if (partitionForced[p]) heuristicEngine[p] = forcedAttention == "onednn" ? Engine::kOnednn : Engine::kAten;
     } else if (allRows) {
       heuristicEngine[p] = Engine::kRowwise;

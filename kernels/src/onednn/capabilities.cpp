@@ -88,6 +88,8 @@ bool Capabilities::onednnInt8WithoutSaturation() const {
          onednnTier == Tier::kAmx;
 }
 
+bool Capabilities::attentionOwnTilesF32() const { return cpu.usable.avx512(); }
+
 std::string Capabilities::summary() const {
   std::string s = std::string("tier ") + cpu::tierName(tier());
   if (cpu.cap) s += std::string(" (capped by ") + cpu.capSource + "; the CPU is " + cpu::tierName(cpu.detectedTier) + ")";

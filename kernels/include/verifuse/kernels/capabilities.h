@@ -29,6 +29,9 @@ struct Capabilities {
   /// tdpbusd: exact in s32. Below that they use vpmaddubsw, whose s16 pair sums saturate
   /// (kernels/int_arithmetic.h; oneDNN's doc/advanced/int8_computations.md).
   bool onednnInt8WithoutSaturation() const;
+  /// Float32 attention runs both matmuls on verifuse's own AVX-512 register tiles; below that
+  /// tier the attention engine calls oneDNN's matmuls per block instead.
+  bool attentionOwnTilesF32() const;
   /// One line: "tier avx2 (capped by VERIFUSE_MAX_ISA=avx2; CPU amx), oneDNN avx2".
   std::string summary() const;
 };
