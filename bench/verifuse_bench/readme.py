@@ -70,13 +70,17 @@ def block_for(report: dict[str, Any], name: str) -> list[str]:
                      f"{f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else '–'} | {verdict} |")
     rows = [g for g in report.get("summary", {}).get("geomeans", []) if g.get("scope") == "all"]
     per_config = [g for g in rows if g.get("batch") != "all"]
+    # Runs before the paired verdicts recorded no method: their intervals resampled calls alone.
+    methods = sorted({e["ratios"].get("verdict_method", "unpaired (calls as independent samples)").split(" (")[0]
+                      for e in report.get("results", []) if e.get("ratios", {}).get("verdict")})
+    method = " / ".join(methods) or "–"
     for g in per_config + ([g for g in rows if g.get("batch") == "all"] if len(per_config) > 1 else []):
         vd = g.get("verdicts") or {}
         gm = g.get("verifuse_vs_best_peer")
         lines += ["", f"Geomean verifuse vs the best peer **{gm:.2f}** over {g['n_configs']} configurations "
                       f"(batch {g['batch']}, {g['threads']} thread(s)): **{vd.get('win', 0)} wins, {vd.get('tie', 0)} "
                       f"ties, {vd.get('loss', 0)} losses**" + (f", {vd['failed']} failed" if vd.get("failed") else "")
-                      + " (a win or a loss only when the 95% interval excludes 1)."]
+                      + f" (a win or a loss only when the 95% interval excludes 1; intervals {method})."]
     return lines
 
 
