@@ -788,6 +788,7 @@ std::optional<ValueId> viewChainRoot(const ir::Graph& graph, const std::map<ir::
       "aten::view",       "aten::_unsafe_view", "aten::reshape",          "aten::transpose.int", "aten::permute",
       "aten::slice.Tensor", "aten::split.Tensor", "aten::split_with_sizes", "aten::select.int",    "aten::unsqueeze",
       "aten::squeeze.dim", "aten::expand",       "aten::t",                "aten::alias",         "aten::unbind.int"};
+  // (qualified names: "aten::view" is the default overload, "aten::slice.Tensor" another)
   constexpr size_t kMaxChain = 8;
   chain.clear();
   ValueId cur = id;
@@ -797,7 +798,7 @@ std::optional<ValueId> viewChainRoot(const ir::Graph& graph, const std::map<ir::
     if (v.producer < 0 || it == indexOf.end()) break;
     const size_t k = it->second;
     const ir::Node& n = graph.nodes()[k];
-    if (!kViews.count(n.op) || stepOf[k] == SIZE_MAX || n.args.empty() || !n.args[0].isValue()) break;
+    if (!kViews.count(n.qualifiedName()) || stepOf[k] == SIZE_MAX || n.args.empty() || !n.args[0].isValue()) break;
     const Step& step = impl.steps[stepOf[k]];
     if (step.fused || step.builtin || !step.op) break;
     // Sizes, dims and offsets known now, not values of the call (nor inside a list).
@@ -815,6 +816,17 @@ std::optional<ValueId> viewChainRoot(const ir::Graph& graph, const std::map<ir::
     cur = static_cast<ValueId>(n.args[0].i);
   }
   if (chain.empty() || !graph.value(cur).hasStaticShape()) return std::nullopt;
+  // The root is made dense, so it must be dense in the model too: a graph input (taken dense,
+  // as every timing input always was) or a verifuse op's output (its kernels write dense
+  // tensors). Not an ATen op's: SDPA returns [b, h, s, d] laid out as [b, s, h, d], which a dense
+  // root would turn into a view the model's own view step cannot take.
+  const ir::NodeId rootProducer = graph.value(cur).producer;
+  if (rootProducer >= 0) {
+    auto it = indexOf.find(rootProducer);
+    if (it == indexOf.end()) return std::nullopt;
+    const ir::Node& n = graph.nodes()[it->second];
+    if (!rules::isFusedOp(n) && n.op != kRowwiseOp) return std::nullopt;
+  }
   return cur;
 }
 
