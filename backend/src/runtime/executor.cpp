@@ -792,6 +792,14 @@ std::optional<ValueId> viewChainRoot(const ir::Graph& graph, const std::map<ir::
   constexpr size_t kMaxChain = 8;
   chain.clear();
   ValueId cur = id;
+  // Sizes, dims and offsets known now, not values of the call (nor inside a list).
+  std::function<bool(const Arg&)> fixed = [&](const Arg& a) {
+    if (a.isValue() || a.isConstant()) return false;
+    for (const Arg& e : a.list) {
+      if (!fixed(e)) return false;
+    }
+    return true;
+  };
   while (chain.size() < kMaxChain) {
     const ir::Value& v = graph.value(cur);
     auto it = indexOf.find(v.producer);
@@ -801,14 +809,6 @@ std::optional<ValueId> viewChainRoot(const ir::Graph& graph, const std::map<ir::
     if (!kViews.count(n.qualifiedName()) || stepOf[k] == SIZE_MAX || n.args.empty() || !n.args[0].isValue()) break;
     const Step& step = impl.steps[stepOf[k]];
     if (step.fused || step.builtin || !step.op) break;
-    // Sizes, dims and offsets known now, not values of the call (nor inside a list).
-    std::function<bool(const Arg&)> fixed = [&](const Arg& a) {
-      if (a.isValue() || a.isConstant()) return false;
-      for (const Arg& e : a.list) {
-        if (!fixed(e)) return false;
-      }
-      return true;
-    };
     bool fixedRest = true;
     for (size_t a = 1; a < n.args.size(); ++a) fixedRest = fixedRest && fixed(n.args[a]);
     if (!fixedRest) break;
@@ -1013,9 +1013,9 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
       // (batch, head, block), so it needs at least 2^17 multiply-adds per (batch, head).
       // Below AVX-512 the float32 attention engine has no own tiles and calls oneDNN's matmuls
       // per block: measured in the model on AVX2 (SPR capped, 1 thread), ATen's kernel is ahead
-      // at every shape it was timed on there (Whisper's [1,6,1500,64], too big to time: 341 vs
-      // 366 ms for its 4 layers; BERT's [1,12,128,64] on the model's views: 3-5%), so an untimed
-      // float32 SDPA takes ATen on that tier.
+      // at Whisper's [1,6,1500,64], too big to time (341 vs 366 ms for its 4 layers), so an
+      // untimed float32 SDPA takes ATen on that tier. Timed ones are decided by their timing
+      // (BERT's [1,12,128,64] on its real layout: the engine 1.21 ms, ATen 1.36).
       const ir::Value& q = graph.value(static_cast<ValueId>(first.args[0].i));
       const double heads = q.shape.size() == 4 ? static_cast<double>(q.shape[0] * q.shape[1]) : 1.0;
       const bool f32WithoutTiles = q.dtype == ir::DType::Float32 && !kernels::capabilities().attentionOwnTilesF32();
@@ -1411,8 +1411,8 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
           // An input the model hands over through views (SDPA's q, k and v: a projection's output
           // split per head and transposed) is made the same way, from a random root through the
           // plan's own view steps, so it has the model's strides: the engines do not pay the same
-          // for strided rows (BERT-shaped attention on AVX2: the attention engine 4% ahead of
-          // ATen's on dense q/k/v, 3-5% behind on the model's transposed views).
+          // for strided rows (AVX2, [1,12,128,64]: the attention engine 4% ahead of ATen's kernel
+          // on dense q/k/v, 3-5% behind on transposed views of a split input).
           std::vector<size_t> chain;
           if (auto root = viewChainRoot(graph, indexOf, stepOf, *impl, id, chain)) {
             if (slots[static_cast<size_t>(*root)].isNone()) slots[static_cast<size_t>(*root)] = randomOf(*root);

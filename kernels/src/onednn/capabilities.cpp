@@ -2,6 +2,8 @@
 // use, and oneDNN's effective ISA read back.
 #include "verifuse/kernels/capabilities.h"
 
+#include "cpu/attention_tiles.h"
+
 #include <dnnl.hpp>
 
 
@@ -88,7 +90,8 @@ bool Capabilities::onednnInt8WithoutSaturation() const {
          onednnTier == Tier::kAmx;
 }
 
-bool Capabilities::attentionOwnTilesF32() const { return cpu.usable.avx512(); }
+// The attention kernel's own test (attention.cpp), so the planner and the kernel cannot disagree.
+bool Capabilities::attentionOwnTilesF32() const { return cpu::attentionTilesF32Available(); }
 
 std::string Capabilities::summary() const {
   std::string s = std::string("tier ") + cpu::tierName(tier());
