@@ -49,5 +49,5 @@ def test_compiled_graph_runs_and_detects_stale_weights():
     (y,) = plan.run([w, x_val])
     torch.testing.assert_close(y, x_val @ w)
     w.mul_(2)
-    with pytest.raises(_C.StaleWeightsError, match="modified in place"):
+    with pytest.raises(_C.WeightsModifiedError, match="modified in place"):
         plan.run([w, x_val])

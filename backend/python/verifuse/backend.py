@@ -512,6 +512,7 @@ class CompiledGraphRunner:
         from . import _C
 
         self._stale_weights_error = _C.StaleWeightsError  # looked up once, not per call
+        self._weights_modified_error = _C.WeightsModifiedError  # a StaleWeightsError
         self._unsupported_error = _C.UnsupportedError
         self._exact_plan = None
         self._ran = False
@@ -583,7 +584,7 @@ class CompiledGraphRunner:
         try:
             out = plan.run(args)
         except self._stale_weights_error as err:
-            plan = self._refresh(plan, args, "modified in place" in str(err))
+            plan = self._refresh(plan, args, isinstance(err, self._weights_modified_error))
             out = self._run_checked(plan, args)
         except self._unsupported_error:
             out = self._exact(args)

@@ -50,6 +50,7 @@ class GraphReport:
     timings_run: int = 0           # autotuner timings this compile ran: engines and weight layouts (0 with a warm tuning DB)
     tuning_inputs_made: int = 0    # partitions given random timing inputs (0 with a warm tuning DB)
     tuning_inputs_through_views: int = 0  # of their tensors, made through the model's views (its strides)
+    plan_passes: list[str] = dataclasses.field(default_factory=list)  # the planning passes that changed the plan, in order
     tuning_db: str = ""
     # Rule id -> rewrites applied (every phase: canonicalization, no-ops, dead code, fusions).
     rewrites: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -190,7 +191,8 @@ class Report:
                  "ops": dict(g.ops), "compile_seconds": g.compile_seconds, "reorders": g.reorders,
                  "reorders_before": g.reorders_before, "timings_run": g.timings_run,
                  "tuning_inputs_made": g.tuning_inputs_made,
-                 "tuning_inputs_through_views": g.tuning_inputs_through_views, "tuning_db": g.tuning_db,
+                 "tuning_inputs_through_views": g.tuning_inputs_through_views, "plan_passes": list(g.plan_passes),
+                 "tuning_db": g.tuning_db,
                  "trace_seconds": g.trace_seconds, "pipeline_seconds": g.pipeline_seconds, "plan_seconds": g.plan_seconds,
                  "lowering_seconds": g.lowering_seconds, "first_run_seconds": g.first_run_seconds,
                  "weight_copy_bytes": g.weight_copy_bytes, "aten_trace": g.aten_trace,

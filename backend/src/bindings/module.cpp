@@ -21,12 +21,16 @@ namespace py = pybind11;
 namespace verifuse::bindings {
 namespace {
 PyObject* gStaleWeightsError = nullptr;
+PyObject* gWeightsModifiedError = nullptr;
 PyObject* gUnsupportedError = nullptr;
+PyObject* gNeedsExactPlanError = nullptr;
 }  // namespace
 
 [[noreturn]] void raise(const Status& status) {
   PyObject* type = PyExc_RuntimeError;
   if (status.code() == StatusCode::kStaleWeights) type = gStaleWeightsError;
+  else if (status.code() == StatusCode::kWeightsModified) type = gWeightsModifiedError;
+  else if (status.code() == StatusCode::kNeedsExactPlan) type = gNeedsExactPlanError;
   else if (status.code() == StatusCode::kUnsupported || status.code() == StatusCode::kUnimplemented) type = gUnsupportedError;
   else if (status.code() == StatusCode::kInvalidGraph) type = PyExc_ValueError;
   const bool asEager = status.code() == StatusCode::kInvalidArgument && !status.message().empty();
@@ -92,6 +96,7 @@ py::dict statsDict(const runtime::CompiledGraph& cg) {
   d["channels_last_pools"] = s.channelsLastPools;
   d["tuning_inputs_made"] = s.tuningInputsMade;
   d["tuning_inputs_through_views"] = s.tuningInputsThroughViews;
+  d["plan_passes"] = s.planPassesChanged;
   std::map<std::string, int> ops;
   for (const auto& n : cg.graph().nodes()) ops[n.qualifiedName()]++;
   d["ops"] = ops;
@@ -183,6 +188,12 @@ void registerCore(py::module_& m) {
   gUnsupportedError = PyErr_NewException("verifuse._C.UnsupportedError", PyExc_RuntimeError, nullptr);
   m.attr("StaleWeightsError") = py::handle(gStaleWeightsError);
   m.attr("UnsupportedError") = py::handle(gUnsupportedError);
+  // Subclasses, so a caller that only knows the base classes keeps working: a weight modified in
+  // place (that plan can never match again) and inputs that need the unfused plan.
+  gWeightsModifiedError = PyErr_NewException("verifuse._C.WeightsModifiedError", gStaleWeightsError, nullptr);
+  gNeedsExactPlanError = PyErr_NewException("verifuse._C.NeedsExactPlanError", gUnsupportedError, nullptr);
+  m.attr("WeightsModifiedError") = py::handle(gWeightsModifiedError);
+  m.attr("NeedsExactPlanError") = py::handle(gNeedsExactPlanError);
 
   py::class_<ir::Arg>(m, "Arg", "One operand of an IR node (build with the static constructors).")
       .def_static("none", &ir::Arg::none)

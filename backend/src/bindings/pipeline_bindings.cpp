@@ -131,6 +131,7 @@ py::dict toDict(const driver::CompileReport& r, const runtime::CompiledGraph& pl
   d["timings_run"] = r.timingsRun;
   d["tuning_inputs_made"] = r.stats.tuningInputsMade;
   d["tuning_inputs_through_views"] = r.stats.tuningInputsThroughViews;
+  d["plan_passes"] = r.stats.planPassesChanged;
   d["tuning_db"] = r.tuningDb;
   d["tuning_db_hits"] = r.tuningDbHits;
   d["tuning_db_rebuilt"] = r.tuningDbRebuilt;

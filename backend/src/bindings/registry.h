@@ -25,8 +25,9 @@ inline std::map<std::string, BindingFn>& bindingRegistry() {
   return registry;
 }
 
-/// Raises the Python exception for \p status (never returns): StaleWeightsError, UnsupportedError
-/// (kUnsupported/kUnimplemented), ValueError (kInvalidGraph), or RuntimeError with ATen's own
+/// Raises the Python exception for \p status (never returns): StaleWeightsError (its subclass
+/// WeightsModifiedError for kWeightsModified), UnsupportedError (kUnsupported/kUnimplemented; its
+/// subclass NeedsExactPlanError for kNeedsExactPlan), ValueError (kInvalidGraph), or RuntimeError with ATen's own
 /// message for kInvalidArgument. Defined in module.cpp; every binding group uses it.
 [[noreturn]] void raise(const Status& status);
 

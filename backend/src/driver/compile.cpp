@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "driver/environment.h"
 #include "runtime/int8_kernel_choice.h"
 #include "verifuse/kernels/tuning_db.h"
 #include "verifuse/partition/partitioner.h"
@@ -86,26 +87,6 @@ class ProofMemo {
 ProofMemo& proofMemo() {
   static ProofMemo* memo = new ProofMemo();  // never destroyed: used from any thread until exit
   return *memo;
-}
-
-/// Benchmarking knobs, read once per compile: VERIFUSE_ENGINE=aten|onednn|auto and
-/// VERIFUSE_LINEAR_WEIGHTS=packed|in-place (the default chooses per shape).
-EnginePolicy engineOverride(EnginePolicy requested) {
-  if (requested != EnginePolicy::kAuto) return requested;
-  const char* e = std::getenv("VERIFUSE_ENGINE");
-  if (e && std::string(e) == "aten") return EnginePolicy::kAten;
-  if (e && std::string(e) == "onednn") return EnginePolicy::kOnednn;
-  return EnginePolicy::kAuto;
-}
-
-/// The engine class a node's partition is formed in: 0 keeps it on ATen alone; conv/linear chains
-/// (oneDNN, the own GEMM or ATen) and row-engine programs are formed apart; SDPA nodes form
-/// their own (the attention kernel or ATen), so their timing is never mixed with a linear's.
-int engineClass(const ir::Node& n) {
-  if (rules::isFusedOp(n)) return 1;
-  if (n.op == "verifuse::rowwise") return 2;
-  if (runtime::isAttentionEngineOp(n)) return 3;
-  return 0;
 }
 
 passes::PipelineOptions pipelineOptions(const CompileRequest& request, std::shared_ptr<passes::LayerCheckPolicy> layer) {
@@ -247,26 +228,16 @@ StatusOr<CompiledModel> compileOnce(ir::Graph graph, const CompileRequest& reque
   // 2. Partition: union-find over nodes of one engine class, acyclic merges only.
   t0 = Clock::now();
   graph.compact();
-  const EnginePolicy engines = engineOverride(request.engines);
+  const EnginePolicy engines = engineFromEnvironment(request.engines);
   runtime::CompileOptions plan;
   plan.useOnednn = engines != EnginePolicy::kAten;
   plan.bf16 = request.bf16;
   plan.autotune = request.autotune && engines == EnginePolicy::kAuto;
   plan.releaseWeights = plan.useOnednn && request.fuse;
-  // Packing after the plan is returned (VERIFUSE_DEFER_PACKING=0: inside it, for comparisons).
-  const char* deferKnob = std::getenv("VERIFUSE_DEFER_PACKING");
-  plan.deferPacking = !(deferKnob && std::string(deferKnob) == "0");
   plan.linearWeights = request.linearWeights;
-  if (const char* knob = std::getenv("VERIFUSE_GEMM_KERNEL")) {
-    if (std::string(knob) == "own") plan.gemmKernel = runtime::GemmKernel::kOwn;
-    if (std::string(knob) == "mkl") plan.gemmKernel = runtime::GemmKernel::kMkl;
-  }
-  if (const char* knob = std::getenv("VERIFUSE_LINEAR_WEIGHTS"); knob && plan.linearWeights == runtime::LinearWeights::kAuto) {
-    if (std::string(knob) == "packed") plan.linearWeights = runtime::LinearWeights::kPacked;
-    if (std::string(knob) == "in-place") plan.linearWeights = runtime::LinearWeights::kInPlace;
-  }
+  applyPlannerEnvironment(plan);
   partition::PartitionOptions po;
-  po.engineClass = engineClass;
+  po.engineClass = runtime::engineClassOf;
   po.dropUnprofitable = false;  // whether a partition pays is measured by the planner, not guessed
   VF_ASSIGN_OR_RETURN(partition::PartitionPlan parts, partition::partitionGraph(graph, po));
   for (const partition::Partition& p : parts.partitions) {

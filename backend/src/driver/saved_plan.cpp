@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "driver/environment.h"
 #include "verifuse/kernels/cpu_features.h"
 #include "verifuse/kernels/kernel.h"
 #include "verifuse/support/hash.h"
@@ -215,10 +216,9 @@ StatusOr<SavedPlan> SavedPlan::decode(const std::string& bytes) {
 }
 
 std::string environmentKey() {
-  // Test hook (tests/python/test_saved_plans.py): VERIFUSE_TEST_CPU_ISA stands in for another CPU.
-  const char* foreignIsa = std::getenv("VERIFUSE_TEST_CPU_ISA");
+  const std::string foreignIsa = foreignIsaForTests();
   return std::string(SavedPlan::kFormat) + ";z3=" + verify::solverVersion() + ";onednn=" + kernels::onednnVersion() +
-         ";isa=" + (foreignIsa ? std::string(foreignIsa) : kernels::capabilities().onednnIsa) + ";kernels-isa=" + kernels::cpu::isaName();
+         ";isa=" + (!foreignIsa.empty() ? foreignIsa : kernels::capabilities().onednnIsa) + ";kernels-isa=" + kernels::cpu::isaName();
 }
 
 StatusOr<std::vector<WeightPrint>> fingerprintWeights(const ir::Graph& g, const std::vector<ir::ConstantId>& constants) {

@@ -96,11 +96,6 @@ bool hasSum(const std::vector<PostOpSpec>& ops) {
 /// (FusedLinear::chooseWeightLayout says why).
 constexpr int64_t kPackedWithoutTimingRows = 256;
 
-/// The message of the error a fused op raises when its ATen composition is needed after its folded
-/// weights were released; the executor turns it into StatusCode::kUnimplemented so the caller runs
-/// the unfused plan instead.
-constexpr const char* kNeedsExactPlan = "verifuse: exact plan needed (prepacked weights only)";
-
 /// Where the fused ops' large results live (>= kPooledBytes): freed blocks are kept, up to
 /// kPoolBytes in all, and handed out again to a request of the same size. NOTE: glibc serves
 /// requests above 32 MiB (its largest mmap threshold) with a fresh mmap and unmaps them on free,
@@ -296,7 +291,7 @@ class FusedBase : public FusedOp {
   void setEngine(Engine e) override { engine_ = e; }
   double macs() const override { return macs_; }
   void requireWeights() const {
-    TORCH_CHECK(!released_, kNeedsExactPlan);
+    if (released_) throw NeedsExactPlan();
   }
 
   // An internal class: createFusedOp configures the fields directly.
@@ -1275,7 +1270,6 @@ void configureCommon(FusedBase& op, const at::Tensor& w, const at::Tensor& b, co
 
 }  // namespace
 
-bool isNeedsExactPlanError(const std::string& message) { return message.find(kNeedsExactPlan) != std::string::npos; }
 
 bool isAttentionEngineOp(const ir::Node& n) {
   // (q, k, v, dropout_p, is_causal, attn_mask, scale) as attention-to-sdpa writes it; any other

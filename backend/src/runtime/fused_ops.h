@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <stdexcept>
 #include <vector>
 
 #include "verifuse/ir/graph.h"
@@ -15,8 +16,11 @@
 
 namespace verifuse::runtime {
 
-/// What a fused op throws when it must run its ATen composition but released its weights.
-bool isNeedsExactPlanError(const std::string& message);
+/// What a fused op throws when it must run its ATen composition but released its weights (a C++
+/// type, caught by type: CompiledGraph::run returns StatusCode::kNeedsExactPlan for it).
+struct NeedsExactPlan : std::runtime_error {
+  NeedsExactPlan() : std::runtime_error("the fused ops hold prepacked weights only") {}
+};
 
 /// A fused node (verifuse::conv / verifuse::linear) and the engines it can run on. The engine is
 /// not the op's own choice: its partition's decision (the planner times whole partitions) is set

@@ -76,7 +76,7 @@ TEST(ExecutorTest, DetectsStaleWeights) {
   m.b.add_(1.0);
   auto stale = cg->run({m.w, m.b, x});
   ASSERT_FALSE(stale.isOk());
-  EXPECT_EQ(stale.status().code(), StatusCode::kStaleWeights);
+  EXPECT_EQ(stale.status().code(), StatusCode::kWeightsModified);  // that plan can never match again
   EXPECT_NE(stale.status().message().find("modified in place"), std::string::npos);
   // A different tensor object in the weight's place.
   auto cg2 = mustCompile(m.graph(), {2}, {{0, 0}, {1, 1}}, 3);
@@ -447,6 +447,21 @@ TEST(ExecutorPooling, MaxPoolOfAnNchwInputRunsChannelsLastWithEagersValuesIndice
       }
     }
   }
+}
+
+/// The planner's passes each report whether they changed the plan (planner/planner.h): a graph
+/// with a folded chain changes it by folding, one with a max pool by its layout, and neither is
+/// partitioned, tuned or packed.
+TEST(PlannerPasses, EachReportsWhetherItChangedThePlan) {
+  auto folded = mustCompile(relativeBiasGraph(4), {0}, {}, 1);
+  ASSERT_TRUE(folded);
+  EXPECT_EQ(folded->stats().planPassesChanged,
+            (std::vector<std::string>{"mark plan-time nodes", "evaluate plan-time nodes", "build steps",
+                                      "keep folded values", "plan lifetimes"}));
+  auto pooled = mustCompile(maxPoolGraph(false), {0}, {}, 1);
+  ASSERT_TRUE(pooled);
+  EXPECT_EQ(pooled->stats().planPassesChanged,
+            (std::vector<std::string>{"build steps", "assign layouts", "plan lifetimes"}));
 }
 
 }  // namespace

@@ -35,6 +35,12 @@ const char* engineName(Engine engine);
 /// attention engine op reads (q, k, v, dropout_p, is_causal, attn_mask, scale): planned as an
 /// engine op of its own partition class (ATen, or the oneDNN attention kernel when it can run).
 bool isAttentionEngineOp(const ir::Node& node);
+
+/// The engine class a node's partition is formed in (the legality table the partitioner and the
+/// planner share): 0 runs on ATen alone; 1 conv/linear chains (oneDNN, the own GEMM or ATen);
+/// 2 row-engine programs; 3 SDPA (the attention kernel or ATen), so its timing is never mixed
+/// with a linear's.
+int engineClassOf(const ir::Node& node);
 /// Every engine, in a fixed order (tuning candidates are tried in this order).
 const std::vector<Engine>& allEngines();
 /// Process-wide count of fused-op runs per engine name since start: what really ran, for tests
@@ -121,6 +127,8 @@ struct ExecutorStats {
   /// strides (SDPA's transposed q, k, v), instead of dense random tensors.
   size_t tuningInputsThroughViews = 0;
   int64_t weightCopyBytes = 0;    ///< every partition's PartitionDecision::weightCopyBytes
+  /// The planning passes (backend/src/planner/planner.h) that changed the plan, in order.
+  std::vector<std::string> planPassesChanged;
 };
 
 /// The linear weight layout policy (CompileOptions::linearWeights).
@@ -152,7 +160,7 @@ struct CompileOptions {
   int tuneRepeats = 3;
   /// Static-shape fused ops on oneDNN keep only their prepacked weights (the folded float32 copy
   /// is freed). Inputs that need the ATen composition (NaN/Inf) then make run() return
-  /// kUnimplemented "exact plan needed": the caller runs an unfused plan instead.
+  /// StatusCode::kNeedsExactPlan: the caller runs an unfused plan instead.
   bool releaseWeights = false;
   /// Linears whose engine is the own GEMM without being timed (the heuristic, or a replayed
   /// plan's decision) pack their weights on a background thread once the plan is returned:
@@ -177,6 +185,16 @@ struct CompileOptions {
   /// in the process and the tier allows it (kernels::gemm::mklAvailable()), else the own kernel;
   /// kOwn / kMkl fix it (VERIFUSE_GEMM_KERNEL=own|mkl|auto, for tests and comparisons).
   GemmKernel gemmKernel = GemmKernel::kAuto;
+  /// "onednn" or "aten": every SDPA partition on that engine, untimed, whatever its size (an op
+  /// that cannot run oneDNN still takes ATen). VERIFUSE_ATTENTION, for tests and benchmarking.
+  std::string forcedAttention;
+  /// "gemm" or "onednn": likewise every partition of linears (a member that cannot run it falls
+  /// back as usual). VERIFUSE_LINEAR.
+  std::string forcedLinear;
+  /// Test hook (tests/python/test_autotune.py): a delay added to every oneDNN op run *while
+  /// tuning*, so a test can make ATen the faster engine deterministically and check that the
+  /// tuner keeps it. VERIFUSE_TEST_TUNE_ONEDNN_PENALTY_MS; 0 in production.
+  double tuningPenaltyMs = 0;
 };
 
 class CompiledGraph;
@@ -230,11 +248,14 @@ class CompiledGraph {
   ~CompiledGraph();
 
   /// Runs the graph. Re-entrant: all per-call state lives on the calling thread's stack.
-  /// Returns kStaleWeights if a frozen weight was replaced or modified in place; ATen errors
-  /// (bad shapes, ...) come back as kInvalidArgument with ATen's message.
+  /// Returns kStaleWeights if a frozen weight was replaced, kWeightsModified if it was modified in
+  /// place, kNeedsExactPlan when NaN/Inf inputs need the ATen composition of fused ops that hold
+  /// only prepacked weights; ATen errors (bad shapes, ...) come back as kInvalidArgument with
+  /// ATen's message.
   StatusOr<std::vector<c10::IValue>> run(const std::vector<c10::IValue>& args) const;
 
-  /// kStaleWeights with the name of the first frozen input that no longer matches, else Ok.
+  /// kStaleWeights (kWeightsModified) with the name of the first frozen input that no longer
+  /// matches, else Ok.
   Status checkFrozenInputs(const std::vector<c10::IValue>& args) const;
 
   const ir::Graph& graph() const;

@@ -21,6 +21,9 @@ enum class StatusCode {
   kNotFound,
   kInternal,
   kShapeGuardFailed,  ///< a call's input sizes violate a shape guard the plan added (dynamic shapes)
+  kWeightsModified,   ///< a frozen weight was modified in place: the plan can never match it again
+  kNeedsExactPlan,    ///< inputs need torch's exact semantics (NaN/Inf) and the fused ops hold only
+                      ///< prepacked weights: the caller runs the unfused plan instead
 };
 
 const char* statusCodeName(StatusCode code);
@@ -89,6 +92,8 @@ inline const char* statusCodeName(StatusCode code) {
     case StatusCode::kNotFound: return "NotFound";
     case StatusCode::kInternal: return "Internal";
     case StatusCode::kShapeGuardFailed: return "ShapeGuardFailed";
+    case StatusCode::kWeightsModified: return "WeightsModified";
+    case StatusCode::kNeedsExactPlan: return "NeedsExactPlan";
   }
   return "Unknown";
 }
