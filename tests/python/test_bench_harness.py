@@ -838,3 +838,30 @@ def test_readme_block_counts_verdicts_from_the_file(tmp_path):
     assert after != before
     assert "| hf_bert_base | 329.0 | inductor-cpp-wrapper | 232.8 | 268.6 | 0.87x | 0.82-1.00 | win |" in after
     assert "**3 wins, 4 ties, 4 losses**" in after
+
+
+def test_readme_block_shares_one_table_between_files_of_the_same_configurations(tmp_path):
+    """Files that measured the same configurations (one sweep per CPU tier) share one table, a column
+    group per file, each file's CPU / tier / date / commit above it and its geomean below; files of
+    different configurations keep a table each."""
+    from verifuse_bench import readme
+
+    src = BENCH / "results" / "peers-hf-b1-t1-s47-amx.json"
+    data = json.loads(src.read_text())
+    capped = json.loads(src.read_text())
+    capped["environment"]["tier"] = {"tier": "avx2", "cap": "avx2", "cpu_tier": "amx"}
+    capped["results"][0]["ratios"]["verdict"] = "win"
+    other = tmp_path / "capped.json"
+    other.write_text(json.dumps(capped))
+    block = readme.render([src, other])
+    assert block.count("| model |") == 1
+    assert "| model | amx: best peer | its ms | verifuse ms | vs best peer (95% interval) | verdict | avx2: best peer |" in block
+    assert ("| hf_bert_base | inductor-cpp-wrapper | 232.8 | 268.6 | 0.87x (0.82-1.00) | tie | "
+            "inductor-cpp-wrapper | 232.8 | 268.6 | 0.87x (0.82-1.00) | win |") in block
+    assert "- **avx2**: " in block and "tier avx2 (capped on a amx CPU)" in block and "(`bench/results/capped.json`)" in block
+    assert "Geomean verifuse vs the best peer (amx) **0.95**" in block and "Geomean verifuse vs the best peer (avx2)" in block
+    assert readme.sources_of(block) == [src.name, "capped.json"]
+    data["results"] = data["results"][:3]  # other configurations: a table each, as for one file
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps(data))
+    assert readme.render([src, short]).count("| model |") == 2
