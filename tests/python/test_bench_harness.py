@@ -865,3 +865,26 @@ def test_readme_block_shares_one_table_between_files_of_the_same_configurations(
     short = tmp_path / "short.json"
     short.write_text(json.dumps(data))
     assert readme.render([src, short]).count("| model |") == 2
+
+
+def test_render_regenerates_markdown_from_a_committed_result(tmp_path, capsys):
+    """`python -m verifuse_bench.render` (make bench-reports): the .md (and .png) of a committed JSON
+    are made again from it, the JSON untouched; files that are not peer-benchmark reports are
+    skipped and named."""
+    from verifuse_bench import render
+    from verifuse_bench.report import to_markdown
+
+    src = BENCH / "results" / "peers-hf-b1-t1-s47-amx.json"
+    before = src.read_bytes()
+    (md,) = render.render_one(src, tmp_path, plot=False)
+    data = json.loads(before)
+    data.pop("plot", None)
+    assert md == tmp_path / "peers-hf-b1-t1-s47-amx.md" and md.read_text() == to_markdown(data)
+    assert "| hf_bert_base |" in md.read_text() and src.read_bytes() == before
+    other = tmp_path / "cold.json"
+    other.write_text(json.dumps([{"model": "resnet50", "mode": "cold"}]))
+    assert render.main([str(src), str(other), "--out", str(tmp_path / "o"), "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped (not peer-benchmark reports): cold.json" in out
+    assert (tmp_path / "o" / "peers-hf-b1-t1-s47-amx.md").is_file()
+    assert not (tmp_path / "o" / "cold.md").exists()
