@@ -617,7 +617,8 @@ def test_old_schema_2_results_still_load(tmp_path):
     assert md.startswith("# verifuse bench — own — float32 —") and "| m1 | 1 | 1 |" in md
     assert BenchOptions.from_dict(old["settings"]).dtype == "float32"
     # A real /2 run from before --dtype, committed with the results. NOTE: keep it; a newer run of
-    # the same configuration goes to a new name (peers-hf-b1-t1-s24.json), or this check loses it.
+    # the same configuration goes to a new name (peers-hf-b1-t1-s29.json), or this check loses it
+    # (bench/results/INDEX.md lists it as kept for this test).
     real = BENCH / "results" / "peers-hf-b1-t1.json"
     if real.exists():
         data = json.loads(real.read_text())
