@@ -26,6 +26,11 @@ END = "<!-- bench-results:end -->"
 SOURCES = "<!-- sources: {} -->"
 
 
+def _count(n: int, one: str, many: str = "") -> str:
+    """'1 win', '2 wins'."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
 def _ms(v: float | None) -> str:
     if v is None:
         return "–"
@@ -42,7 +47,7 @@ def _tier(env: dict[str, Any]) -> str:
     if not tier:
         return "tier not recorded"
     if tier.get("cap"):
-        return f"tier {tier['tier']} (capped on a {tier.get('cpu_tier')} CPU)"
+        return f"tier {tier['tier']} (capped on an {tier.get('cpu_tier')} CPU)"
     return f"tier {tier.get('tier')} (the CPU's own)"
 
 
@@ -102,8 +107,8 @@ def _geomean_lines(report: dict[str, Any], label: str = "") -> list[str]:
         vd = g.get("verdicts") or {}
         gm = g.get("verifuse_vs_best_peer")
         lines += ["", f"Geomean verifuse vs the best peer{label} **{gm:.2f}** over {g['n_configs']} configurations "
-                      f"(batch {g['batch']}, {g['threads']} thread(s)): **{vd.get('win', 0)} wins, {vd.get('tie', 0)} "
-                      f"ties, {vd.get('loss', 0)} losses**" + (f", {vd['failed']} failed" if vd.get("failed") else "")
+                      f"(batch {g['batch']}, {g['threads']} thread(s)): **{_count(vd.get('win', 0), 'win')}, "
+                      f"{_count(vd.get('tie', 0), 'tie')}, {_count(vd.get('loss', 0), 'loss', 'losses')}**" + (f", {vd['failed']} failed" if vd.get("failed") else "")
                       + f" (a win or a loss only when the 95% interval excludes 1; intervals {method})."]
     return lines
 

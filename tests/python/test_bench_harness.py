@@ -859,7 +859,7 @@ def test_readme_block_shares_one_table_between_files_of_the_same_configurations(
     assert "| model | amx: best peer | its ms | verifuse ms | vs best peer (95% interval) | verdict | avx2: best peer |" in block
     assert ("| hf_bert_base | inductor-cpp-wrapper | 232.8 | 268.6 | 0.87x (0.82-1.00) | tie | "
             "inductor-cpp-wrapper | 232.8 | 268.6 | 0.87x (0.82-1.00) | win |") in block
-    assert "- **avx2**: " in block and "tier avx2 (capped on a amx CPU)" in block and "(`bench/results/capped.json`)" in block
+    assert "- **avx2**: " in block and "tier avx2 (capped on an amx CPU)" in block and "(`bench/results/capped.json`)" in block
     assert "Geomean verifuse vs the best peer (amx) **0.95**" in block and "Geomean verifuse vs the best peer (avx2)" in block
     assert readme.sources_of(block) == [src.name, "capped.json"]
     data["results"] = data["results"][:3]  # other configurations: a table each, as for one file
