@@ -4,7 +4,7 @@ PYTHON ?= python
 BUILD_DIR ?= build/cmake
 JOBS ?= 2
 
-.PHONY: report-screenshots install deps demo test test-crash test-saved-models test-cpp test-python test-tiers test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic
+.PHONY: report-screenshots install deps demo test test-crash test-saved-models test-cpp test-python test-tiers test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic bench-reports
 
 deps:
 	@# GoogleTest from Debian (docs/dependencies.md); everything else from PyPI, pinned.
@@ -151,6 +151,12 @@ bench-int8: bench-own-int8 bench-hf-int8
 # (about 4 minutes): bench/results/hf_dynamic.{json,md}
 bench-hf-dynamic:
 	$(BENCH_PY) bench/shapes/hf_dynamic.py --json $(BENCH_RESULTS)/hf_dynamic.json
+
+# the .md table and .png plot of every peer-benchmark JSON in bench/results, made again from the JSON
+# (only the JSON is committed: bench/results/INDEX.md); BENCH_REPORTS=bench/results/x.json for one file
+BENCH_REPORTS ?= $(BENCH_RESULTS)/*.json
+bench-reports:
+	$(BENCH_PY) -m verifuse_bench.render $(BENCH_REPORTS)
 
 # a few minutes: one tiny model per suite, every backend, 3 iterations
 bench-smoke:

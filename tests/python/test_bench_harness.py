@@ -617,7 +617,8 @@ def test_old_schema_2_results_still_load(tmp_path):
     assert md.startswith("# verifuse bench — own — float32 —") and "| m1 | 1 | 1 |" in md
     assert BenchOptions.from_dict(old["settings"]).dtype == "float32"
     # A real /2 run from before --dtype, committed with the results. NOTE: keep it; a newer run of
-    # the same configuration goes to a new name (peers-hf-b1-t1-s24.json), or this check loses it.
+    # the same configuration goes to a new name (peers-hf-b1-t1-s29.json), or this check loses it
+    # (bench/results/INDEX.md lists it as kept for this test).
     real = BENCH / "results" / "peers-hf-b1-t1.json"
     if real.exists():
         data = json.loads(real.read_text())
@@ -838,3 +839,53 @@ def test_readme_block_counts_verdicts_from_the_file(tmp_path):
     assert after != before
     assert "| hf_bert_base | 329.0 | inductor-cpp-wrapper | 232.8 | 268.6 | 0.87x | 0.82-1.00 | win |" in after
     assert "**3 wins, 4 ties, 4 losses**" in after
+
+
+def test_readme_block_shares_one_table_between_files_of_the_same_configurations(tmp_path):
+    """Files that measured the same configurations (one sweep per CPU tier) share one table, a column
+    group per file, each file's CPU / tier / date / commit above it and its geomean below; files of
+    different configurations keep a table each."""
+    from verifuse_bench import readme
+
+    src = BENCH / "results" / "peers-hf-b1-t1-s47-amx.json"
+    data = json.loads(src.read_text())
+    capped = json.loads(src.read_text())
+    capped["environment"]["tier"] = {"tier": "avx2", "cap": "avx2", "cpu_tier": "amx"}
+    capped["results"][0]["ratios"]["verdict"] = "win"
+    other = tmp_path / "capped.json"
+    other.write_text(json.dumps(capped))
+    block = readme.render([src, other])
+    assert block.count("| model |") == 1
+    assert "| model | amx: best peer | its ms | verifuse ms | vs best peer (95% interval) | verdict | avx2: best peer |" in block
+    assert ("| hf_bert_base | inductor-cpp-wrapper | 232.8 | 268.6 | 0.87x (0.82-1.00) | tie | "
+            "inductor-cpp-wrapper | 232.8 | 268.6 | 0.87x (0.82-1.00) | win |") in block
+    assert "- **avx2**: " in block and "tier avx2 (capped on an amx CPU)" in block and "(`bench/results/capped.json`)" in block
+    assert "Geomean verifuse vs the best peer (amx) **0.95**" in block and "Geomean verifuse vs the best peer (avx2)" in block
+    assert readme.sources_of(block) == [src.name, "capped.json"]
+    data["results"] = data["results"][:3]  # other configurations: a table each, as for one file
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps(data))
+    assert readme.render([src, short]).count("| model |") == 2
+
+
+def test_render_regenerates_markdown_from_a_committed_result(tmp_path, capsys):
+    """`python -m verifuse_bench.render` (make bench-reports): the .md (and .png) of a committed JSON
+    are made again from it, the JSON untouched; files that are not peer-benchmark reports are
+    skipped and named."""
+    from verifuse_bench import render
+    from verifuse_bench.report import to_markdown
+
+    src = BENCH / "results" / "peers-hf-b1-t1-s47-amx.json"
+    before = src.read_bytes()
+    (md,) = render.render_one(src, tmp_path, plot=False)
+    data = json.loads(before)
+    data.pop("plot", None)
+    assert md == tmp_path / "peers-hf-b1-t1-s47-amx.md" and md.read_text() == to_markdown(data)
+    assert "| hf_bert_base |" in md.read_text() and src.read_bytes() == before
+    other = tmp_path / "cold.json"
+    other.write_text(json.dumps([{"model": "resnet50", "mode": "cold"}]))
+    assert render.main([str(src), str(other), "--out", str(tmp_path / "o"), "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped (not peer-benchmark reports): cold.json" in out
+    assert (tmp_path / "o" / "peers-hf-b1-t1-s47-amx.md").is_file()
+    assert not (tmp_path / "o" / "cold.md").exists()
