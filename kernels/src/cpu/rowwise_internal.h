@@ -11,6 +11,12 @@
 
 namespace verifuse::kernels::rowwise::detail {
 
+/// The instruction classes (RowOp's enumerators are grouped by class): rowwise_program.cpp
+/// validates and prints programs with them, the interpreter plans with them.
+inline bool isBinary(RowOp op) { return op >= RowOp::kAdd && op <= RowOp::kMin; }
+inline bool isUnary(RowOp op) { return (op >= RowOp::kPow && op <= RowOp::kCastBf16) || op == RowOp::kRotateHalf; }
+inline bool isReduce(RowOp op) { return op >= RowOp::kSum && op <= RowOp::kRowMin; }
+
 /// An operand over a (rows x w) block: !bcast: element (r, c) = p[r * ld + c] for c < valid and
 /// 0 beyond (an input row read in place ends at the row's end; scratch slots are padded, valid >= w);
 /// bcast: element (r, c) = p[r * ld] (ld 1: a per-row scalar slot, ld 0: a constant).
