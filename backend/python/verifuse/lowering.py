@@ -114,6 +114,66 @@ def _return_type(t: torch._C.JitType) -> str:
     return {"int": "Int", "SymInt": "Int", "float": "Float", "SymFloat": "Float", "bool": "Bool"}.get(s, "Other")
 
 
+class _GraphSpec:
+    """The graph being lowered, kept in Python and handed to C++ in one call (_C.build_graph):
+    one pybind crossing per graph instead of one per node, argument and value. Mirrors the
+    _C.Graph methods the lowering uses, value ids assigned as C++ assigns them (inputs and node
+    outputs in creation order). Arguments are (kind, payload) tuples: see _arg."""
+
+    def __init__(self) -> None:
+        self.constants: list[tuple[str, torch.Tensor]] = []
+        self.records: list[tuple] = []
+        self.outputs: list[tuple] = []
+        self.num_values = 0
+
+    def add_constant(self, name: str, tensor: torch.Tensor) -> int:
+        self.constants.append((name, tensor))
+        return len(self.constants) - 1
+
+    def add_input(self, name: str, vtype: str) -> int:
+        self.records.append(("input", name, vtype))
+        self.num_values += 1
+        return self.num_values - 1
+
+    def add_node(self, op: str, overload: str, args: list, out_types: list[str]) -> list[int]:
+        self.records.append(("node", op, overload, args, out_types))
+        first = self.num_values
+        self.num_values += len(out_types)
+        return list(range(first, self.num_values))
+
+    def set_shape(self, vid: int, sizes: list[int]) -> None:
+        self.records.append(("shape", vid, sizes))
+
+    def set_dtype(self, vid: int, code: int) -> None:
+        self.records.append(("dtype", vid, code))
+
+    def set_sym_shape(self, vid: int, sizes: list, strides: Optional[list]) -> None:
+        self.records.append(("sym_shape", vid, sizes, strides))
+
+    def set_sym_value(self, vid: int, term: Any) -> None:
+        self.records.append(("sym_value", vid, term))
+
+    def set_outputs(self, outputs: list) -> None:
+        self.outputs = outputs
+
+    def build(self) -> Any:
+        """The _C.Graph, verified."""
+        return _C.build_graph(self.constants, self.records, self.outputs)
+
+
+class _arg:
+    """IR arguments as (kind, payload) tuples for _GraphSpec (the kinds _C.build_graph reads)."""
+    NONE = ("n", None)
+
+    @staticmethod
+    def value(vid: int) -> tuple:
+        return ("v", vid)
+
+    @staticmethod
+    def constant(cid: int) -> tuple:
+        return ("c", cid)
+
+
 class _Lowerer:
     def __init__(self, gm: torch.fx.GraphModule, real_inputs: Sequence[Any], frozen_indices: set[int],
                  input_names: Sequence[str], shape_facts: Any = None):
@@ -122,8 +182,8 @@ class _Lowerer:
         self.frozen_indices = frozen_indices
         self.input_names = input_names
         self.shape_facts = shape_facts  # guards.ShapeFacts: names the size symbols (dynamic shapes)
-        self.g = _C.Graph()
-        self.env: dict[torch.fx.Node, Any] = {}  # node -> _C.Arg, or list of value ids
+        self.g = _GraphSpec()
+        self.env: dict[torch.fx.Node, Any] = {}  # node -> an argument tuple (_arg), or list of value ids
         self.used_names: set[str] = set()
         self.constant_names: list[str] = []
         self.frozen_tensors: dict[torch.fx.Node, torch.Tensor] = {}  # frozen placeholder -> its tensor
@@ -150,7 +210,7 @@ class _Lowerer:
             real = self.real_inputs[i] if i < len(self.real_inputs) else None
             if i in self.frozen_indices and isinstance(real, torch.Tensor):
                 cid = self.add_constant(name, real)
-                self.env[ph] = _C.Arg.constant(cid)
+                self.env[ph] = _arg.constant(cid)
                 self.frozen_tensors[ph] = real
                 frozen.append((i, cid))
             else:
@@ -160,7 +220,7 @@ class _Lowerer:
                     raise LoweringError(ph.name, f"graph input of unsupported type {type(val).__name__}")
                 vid = self.g.add_input(self.unique(name), vtype)
                 self.record_shape(vid, val)
-                self.env[ph] = _C.Arg.value(vid)
+                self.env[ph] = _arg.value(vid)
                 input_arg_index.append(i)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
@@ -169,7 +229,7 @@ class _Lowerer:
                 attr = _fetch_attr(self.gm, node.target)
                 if not isinstance(attr, torch.Tensor):
                     raise LoweringError(node.name, f"get_attr of a {type(attr).__name__}")
-                self.env[node] = _C.Arg.constant(self.add_constant(_sanitize(node.target), attr))
+                self.env[node] = _arg.constant(self.add_constant(_sanitize(node.target), attr))
             elif node.op == "call_function":
                 self.lower_call(node)
             elif node.op == "output":
@@ -179,7 +239,7 @@ class _Lowerer:
                 self.g.set_outputs([self.to_arg(o, node) for o in outs])
             else:
                 raise LoweringError(node.name, f"unsupported FX node kind {node.op}")
-        return LoweredGraph(self.g, input_arg_index, frozen, len(placeholders), self.constant_names)
+        return LoweredGraph(self.g.build(), input_arg_index, frozen, len(placeholders), self.constant_names)
 
     def record_shape(self, vid: int, val: Any) -> None:
         """Gives the C++ side the tensor's sizes: ints, -1 where a size is symbolic, and under
@@ -190,7 +250,7 @@ class _Lowerer:
             if facts is not None and _constant(val) is None:
                 term = facts.term(val)
                 if term is not None:
-                    _C.set_sym_value(self.g, vid, term)
+                    self.g.set_sym_value(vid, term)
             return
         if not isinstance(val, torch.Tensor):
             return
@@ -214,7 +274,7 @@ class _Lowerer:
             sym_strides = [_constant(s) if _constant(s) is not None else facts.term(s) for s in strides]
             if any(s is None for s in sym_strides):
                 sym_strides = None
-        _C.set_sym_shape(self.g, vid, sym_sizes, sym_strides)
+        self.g.set_sym_shape(vid, sym_sizes, sym_strides)
 
     def lower_call(self, node: torch.fx.Node) -> None:
         target = node.target
@@ -223,7 +283,7 @@ class _Lowerer:
             produced = self.env.get(src)
             if not isinstance(produced, list):
                 raise LoweringError(node.name, "getitem on a value that is not a tuple or list")
-            self.env[node] = _C.Arg.value(produced[index])
+            self.env[node] = _arg.value(produced[index])
             return
         if target in PYTHON_BUILTINS:
             args = [self.to_arg(a, node) for a in node.args]
@@ -231,7 +291,7 @@ class _Lowerer:
                 raise LoweringError(node.name, f"{target} with keyword arguments")
             (vid,) = self.g.add_node(PYTHON_BUILTINS[target], "", args, [_value_type(node.meta.get("val"))])
             self.record_shape(vid, node.meta.get("val"))
-            self.env[node] = _C.Arg.value(vid)
+            self.env[node] = _arg.value(vid)
             return
         if not isinstance(target, torch._ops.OpOverload):
             raise LoweringError(node.name, f"unsupported call target {getattr(target, '__name__', target)!r}")
@@ -271,7 +331,7 @@ class _Lowerer:
         for vid, v in zip(ids, vals):
             self.record_shape(vid, v)
         if len(returns) == 1 and not str(returns[0].type).startswith("List["):
-            self.env[node] = _C.Arg.value(ids[0])
+            self.env[node] = _arg.value(ids[0])
         else:
             self.env[node] = list(ids)
 
@@ -302,33 +362,33 @@ class _Lowerer:
                 raise LoweringError(node.name, f"uses the tuple {v.name} without getitem")
             return arg
         if v is None:
-            return _C.Arg.none()
+            return _arg.NONE
         if isinstance(v, bool):
-            return _C.Arg.boolean(v)
+            return ("b", v)
         if isinstance(v, int):
-            return _C.Arg.integer(v)
+            return ("i", v)
         if isinstance(v, float):
-            return _C.Arg.real(v)
+            return ("r", v)
         if isinstance(v, str):
-            return _C.Arg.string(v)
+            return ("s", v)
         if isinstance(v, torch.dtype):
             if v not in DTYPE_CODES:
                 raise LoweringError(node.name, f"dtype {v}")
-            return _C.Arg.dtype(DTYPE_CODES[v])
+            return ("t", DTYPE_CODES[v])
         if isinstance(v, torch.layout):
             if v not in LAYOUT_CODES:
                 raise LoweringError(node.name, f"layout {v}")
-            return _C.Arg.layout(LAYOUT_CODES[v])
+            return ("l", LAYOUT_CODES[v])
         if isinstance(v, torch.memory_format):
-            return _C.Arg.memory_format(MEMORY_FORMAT_CODES[v])
+            return ("m", MEMORY_FORMAT_CODES[v])
         if isinstance(v, torch.device):
             if v.type != "cpu":
                 raise LoweringError(node.name, f"device {v}")
-            return _C.Arg.device(str(v))
+            return ("d", str(v))
         if isinstance(v, (list, tuple)):
-            return _C.Arg.list([self.to_arg(e, node) for e in v])
+            return ("L", [self.to_arg(e, node) for e in v])
         if isinstance(v, torch.Tensor):
-            return _C.Arg.constant(self.add_constant(f"{node.name}_literal", v))
+            return _arg.constant(self.add_constant(f"{node.name}_literal", v))
         raise LoweringError(node.name, f"argument of unsupported type {type(v).__name__}")
 
 
@@ -356,7 +416,5 @@ def lower_graph(gm: torch.fx.GraphModule, real_inputs: Sequence[Any], frozen_ind
     ``real_inputs[i]``; the rest stay runtime inputs. ``shape_facts`` (guards.ShapeFacts, dynamic
     shapes) names the size symbols, so symbolic sizes reach the IR as expressions. Raises
     LoweringError on anything the IR cannot express."""
-    lowered = _Lowerer(gm, real_inputs, frozen_indices, input_names, shape_facts).lower()
-    lowered.graph.verify()
-    return lowered
+    return _Lowerer(gm, real_inputs, frozen_indices, input_names, shape_facts).lower()  # verified by build_graph
 

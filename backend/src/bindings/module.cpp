@@ -6,9 +6,11 @@
 
 #include <pybind11/stl.h>
 
+#include <functional>
 #include <map>
 
 #include "bindings/registry.h"
+#include "bindings/shapes_bindings.h"
 #include "runtime/int8_kernel_choice.h"
 #include "verifuse/ir/graph.h"
 #include "verifuse/kernels/capabilities.h"
@@ -194,6 +196,73 @@ void registerCore(py::module_& m) {
   gNeedsExactPlanError = PyErr_NewException("verifuse._C.NeedsExactPlanError", gUnsupportedError, nullptr);
   m.attr("WeightsModifiedError") = py::handle(gWeightsModifiedError);
   m.attr("NeedsExactPlanError") = py::handle(gNeedsExactPlanError);
+
+  // The lowering's whole graph in one crossing (lowering.py, _GraphSpec): the constants, then the
+  // records in creation order — inputs and nodes (their value ids are assigned in that order, as
+  // the Graph methods below would), shapes, dtypes and symbolic sizes — and the outputs. Arguments
+  // are (kind, payload) tuples, kinds as in _GraphSpec. The graph is verified before it returns.
+  m.def("build_graph", [](const py::list& constants, const py::list& records, const py::list& outputs) {
+    ir::Graph g;
+    for (const py::handle c : constants) {
+      const auto entry = c.cast<py::tuple>();
+      g.addConstant(constantFromTensor(entry[0].cast<std::string>(), entry[1].cast<at::Tensor>()));
+    }
+    std::function<ir::Arg(const py::handle&)> argOf = [&](const py::handle& h) -> ir::Arg {
+      const auto t = h.cast<py::tuple>();
+      const auto kind = t[0].cast<std::string>();
+      if (kind == "v") return ir::Arg::value(t[1].cast<int32_t>());
+      if (kind == "c") return ir::Arg::constant(t[1].cast<int32_t>());
+      if (kind == "n") return ir::Arg::none();
+      if (kind == "b") return ir::Arg::boolean(t[1].cast<bool>());
+      if (kind == "i") return ir::Arg::integer(t[1].cast<int64_t>());
+      if (kind == "r") return ir::Arg::real(t[1].cast<double>());
+      if (kind == "s") return ir::Arg::string(t[1].cast<std::string>());
+      if (kind == "t") return ir::Arg::dtype(static_cast<ir::DType>(t[1].cast<int>()));
+      if (kind == "d") return ir::Arg::device(t[1].cast<std::string>());
+      if (kind == "l") return ir::Arg::layout(t[1].cast<int64_t>());
+      if (kind == "m") return ir::Arg::memoryFormat(t[1].cast<int64_t>());
+      if (kind == "L") {
+        std::vector<ir::Arg> items;
+        for (const py::handle e : t[1].cast<py::list>()) items.push_back(argOf(e));
+        return ir::Arg::makeList(std::move(items));
+      }
+      throw py::value_error("build_graph: argument kind '" + kind + "'");
+    };
+    auto valueAt = [&](const py::handle& h) {
+      const int32_t v = h.cast<int32_t>();
+      if (v < 0 || static_cast<size_t>(v) >= g.numValues()) throw py::index_error("no such value");
+      return v;
+    };
+    for (const py::handle r : records) {
+      const auto rec = r.cast<py::tuple>();
+      const auto what = rec[0].cast<std::string>();
+      if (what == "input") {
+        g.addInput(rec[1].cast<std::string>(), valueTypeFromString(rec[2].cast<std::string>()));
+      } else if (what == "node") {
+        std::vector<ir::Arg> args;
+        for (const py::handle a : rec[3].cast<py::list>()) args.push_back(argOf(a));
+        std::vector<ir::ValueType> types;
+        for (const py::handle t : rec[4].cast<py::list>()) types.push_back(valueTypeFromString(t.cast<std::string>()));
+        g.addNode(rec[1].cast<std::string>(), rec[2].cast<std::string>(), std::move(args), types);
+      } else if (what == "shape") {
+        g.mutableValue(valueAt(rec[1])).setShape(rec[2].cast<std::vector<int64_t>>());
+      } else if (what == "dtype") {
+        g.mutableValue(valueAt(rec[1])).dtype = static_cast<ir::DType>(rec[2].cast<int64_t>());
+      } else if (what == "sym_shape") {
+        setSymShape(g, valueAt(rec[1]), rec[2].cast<py::iterable>(), py::reinterpret_borrow<py::object>(rec[3]));
+      } else if (what == "sym_value") {
+        setSymValue(g, valueAt(rec[1]), rec[2].cast<ir::SymExpr>());
+      } else {
+        throw py::value_error("build_graph: record '" + what + "'");
+      }
+    }
+    std::vector<ir::Arg> outs;
+    for (const py::handle o : outputs) outs.push_back(argOf(o));
+    g.setOutputs(std::move(outs));
+    Status s = ir::verifyGraph(g);
+    if (!s.isOk()) raise(s);
+    return g;
+  });
 
   py::class_<ir::Arg>(m, "Arg", "One operand of an IR node (build with the static constructors).")
       .def_static("none", &ir::Arg::none)

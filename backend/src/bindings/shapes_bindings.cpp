@@ -235,29 +235,33 @@ void registerShapes(py::module_& m) {
 
   m.def(
       "set_sym_shape",
-      [](ir::Graph& g, int32_t value, const py::iterable& sizes, const std::optional<py::iterable>& strides) {
-        if (value < 0 || static_cast<size_t>(value) >= g.numValues()) throw py::index_error("no such value");
-        ir::Value& v = g.mutableValue(value);
-        v.setSymShape(asExprs(sizes));
-        if (strides) {
-          std::vector<SymExpr> s = asExprs(*strides);
-          if (s.size() != v.shape.size()) throw py::value_error("one stride per dim");
-          v.symStrides = std::move(s);
-        }
+      [](ir::Graph& g, int32_t value, const py::iterable& sizes, const py::object& strides) {
+        setSymShape(g, value, sizes, strides);
       },
       py::arg("graph"), py::arg("value"), py::arg("sizes"), py::arg("strides") = py::none(),
       "A tensor value's sizes (ints, SymExprs, None for an unnamed symbolic size) and strides.");
-  m.def(
-      "set_sym_value",
-      [](ir::Graph& g, int32_t value, const SymExpr& e) {
-        if (value < 0 || static_cast<size_t>(value) >= g.numValues()) throw py::index_error("no such value");
-        if (e.isCondition()) throw py::value_error("an Int value is an integer expression");
-        g.mutableValue(value).symValue = e;
-      },
-      py::arg("graph"), py::arg("value"), py::arg("expr"), "An Int value's symbolic value.");
+  m.def("set_sym_value", &setSymValue, py::arg("graph"), py::arg("value"), py::arg("expr"),
+        "An Int value's symbolic value.");
 }
 
 }  // namespace
+
+void setSymShape(ir::Graph& g, int32_t value, const py::iterable& sizes, const py::object& strides) {
+  if (value < 0 || static_cast<size_t>(value) >= g.numValues()) throw py::index_error("no such value");
+  ir::Value& v = g.mutableValue(value);
+  v.setSymShape(asExprs(sizes));
+  if (!strides.is_none()) {
+    std::vector<SymExpr> s = asExprs(strides.cast<py::iterable>());
+    if (s.size() != v.shape.size()) throw py::value_error("one stride per dim");
+    v.symStrides = std::move(s);
+  }
+}
+
+void setSymValue(ir::Graph& g, int32_t value, const SymExpr& e) {
+  if (value < 0 || static_cast<size_t>(value) >= g.numValues()) throw py::index_error("no such value");
+  if (e.isCondition()) throw py::value_error("an Int value is an integer expression");
+  g.mutableValue(value).symValue = e;
+}
 
 shape_guards::DynamoFacts shapeFactsFrom(const py::object& facts) {
   if (facts.is_none()) return {};
