@@ -486,11 +486,12 @@ class CompiledGraphRunner:
     picked up on the next call instead of serving stale results.
 
     Copies of one model (two fine-tuned variants of an architecture, replicas in one server
-    process) share Dynamo's graph, which passes each copy's weights as arguments: the runner keeps
-    up to _MAX_PLANS plans, one per set of weights, most recently used first, so calling the copies
-    in turn switches plans instead of rebuilding one on every call (measured: 117 ms against 4 ms
-    per Llama decode step). A plan whose weights were modified in place can never match again and
-    is dropped.
+    process) share Dynamo's graph, which passes each copy's weights as arguments: up to _MAX_PLANS
+    plans are kept, one per set of weights, most recently used first, so calling the copies in
+    turn switches plans instead of rebuilding one on every call (measured: 117 ms against 4 ms per
+    Llama decode step). A plan whose weights were modified in place can never match again and is
+    dropped. Which plan runs is decided in C++ (_C.PlanSet, runtime/plan_set.h) from the plans'
+    status codes; this class only builds the plans it asks for (the lowering is Python).
     """
 
     _MAX_PLANS = 4
@@ -512,15 +513,13 @@ class CompiledGraphRunner:
         from . import _C
 
         self._stale_weights_error = _C.StaleWeightsError  # looked up once, not per call
-        self._weights_modified_error = _C.WeightsModifiedError  # a StaleWeightsError
-        self._unsupported_error = _C.UnsupportedError
-        self._exact_plan = None
+        self._needs_exact_error = _C.NeedsExactPlanError
         self._ran = False
-        self._plan, cpp_report = self._build(real_inputs, saved_plan)
+        plan, cpp_report = self._build(real_inputs, saved_plan)
         # The added shape guards (C++), checked before every run; None when nothing is checked.
+        # Every plan of this runner is built from the same graph and shape facts: the same guards.
         self.shape_check = cpp_report.get("shape_check")
-        # (plan, its shape check) per set of weights, the current one first.
-        self._plans = [(self._plan, self.shape_check)]
+        self._plans = _C.PlanSet(plan, self._MAX_PLANS)
         self._note_plan(cpp_report, saved_plan is not None)
         _fill_report(graph_report, cpp_report)
         # int8 ops choose their kernels at their first run: the report asks the current plan then.
@@ -528,6 +527,11 @@ class CompiledGraphRunner:
         graph_report.int8_kernels_of = lambda: runner()._plan.int8_kernels() if runner() is not None else []
         # verifuse.profile reads the current plan's per-node times.
         graph_report.plan_of = lambda: runner()._plan if runner() is not None else None
+
+    @property
+    def _plan(self) -> Any:
+        """The plan the next call tries first."""
+        return self._plans.current()
 
     def _note_plan(self, cpp_report: dict, loading: bool) -> None:
         # The plan as a record (saved.py serializes it), and why it was not saved or was refused.
@@ -578,16 +582,9 @@ class CompiledGraphRunner:
         _report.observe(self._graph_report)
         if self.shape_check is not None:
             self.shape_check.check(args)  # raises _C.ShapeGuardViolation before anything runs
-        plan = self._plan
         first = not self._ran
         start = time.perf_counter() if first else 0.0
-        try:
-            out = plan.run(args)
-        except self._stale_weights_error as err:
-            plan = self._refresh(plan, args, isinstance(err, self._weights_modified_error))
-            out = self._run_checked(plan, args)
-        except self._unsupported_error:
-            out = self._exact(args)
+        out = self._run(args)
         if first:
             # The first run's own time (int8 kernels are chosen, weights' lazy copies made): part of
             # a first call's split in the report.
@@ -596,48 +593,41 @@ class CompiledGraphRunner:
         args.clear()  # boxed convention: release the inputs early
         return list(out)
 
-    def _run_checked(self, plan: Any, args: list) -> Any:
-        try:
-            return plan.run(args)
-        except self._unsupported_error:
-            return self._exact(args)
+    def _run(self, args: list) -> Any:
+        """Runs the plan set, building what it asks for: a plan for weights none of its plans was
+        built for (StaleWeightsError), the exact plan (NeedsExactPlanError). Each build answers
+        one request, so three rounds always suffice."""
+        for _ in range(3):
+            try:
+                return self._plans.run(args)
+            except self._needs_exact_error:
+                # The fused plan already failed on these inputs: only the exact plan runs again.
+                self._plans.set_exact(self._build_exact(args))
+                try:
+                    return self._plans.run_exact(args)
+                except self._needs_exact_error:
+                    continue
+            except self._stale_weights_error:
+                with self._lock:
+                    current = self._plans.current()
+                    if current is not None and current.weights_match(args):
+                        continue  # another thread built it meanwhile
+                    plan, cpp_report = self._build(args)
+                    self._note_plan(cpp_report, False)
+                    self._plans.add(plan)
+                    _report.bump("weight_refreshes")
+        return self._plans.run(args)
 
-    def _exact(self, args: list) -> Any:
-        """Runs the unfused ATen plan: for inputs the oneDNN plan hands back (NaN/Inf values need
-        torch's NaN semantics, and the fused ops keep only prepacked weights). Built on first use."""
+    def _build_exact(self, args: list) -> Any:
+        """The unfused ATen plan: for inputs the oneDNN plan hands back (NaN/Inf values need
+        torch's NaN semantics, and the fused ops keep only prepacked weights)."""
         from . import _C
         from .lowering import lower_graph
 
         with self._lock:
-            if self._exact_plan is None:
-                lowered = lower_graph(self._aot_gm, args, self._static, self._names)
-                self._exact_plan, _ = _C.optimize_and_compile(
-                    lowered.graph, lowered.input_arg_index, lowered.frozen, lowered.num_args,
-                    verify="off", fuse=False, engines="aten", autotune=False)
-                _report.bump("exact_plans_built")
-            exact = self._exact_plan
-        try:
-            return exact.run(args)
-        except self._stale_weights_error:
-            with self._lock:
-                self._exact_plan = None
-            return self._exact(args)
-
-    def _refresh(self, stale_plan: Any, args: list, modified_in_place: bool) -> Any:
-        """The plan for the weights in ``args``: a kept one (moved to the front), else a new one."""
-        with self._lock:
-            if modified_in_place:
-                self._plans = [e for e in self._plans if e[0] is not stale_plan]
-            for i, entry in enumerate(self._plans):
-                if entry[0] is not stale_plan and entry[0].weights_match(args):
-                    self._plans.insert(0, self._plans.pop(i))
-                    break
-            else:
-                plan, cpp_report = self._build(args)
-                self._note_plan(cpp_report, False)
-                self._plans.insert(0, (plan, cpp_report.get("shape_check")))
-                del self._plans[self._MAX_PLANS:]
-                _report.bump("weight_refreshes")
-            self._plan, self.shape_check = self._plans[0]
-            self._exact_plan = None
-            return self._plan
+            lowered = lower_graph(self._aot_gm, args, self._static, self._names)
+            exact, _ = _C.optimize_and_compile(
+                lowered.graph, lowered.input_arg_index, lowered.frozen, lowered.num_args,
+                verify="off", fuse=False, engines="aten", autotune=False)
+            _report.bump("exact_plans_built")
+            return exact

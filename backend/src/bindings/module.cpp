@@ -17,6 +17,7 @@
 #include "verifuse/kernels/gemm.h"
 #include "verifuse/kernels/kernel.h"
 #include "verifuse/runtime/executor.h"
+#include "verifuse/runtime/plan_set.h"
 
 namespace py = pybind11;
 
@@ -185,6 +186,31 @@ py::dict capabilitiesDict() {
   return d;
 }
 
+/// Runs \p plan (a CompiledGraph or a PlanSet) on Python arguments, without the GIL; its error
+/// raised as the Python exception for its Status (raise).
+template <typename Plan>
+py::tuple runOn(Plan& plan, const py::list& pyArgs) {
+  std::vector<c10::IValue> args;
+  args.reserve(pyArgs.size());
+  for (const auto& a : pyArgs) args.push_back(toIValue(a));
+  // A kernel decided at its first run may warn (an int8 op falling back to its reference); the
+  // handler turns C++ warnings into Python ones when it goes out of scope, with the GIL held
+  // again, so users' warning filters and tests see them. Its scope ends before any error is
+  // raised: a warning filter that makes it an error may then throw from its destructor without
+  // another exception in flight.
+  StatusOr<std::vector<c10::IValue>> result = [&] {
+    torch::PyWarningHandler warnings;  // destroyed last, once the GIL is held again
+    py::gil_scoped_release release;
+    return plan.run(args);
+  }();
+  // Drop our references to the inputs before Python regains control.
+  args.clear();
+  if (!result.isOk()) raise(result.status());
+  py::tuple out(result->size());
+  for (size_t k = 0; k < result->size(); ++k) out[k] = fromIValue((*result)[k]);
+  return out;
+}
+
 void registerCore(py::module_& m) {
   gStaleWeightsError = PyErr_NewException("verifuse._C.StaleWeightsError", PyExc_RuntimeError, nullptr);
   gUnsupportedError = PyErr_NewException("verifuse._C.UnsupportedError", PyExc_RuntimeError, nullptr);
@@ -317,28 +343,7 @@ void registerCore(py::module_& m) {
   m.def("parse_graph", [](const std::string& text) { return unwrap(ir::parseGraph(text)); });
 
   py::class_<runtime::CompiledGraph, std::shared_ptr<runtime::CompiledGraph>>(m, "CompiledGraph")
-      .def("run",
-           [](const runtime::CompiledGraph& cg, const py::list& pyArgs) {
-             std::vector<c10::IValue> args;
-             args.reserve(pyArgs.size());
-             for (const auto& a : pyArgs) args.push_back(toIValue(a));
-             // A kernel decided at its first run may warn (an int8 op falling back to its
-             // reference); the handler turns C++ warnings into Python ones when it goes out of
-             // scope, with the GIL held again, so users' warning filters and tests see them. Its
-             // scope ends before any error is raised: a warning filter that makes it an error may
-             // then throw from its destructor without another exception in flight.
-             StatusOr<std::vector<c10::IValue>> result = [&] {
-               torch::PyWarningHandler warnings;  // destroyed last, once the GIL is held again
-               py::gil_scoped_release release;
-               return cg.run(args);
-             }();
-             // Drop our references to the inputs before Python regains control.
-             args.clear();
-             if (!result.isOk()) raise(result.status());
-             py::tuple out(result->size());
-             for (size_t k = 0; k < result->size(); ++k) out[k] = fromIValue((*result)[k]);
-             return out;
-           },
+      .def("run", [](const runtime::CompiledGraph& cg, const py::list& pyArgs) { return runOn(cg, pyArgs); },
            "Runs the graph on the full argument list (frozen weights included).")
       .def("weights_match",
            [](const runtime::CompiledGraph& cg, const py::list& pyArgs) {
@@ -368,6 +373,30 @@ void registerCore(py::module_& m) {
            "The int8 ops' kernel choices made so far (at their first run): variant, kernel and every "
            "candidate's exactness verdict.");
 
+  py::class_<runtime::PlanSet, std::shared_ptr<runtime::PlanSet>>(
+      m, "PlanSet", "The plans of one compiled graph (a plan per set of weights, the exact plan) and the policy "
+                    "that picks among them (runtime/plan_set.h).")
+      .def(py::init([](std::shared_ptr<runtime::CompiledGraph> first, size_t maxPlans) {
+             return std::make_shared<runtime::PlanSet>(std::move(first), maxPlans);
+           }),
+           py::arg("first"), py::arg("max_plans"))
+      .def("run", [](runtime::PlanSet& set, const py::list& pyArgs) { return runOn(set, pyArgs); },
+           "Runs the right plan; StaleWeightsError: add() one for these weights; NeedsExactPlanError: set_exact().")
+      .def("run_exact", [](runtime::PlanSet& set, const py::list& pyArgs) {
+             struct Exact {
+               runtime::PlanSet& set;
+               StatusOr<std::vector<c10::IValue>> run(const std::vector<c10::IValue>& a) { return set.runExact(a); }
+             } exact{set};
+             return runOn(exact, pyArgs);
+           })
+      .def("add", [](runtime::PlanSet& set, std::shared_ptr<runtime::CompiledGraph> plan) { set.add(std::move(plan)); })
+      .def("set_exact",
+           [](runtime::PlanSet& set, std::shared_ptr<runtime::CompiledGraph> plan) { set.setExact(std::move(plan)); })
+      .def("current",
+           [](const runtime::PlanSet& set) { return std::const_pointer_cast<runtime::CompiledGraph>(set.current()); })
+      .def("size", &runtime::PlanSet::size)
+      .def("switches", &runtime::PlanSet::switches);
+
   m.def("_set_int8_test_hook", &setInt8TestHook,
         "Tests only: switch the int8 kernel checks off (\"no-proof\", \"no-checks\") or declare oneDNN's "
         "int8 kernels exact on every tier (\"onednn-declared-exact\"); \"\" restores them. Process-wide; "
@@ -396,6 +425,7 @@ void registerCore(py::module_& m) {
 VERIFUSE_REGISTER_BINDINGS(core, registerCore);
 
 }  // namespace
+
 }  // namespace verifuse::bindings
 
 PYBIND11_MODULE(_C, m) {

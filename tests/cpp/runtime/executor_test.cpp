@@ -7,6 +7,7 @@
 
 #include "verifuse/kernels/rowwise.h"
 #include "verifuse/runtime/executor.h"
+#include "verifuse/runtime/plan_set.h"
 
 namespace verifuse::runtime {
 namespace {
@@ -83,6 +84,45 @@ TEST(ExecutorTest, DetectsStaleWeights) {
   auto replaced = cg2->run({m.w.clone(), m.b, x});
   ASSERT_FALSE(replaced.isOk());
   EXPECT_EQ(replaced.status().code(), StatusCode::kStaleWeights);
+}
+
+/// The plan set's policy (runtime/plan_set.h), decided from status codes: a plan per set of
+/// weights, switching to a kept one, dropping one whose weights were modified in place, asking for
+/// a plan it does not have.
+TEST(PlanSetTest, SwitchesKeptPlansAndAsksForMissingOnes) {
+  ConvRelu a, b;  // two copies of one model: the same graph, other weights
+  auto planA = mustCompile(a.graph(), {2}, {{0, 0}, {1, 1}}, 3);
+  auto planB = mustCompile(b.graph(), {2}, {{0, 0}, {1, 1}}, 3);
+  ASSERT_TRUE(planA && planB);
+  at::Tensor x = at::randn({1, 3, 6, 6});
+  PlanSet set(planA, 2);
+  ASSERT_TRUE(set.run({a.w, a.b, x}).isOk());
+  // B's weights: no plan for them yet.
+  auto missing = set.run({b.w, b.b, x});
+  ASSERT_FALSE(missing.isOk());
+  EXPECT_EQ(missing.status().code(), StatusCode::kStaleWeights);
+  set.add(planB);
+  auto outB = set.run({b.w, b.b, x});
+  ASSERT_TRUE(outB.isOk());
+  EXPECT_TRUE(at::allclose((*outB)[0].toTensor(), b.reference(x)));
+  // Back to A: the kept plan, not a new one.
+  auto outA = set.run({a.w, a.b, x});
+  ASSERT_TRUE(outA.isOk());
+  EXPECT_TRUE(at::allclose((*outA)[0].toTensor(), a.reference(x)));
+  EXPECT_EQ(set.current(), planA);
+  EXPECT_EQ(set.switches(), 1u);
+  EXPECT_EQ(set.size(), 2u);
+  // A modified in place: its plan can never match again and is dropped; B's stays.
+  a.b.add_(1.0);
+  auto stale = set.run({a.w, a.b, x});
+  ASSERT_FALSE(stale.isOk());
+  EXPECT_EQ(stale.status().code(), StatusCode::kStaleWeights);
+  EXPECT_EQ(set.size(), 1u);
+  EXPECT_EQ(set.current(), planB);
+  // Nothing asks for an exact plan here, and none is set: running it alone says so.
+  auto exact = set.runExact({b.w, b.b, x});
+  ASSERT_FALSE(exact.isOk());
+  EXPECT_EQ(exact.status().code(), StatusCode::kNeedsExactPlan);
 }
 
 TEST(ExecutorTest, AtenErrorsComeBackAsStatus) {
