@@ -43,6 +43,7 @@
 #include <string>
 
 #include "rules/families.h"
+#include "rules/quantized_common.h"
 #include "rules/rule_util.h"
 #include "verifuse/ir/graph_edit.h"
 #include "verifuse/verify/tensor_semantics.h"
@@ -51,93 +52,7 @@ namespace verifuse::rules::families {
 
 namespace {
 
-using ir::Arg;
-using ir::ConstantTensor;
-using ir::DType;
-using ir::Graph;
-using ir::Node;
-using ir::NodeId;
-using ir::ValueId;
-using verify::Expr;
-using verify::Obligation;
-using verify::ObligationBuilder;
-using verify::Sort;
-namespace sem = verify::sem;
-namespace dnnl = verify::sem::onednn;
-namespace u = util;
-
-constexpr const char* kQuantize = "quantized_decomposed::quantize_per_tensor";
-constexpr const char* kDequantize = "quantized_decomposed::dequantize_per_tensor";
-constexpr const char* kDequantizeChannel = "quantized_decomposed::dequantize_per_channel";
-constexpr const char* kQConv = "verifuse::qconv";
-constexpr const char* kQLinear = "verifuse::qlinear";
-
-// qconv(x, W, b, stride, padding, dilation, groups, post_ops, x_scale, x_zp, w_scales, w_zps,
-//       y_scale, y_zp, y_qmin, y_qmax, y_dtype, residual, r_scale, r_zp)
-// qlinear(x, W, b, post_ops, x_scale, x_zp, w_scales, w_zps, y_scale, y_zp, y_qmin, y_qmax, y_dtype,
-//         residual, r_scale, r_zp)
-size_t postOpsIndex(const Node& n) { return n.op == kQConv ? 7 : 3; }
-size_t requantIndex(const Node& n) { return n.op == kQConv ? 12 : 8; }
-bool isInt8Op(const Node& n) { return n.op == kQConv || n.op == kQLinear; }
-
-bool goodScale(double s) { return std::isfinite(s) && s > 0; }
-
-/// The dtype's full range for u8/s8 (what oneDNN saturates to).
-std::optional<std::pair<int64_t, int64_t>> int8Range(DType t) {
-  if (t == DType::UInt8) return std::make_pair<int64_t, int64_t>(0, 255);
-  if (t == DType::Int8) return std::make_pair<int64_t, int64_t>(-128, 127);
-  return std::nullopt;
-}
-
-/// quantize_per_tensor / dequantize_per_tensor parameters: (input, scale, zp, qmin, qmax, dtype[, out_dtype]).
-struct TensorQParams {
-  Arg input;
-  double scale = 0;
-  int64_t zeroPoint = 0, qmin = 0, qmax = 0;
-  DType dtype = DType::Undefined;
-};
-
-std::optional<TensorQParams> tensorQParams(const Node& n, std::string* whyNot) {
-  if (n.args.size() < 6) return std::nullopt;
-  if (n.args.size() == 7 && n.args[6].kind != Arg::Kind::None) {
-    return u::why(whyNot, "out_dtype given: only float32 results are lowered to int8 kernels"), std::nullopt;
-  }
-  TensorQParams p;
-  p.input = n.args[0];
-  if (n.args[1].kind != Arg::Kind::Double || n.args[2].kind != Arg::Kind::Int || n.args[3].kind != Arg::Kind::Int ||
-      n.args[4].kind != Arg::Kind::Int || n.args[5].kind != Arg::Kind::DTypeTag) {
-    return u::why(whyNot, "scale / zero point / range not static numbers (a tensor-valued scale)"), std::nullopt;
-  }
-  p.scale = n.args[1].d;
-  p.zeroPoint = n.args[2].i;
-  p.qmin = n.args[3].i;
-  p.qmax = n.args[4].i;
-  p.dtype = static_cast<DType>(n.args[5].i);
-  if (!goodScale(p.scale)) {
-    return u::why(whyNot, "scale " + std::to_string(p.scale) + " is zero, negative, NaN or infinite: no integer meaning"),
-           std::nullopt;
-  }
-  auto range = int8Range(p.dtype);
-  if (!range) return u::why(whyNot, "quantized dtype is not u8/s8"), std::nullopt;
-  if (p.qmin < range->first || p.qmax > range->second || p.qmin > p.qmax || p.zeroPoint < p.qmin ||
-      p.zeroPoint > p.qmax) {
-    return u::why(whyNot, "zero point or range outside the dtype"), std::nullopt;
-  }
-  return p;
-}
-
-/// dequantize_per_tensor(xq, ...) feeding \p a: its parameters (input = the quantized value).
-std::optional<TensorQParams> dequantizedInput(const Graph& g, const Arg& a, std::string* whyNot) {
-  const Node* dq = u::producerOf(g, a);
-  if (!dq || dq->op != kDequantize) return std::nullopt;
-  auto p = tensorQParams(*dq, whyNot);
-  if (p && !p->input.isValue()) return u::why(whyNot, "quantized input is a constant"), std::nullopt;
-  return p;
-}
-
-const ConstantTensor* constantOf(const Graph& g, const Arg& a) {
-  return a.isConstant() ? &g.constants().at(static_cast<size_t>(a.i)) : nullptr;
-}
+using namespace quantized;  // the shared pieces (quantized_common.h)
 
 /// Every element of a constant with data satisfies \p ok (f32/f64 scales, i64/i32 zero points);
 /// a constant without data (parsed from text) is not checked.
@@ -344,28 +259,6 @@ Status rewriteLinearDequant(Graph& g, const Match& m, FusionRecord& record) {
   n.overload = "";
   n.args = std::move(args);
   return Status::ok();
-}
-
-/// A single-use int8 op producing \p a with a float32 result (not yet requantized).
-const Node* floatInt8Producer(const Graph& g, const Arg& a) {
-  const Node* p = u::producerOf(g, a);
-  if (!p || !isInt8Op(*p) || !u::hasSingleUse(g, u::valueOf(a))) return nullptr;
-  if (p->args[requantIndex(*p) + 4].kind != Arg::Kind::None) return nullptr;
-  return p;
-}
-
-/// floatInt8Producer of \p a, or of the input of a single-use aten::view producing \p a (BERT's
-/// linears are 2-D and their results viewed back to [batch, seq, features] before the GELU and the
-/// quantize); *view is that view or null. Elementwise post-ops and the requantization commute
-/// with a view (the obligations prove it on an explicit tensor).
-const Node* floatInt8ProducerThroughView(const Graph& g, const Arg& a, const Node** view) {
-  *view = nullptr;
-  if (const Node* p = floatInt8Producer(g, a)) return p;
-  const Node* v = u::producerOf(g, a);
-  if (!v || v->op != "aten::view" || v->args.size() != 2 || !u::hasSingleUse(g, u::valueOf(a))) return nullptr;
-  const Node* p = floatInt8Producer(g, v->args[0]);
-  if (p) *view = v;
-  return p;
 }
 
 // ---- int8-relu-postop -------------------------------------------------------------------------
@@ -875,32 +768,6 @@ Status rewriteQuantizeKernel(Graph& g, const Match& m, FusionRecord&) {
 }
 
 // ---- obligations ----------------------------------------------------------------------------------
-
-Expr half() { return Expr::rational(1, 2); }
-
-/// round(t), ties to even (torch.round, and oneDNN's nearbyint in the default rounding mode).
-Expr roundHalfEven(ObligationBuilder& ob, Expr t, const std::string& name) {
-  Expr h = Expr::var(name + ".half", Sort::Int);
-  ob.addFresh(h, {});
-  return ob.fresh(
-      name,
-      [&](Expr n) {
-        return std::vector<Expr>{n >= t - half(), n <= t + half(), implies(n - t == half(), n == h * Expr::integer(2)),
-                                 implies(t - n == half(), n == h * Expr::integer(2))};
-      },
-      Sort::Int);
-}
-
-/// round(t), ties away from zero (std::round): a mutant's rounding.
-Expr roundHalfAway(ObligationBuilder& ob, Expr t, const std::string& name) {
-  return ob.fresh(
-      name,
-      [&](Expr n) {
-        return std::vector<Expr>{n >= t - half(), n <= t + half(), implies(n - t == half(), t >= 0),
-                                 implies(t - n == half(), t < 0)};
-      },
-      Sort::Int);
-}
 
 enum class FoldBug { None, DroppedZeroPoint, WeightScaleOfInputChannel, InputScaleMissing, WeightZeroPointUnchecked };
 
