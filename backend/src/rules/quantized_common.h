@@ -84,3 +84,13 @@ Expr roundHalfEven(ObligationBuilder& ob, Expr t, const std::string& name);
 Expr roundHalfAway(ObligationBuilder& ob, Expr t, const std::string& name);
 
 }  // namespace verifuse::rules::families::quantized
+
+namespace verifuse::rules::families {
+
+// The int8 rules' declarations, one function each (pattern, guards, rewrite, obligation and
+// mutants beside it), listed in pipeline order by quantizedInt8() (quantized.cpp).
+// quantized_folds.cpp
+RuleDeclaration int8ConvDequant();
+RuleDeclaration int8LinearDequant();
+
+}  // namespace verifuse::rules::families
