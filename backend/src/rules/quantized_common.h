@@ -92,5 +92,10 @@ namespace verifuse::rules::families {
 // quantized_folds.cpp
 RuleDeclaration int8ConvDequant();
 RuleDeclaration int8LinearDequant();
+// quantized_postops.cpp
+RuleDeclaration int8ReluPostOp();
+RuleDeclaration int8ClampPostOp();
+RuleDeclaration int8GeluPostOp();
+RuleDeclaration int8ReluAcrossRequant();
 
 }  // namespace verifuse::rules::families
