@@ -97,5 +97,12 @@ RuleDeclaration int8ReluPostOp();
 RuleDeclaration int8ClampPostOp();
 RuleDeclaration int8GeluPostOp();
 RuleDeclaration int8ReluAcrossRequant();
+// quantized_requantize.cpp
+RuleDeclaration int8Requantize();
+RuleDeclaration int8MaxPoolCodes();
+RuleDeclaration int8RequantizeCat();
+RuleDeclaration int8RequantizeMaxPool();
+RuleDeclaration int8SelectCodes();
+RuleDeclaration int8ResidualSum();
 
 }  // namespace verifuse::rules::families
