@@ -104,5 +104,8 @@ RuleDeclaration int8RequantizeCat();
 RuleDeclaration int8RequantizeMaxPool();
 RuleDeclaration int8SelectCodes();
 RuleDeclaration int8ResidualSum();
+// quantized_kernels.cpp
+RuleDeclaration int8IntMm();
+RuleDeclaration int8QuantizeKernel();
 
 }  // namespace verifuse::rules::families
