@@ -35,8 +35,9 @@ std::vector<RuleDeclaration> perChannelFolds();
 std::vector<RuleDeclaration> residualAdd();
 // activation_postops.cpp
 std::vector<RuleDeclaration> activationPostOps();
-// quantized.cpp
+// quantized.cpp (the rules themselves: quantized_{folds,postops,requantize,kernels}.cpp)
 std::vector<RuleDeclaration> quantizedInt8();  ///< PT2E int8 chains -> verifuse::qconv / qlinear
+// quantized_folds.cpp
 RuleDeclaration plantedInt8DroppedZeroPoint();  ///< test only, deliberately wrong
 // row_fusion.cpp
 std::vector<RuleDeclaration> rowFusion();  ///< elementwise/row-reduction chains -> verifuse::rowwise
