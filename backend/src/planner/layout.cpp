@@ -61,7 +61,7 @@ StatusOr<bool> assignLayouts(PlanBuild& b) {
       // A convolution leaves its result channels-last when every reader takes any layout; linears,
       // row programs and attention write dense results.
       if (n.op == rules::kConvOp) {
-        const bool cl = layoutAgnosticReaders(graph, n.outputs[0]) && graph.value(n.outputs[0]).shape.size() >= 4;
+        const bool cl = b.anyLayoutOut[step.node] && graph.value(n.outputs[0]).shape.size() >= 4;
         channelsLast[static_cast<size_t>(n.outputs[0])] = cl;
         changed = changed || cl;
       }

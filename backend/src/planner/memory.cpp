@@ -100,15 +100,18 @@ StatusOr<bool> planLifetimes(PlanBuild& b) {
     for (const Arg& a : graph.nodes()[b.order[s]].args) a.collectValues(used);
     for (ValueId v : used) lastUse[static_cast<size_t>(v)] = static_cast<int64_t>(s);
   }
+  // The values each position frees, in value order (one pass, not one per step).
+  std::vector<std::vector<ValueId>> lastUsedAt(b.order.size());
+  for (size_t v = 0; v < lastUse.size(); ++v) {
+    if (lastUse[v] >= 0 && !b.isOutput[v]) lastUsedAt[static_cast<size_t>(lastUse[v])].push_back(static_cast<ValueId>(v));
+  }
   bool changed = false;
   for (size_t s = 0; s < b.order.size(); ++s) {
     const size_t k = b.order[s];
     if (b.stepOf[k] == SIZE_MAX) continue;  // evaluated while planning
     runtime::Step& step = impl.steps[b.stepOf[k]];
     const ir::Node& n = graph.nodes()[k];
-    for (size_t v = 0; v < lastUse.size(); ++v) {
-      if (lastUse[v] == static_cast<int64_t>(s) && !b.isOutput[v]) step.freeAfter.push_back(static_cast<ValueId>(v));
-    }
+    step.freeAfter = std::move(lastUsedAt[s]);
     // Outputs nobody reads (e.g. batch norm's saved statistics) die right away.
     for (ValueId out : n.outputs) {
       if (lastUse[static_cast<size_t>(out)] == -1 && !b.isOutput[static_cast<size_t>(out)]) step.freeAfter.push_back(out);

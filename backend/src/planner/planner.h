@@ -77,6 +77,8 @@ struct PlanBuild {
 
   std::vector<runtime::FusedOp*> fusedOf;  // steps: by node (the steps own them)
   std::vector<size_t> stepOf;              // steps: by node, SIZE_MAX for none
+  std::vector<bool> anyLayoutOut;          // steps: by node, its fused op may leave its result in any
+                                           // layout (layoutAgnosticReaders, asked once per op)
 
   std::vector<bool> channelsLast;        // layout: by value, the layout the plan hands to readers
   std::vector<size_t> unitOfDecision;    // tuning: by impl.partitions entry

@@ -117,6 +117,7 @@ StatusOr<bool> buildSteps(PlanBuild& b) {
   const size_t numNodes = graph.nodes().size();
   b.fusedOf.assign(numNodes, nullptr);
   b.stepOf.assign(numNodes, SIZE_MAX);
+  b.anyLayoutOut.assign(numNodes, false);
   // The engine of a partition the heuristic decides (the tuner sets the others' later).
   auto untimed = [&](size_t k) -> std::optional<Engine> {
     const int32_t part = b.units[static_cast<size_t>(b.unitOfNode[k])].partition;
@@ -186,6 +187,7 @@ StatusOr<bool> buildSteps(PlanBuild& b) {
         }
       }
       const bool clOut = layoutAgnosticReaders(graph, n.outputs[0]);
+      b.anyLayoutOut[k] = clOut;
       const bool bf16Input = n.args[0].isValue() && graph.value(static_cast<ValueId>(n.args[0].i)).dtype == ir::DType::BFloat16;
       auto fused = runtime::createFusedOp(n, impl.constants, shape, options, clOut, bf16Input ? at::kBFloat16 : at::kFloat);
       if (!taken.empty()) {
