@@ -118,7 +118,9 @@ class _GraphSpec:
     """The graph being lowered, kept in Python and handed to C++ in one call (_C.build_graph):
     one pybind crossing per graph instead of one per node, argument and value. Mirrors the
     _C.Graph methods the lowering uses, value ids assigned as C++ assigns them (inputs and node
-    outputs in creation order). Arguments are (kind, payload) tuples: see _arg."""
+    outputs in creation order). Arguments are (kind, payload) tuples: ("v", value id), ("c", constant
+    id), ("n", None), ("b", bool), ("i", int), ("r", float), ("s", str), ("t", dtype code), ("l",
+    layout code), ("m", memory format code), ("d", device), ("L", [arguments])."""
 
     def __init__(self) -> None:
         self.constants: list[tuple[str, torch.Tensor]] = []
@@ -161,19 +163,6 @@ class _GraphSpec:
         return _C.build_graph(self.constants, self.records, self.outputs)
 
 
-class _arg:
-    """IR arguments as (kind, payload) tuples for _GraphSpec (the kinds _C.build_graph reads)."""
-    NONE = ("n", None)
-
-    @staticmethod
-    def value(vid: int) -> tuple:
-        return ("v", vid)
-
-    @staticmethod
-    def constant(cid: int) -> tuple:
-        return ("c", cid)
-
-
 class _Lowerer:
     def __init__(self, gm: torch.fx.GraphModule, real_inputs: Sequence[Any], frozen_indices: set[int],
                  input_names: Sequence[str], shape_facts: Any = None):
@@ -183,7 +172,7 @@ class _Lowerer:
         self.input_names = input_names
         self.shape_facts = shape_facts  # guards.ShapeFacts: names the size symbols (dynamic shapes)
         self.g = _GraphSpec()
-        self.env: dict[torch.fx.Node, Any] = {}  # node -> an argument tuple (_arg), or list of value ids
+        self.env: dict[torch.fx.Node, Any] = {}  # node -> an argument tuple (_GraphSpec), or list of value ids
         self.used_names: set[str] = set()
         self.constant_names: list[str] = []
         self.frozen_tensors: dict[torch.fx.Node, torch.Tensor] = {}  # frozen placeholder -> its tensor
@@ -210,7 +199,7 @@ class _Lowerer:
             real = self.real_inputs[i] if i < len(self.real_inputs) else None
             if i in self.frozen_indices and isinstance(real, torch.Tensor):
                 cid = self.add_constant(name, real)
-                self.env[ph] = _arg.constant(cid)
+                self.env[ph] = ("c", cid)
                 self.frozen_tensors[ph] = real
                 frozen.append((i, cid))
             else:
@@ -220,7 +209,7 @@ class _Lowerer:
                     raise LoweringError(ph.name, f"graph input of unsupported type {type(val).__name__}")
                 vid = self.g.add_input(self.unique(name), vtype)
                 self.record_shape(vid, val)
-                self.env[ph] = _arg.value(vid)
+                self.env[ph] = ("v", vid)
                 input_arg_index.append(i)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
@@ -229,7 +218,7 @@ class _Lowerer:
                 attr = _fetch_attr(self.gm, node.target)
                 if not isinstance(attr, torch.Tensor):
                     raise LoweringError(node.name, f"get_attr of a {type(attr).__name__}")
-                self.env[node] = _arg.constant(self.add_constant(_sanitize(node.target), attr))
+                self.env[node] = ("c", self.add_constant(_sanitize(node.target), attr))
             elif node.op == "call_function":
                 self.lower_call(node)
             elif node.op == "output":
@@ -283,7 +272,7 @@ class _Lowerer:
             produced = self.env.get(src)
             if not isinstance(produced, list):
                 raise LoweringError(node.name, "getitem on a value that is not a tuple or list")
-            self.env[node] = _arg.value(produced[index])
+            self.env[node] = ("v", produced[index])
             return
         if target in PYTHON_BUILTINS:
             args = [self.to_arg(a, node) for a in node.args]
@@ -291,7 +280,7 @@ class _Lowerer:
                 raise LoweringError(node.name, f"{target} with keyword arguments")
             (vid,) = self.g.add_node(PYTHON_BUILTINS[target], "", args, [_value_type(node.meta.get("val"))])
             self.record_shape(vid, node.meta.get("val"))
-            self.env[node] = _arg.value(vid)
+            self.env[node] = ("v", vid)
             return
         if not isinstance(target, torch._ops.OpOverload):
             raise LoweringError(node.name, f"unsupported call target {getattr(target, '__name__', target)!r}")
@@ -331,7 +320,7 @@ class _Lowerer:
         for vid, v in zip(ids, vals):
             self.record_shape(vid, v)
         if len(returns) == 1 and not str(returns[0].type).startswith("List["):
-            self.env[node] = _arg.value(ids[0])
+            self.env[node] = ("v", ids[0])
         else:
             self.env[node] = list(ids)
 
@@ -362,7 +351,7 @@ class _Lowerer:
                 raise LoweringError(node.name, f"uses the tuple {v.name} without getitem")
             return arg
         if v is None:
-            return _arg.NONE
+            return ("n", None)
         if isinstance(v, bool):
             return ("b", v)
         if isinstance(v, int):
@@ -388,7 +377,7 @@ class _Lowerer:
         if isinstance(v, (list, tuple)):
             return ("L", [self.to_arg(e, node) for e in v])
         if isinstance(v, torch.Tensor):
-            return _arg.constant(self.add_constant(f"{node.name}_literal", v))
+            return ("c", self.add_constant(f"{node.name}_literal", v))
         raise LoweringError(node.name, f"argument of unsupported type {type(v).__name__}")
 
 
