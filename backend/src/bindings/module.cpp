@@ -13,6 +13,7 @@
 #include "bindings/shapes_bindings.h"
 #include "runtime/int8_kernel_choice.h"
 #include "verifuse/ir/graph.h"
+#include "verifuse/ir/op_schema.h"
 #include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/gemm.h"
 #include "verifuse/kernels/kernel.h"
@@ -340,6 +341,18 @@ void registerCore(py::module_& m) {
       .def("to_text", &ir::printGraph)
       .def("num_nodes", &ir::Graph::numLiveNodes)
       .def("__str__", &ir::printGraph);
+  m.def(
+      "op_schemas",
+      [] {
+        py::list rows;
+        for (const ir::OpSchemaInfo& row : ir::opSchemas()) {
+          py::list operands;
+          for (std::string_view o : row.operands) operands.append(std::string(o));
+          rows.append(py::make_tuple(std::string(row.schema), std::string(row.op), operands));
+        }
+        return rows;
+      },
+      "The operator schema table (ir/op_schema.h): (struct, operator, operand names) per row.");
   m.def("parse_graph", [](const std::string& text) { return unwrap(ir::parseGraph(text)); });
 
   py::class_<runtime::CompiledGraph, std::shared_ptr<runtime::CompiledGraph>>(m, "CompiledGraph")

@@ -89,4 +89,24 @@ StatusOr<std::vector<PostOpSpec>> parsePostOps(std::string_view text) {
   return ops;
 }
 
+StatusOr<std::vector<PostOpSpec>> fusedPostOps(const ir::Node& fused) {
+  const ir::Arg* text = ir::namedOperand(fused, "post_ops");
+  if (!text || text->kind != ir::Arg::Kind::String) {
+    return invalidArgument(fused.qualifiedName() + " has no post_ops operand");
+  }
+  return parsePostOps(text->s);
+}
+
+bool setFusedPostOps(ir::Node& fused, const std::vector<PostOpSpec>& ops) {
+  ir::Arg* text = ir::namedOperand(fused, "post_ops");
+  if (!text) return false;
+  *text = ir::Arg::string(formatPostOps(ops));
+  return true;
+}
+
+bool hasNoFusedPostOps(const ir::Node& fused) {
+  const ir::Arg* text = ir::namedOperand(fused, "post_ops");
+  return !text || text->s.empty();
+}
+
 }  // namespace verifuse::rules

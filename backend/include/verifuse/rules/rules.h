@@ -4,11 +4,10 @@
 // backend/src/rules/, one file per rule family (README.md there). Torch-free and Z3-free.
 //
 // The fused-op vocabulary the rules produce (the executor runs these on oneDNN, or on ATen when
-// oneDNN has no implementation):
-//   verifuse::conv(x, W, b?, stride, padding, dilation, groups, post_ops, extra...)
-//   verifuse::linear(x, W, b?, post_ops, extra...)        x[..., K], W[N, K]
-// post_ops is a string such as "sum(1),relu" (see PostOpSpec); every "sum" consumes the next
-// extra value argument (the residual, same shape as the output).
+// oneDNN has no implementation) is declared with every operand named in ir/op_schema.h
+// (FusedConv, FusedLinear, QConv, QLinear, ...). A fused op's post-ops are a typed list
+// (PostOpSpec, read with fusedPostOps); every "sum" consumes the next residual operand after the
+// fixed ones (same shape as the output).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "verifuse/ir/graph.h"
+#include "verifuse/ir/op_schema.h"
 #include "verifuse/support/status.h"
 #include "verifuse/verify/catalog.h"
 
@@ -44,8 +44,17 @@ struct PostOpSpec {
   std::vector<double> params;
   bool operator==(const PostOpSpec&) const = default;
 };
+/// The post-op list's text form ("sum(1),relu"), which the IR stores in a fused op's post_ops
+/// operand and the int8 ops take as a string argument. parsePostOps is the one parser of it.
 std::string formatPostOps(const std::vector<PostOpSpec>& ops);
 StatusOr<std::vector<PostOpSpec>> parsePostOps(std::string_view text);
+/// A fused op's post-ops, typed (verifuse::conv, linear, qconv, qlinear: their post_ops operand,
+/// ir/op_schema.h). An error when the node has no post_ops operand or its text is malformed.
+StatusOr<std::vector<PostOpSpec>> fusedPostOps(const ir::Node& fused);
+/// Replaces a fused op's post-ops (false when the node has no post_ops operand).
+bool setFusedPostOps(ir::Node& fused, const std::vector<PostOpSpec>& ops);
+/// True when a fused op has no post-ops (or no post_ops operand).
+bool hasNoFusedPostOps(const ir::Node& fused);
 
 /// What the verification of an applied rewrite found (filled by the instance validator).
 struct InstanceCheck {
