@@ -50,6 +50,22 @@ TEST(OpSchema, ByNameAgreesWithTheEnumsForFusedOps) {
   EXPECT_EQ(operandIndex(q, "y_scale"), size_t{QLinear::y_scale});
 }
 
+TEST(OpSchema, OperandsAreBuiltByName) {
+  Node n;
+  n.op = "verifuse::linear";
+  n.args = OperandsOf<FusedLinear>()
+               .set(FusedLinear::weight, Arg::constant(2))
+               .set(FusedLinear::x, Arg::value(1))
+               .set(FusedLinear::post_ops, Arg::string("sum(1)"))
+               .append(Arg::value(3))
+               .take();
+  ASSERT_EQ(n.args.size(), size_t{FusedLinear::kArity} + 1);
+  EXPECT_EQ(operand(n, FusedLinear::x), Arg::value(1));
+  EXPECT_EQ(operand(n, FusedLinear::weight), Arg::constant(2));
+  EXPECT_EQ(operand(n, FusedLinear::bias).kind, Arg::Kind::None);
+  EXPECT_EQ(variadicOperands<FusedLinear>(n).front(), Arg::value(3));
+}
+
 TEST(OpSchema, RowsAreWellFormed) {
   std::set<std::string_view> ops, names;
   for (const OpSchemaInfo& row : opSchemas()) {

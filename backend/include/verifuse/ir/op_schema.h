@@ -177,6 +177,27 @@ std::span<const Arg> variadicOperands(const Node& n) {
   return std::span<const Arg>(n.args).subspan(Schema::kArity);
 }
 
+/// A node's operands built by name, in the schema's order; operands not set are None:
+///   n.args = OperandsOf<FusedLinear>().set(FusedLinear::x, x).set(FusedLinear::weight, w)
+///                .set(FusedLinear::bias, b).set(FusedLinear::post_ops, Arg::string("")).take();
+template <class Schema>
+class OperandsOf {
+ public:
+  OperandsOf& set(typename Schema::Operand slot, Arg a) {
+    operands_.at(static_cast<size_t>(slot)) = std::move(a);
+    return *this;
+  }
+  /// Appends a variadic operand after the fixed ones (a residual of verifuse::conv/linear).
+  OperandsOf& append(Arg a) {
+    operands_.push_back(std::move(a));
+    return *this;
+  }
+  std::vector<Arg> take() { return std::move(operands_); }
+
+ private:
+  std::vector<Arg> operands_ = std::vector<Arg>(Schema::kArity);
+};
+
 /// The tensor an elementwise or view operator reads first: ATen names it self (or input) and puts
 /// it first in every such schema.
 inline const Arg& selfOperand(const Node& n) { return operand(n, Unary::self); }
