@@ -111,9 +111,10 @@ py::dict toDict(const driver::CompileReport& r, const runtime::CompiledGraph& pl
     x["id"] = n.id;
     x["op"] = n.op;
     py::list inputs;
-    for (const std::string& in : n.inputs) {
-      if (!in.empty() && in[0] == '%') inputs.append(in);
-      else inputs.append(std::stoi(in));
+    for (const driver::NodeInputReport& in : n.inputs) {
+      // a producer's node id, or "%name" for a graph input (as the conversions' producers)
+      if (in.producer >= 0) inputs.append(in.producer);
+      else inputs.append("%" + in.graphInput);
     }
     x["inputs"] = inputs;
     x["partition"] = n.partition >= 0 ? py::object(py::int_(n.partition)) : py::object(py::none());

@@ -116,12 +116,12 @@ void describeNodes(const runtime::CompiledGraph& plan, CompileReport& report) {
     for (const ir::Arg& a : node.args) a.collectValues(used);
     for (ir::ValueId v : used) {
       const ir::NodeId producer = g.value(v).producer;
-      n.inputs.push_back(producer >= 0 ? std::to_string(producer) : "%" + g.value(v).name);
+      n.inputs.push_back(NodeInputReport{producer, producer >= 0 ? std::string() : g.value(v).name});
     }
     n.partition = partitionOf[k];
     n.engine = engines[k];
     n.runsOn = runsOn[k];
-    if (rules::isFusedOp(node)) n.fusion = node.args[rules::postOpsArgIndex(node)].s;
+    if (rules::isFusedOp(node)) n.fusion = ir::namedOperand(node, "post_ops")->s;  // the post-op list's text
     n.timings = timings[k];
     report.ops[n.op]++;
     report.nodes.push_back(std::move(n));

@@ -111,7 +111,8 @@ class Printer {
       }
       if (!n.outputs.empty()) os << " = ";
       os << n.qualifiedName() << "(";
-      for (size_t k = 0; k < n.args.size(); ++k) os << (k ? ", " : "") << arg(n.args[k]);
+      const char* separator = "";
+      for (const Arg& a : n.args) os << std::exchange(separator, ", ") << arg(a);
       os << ")\n";
     }
     os << "  return (";

@@ -396,9 +396,11 @@ std::string partitionSignature(const Graph& graph, const Partition& partition) {
     const Node& node = graph.node(partition.nodes[j]);
     if (j) out += ";";
     out += node.qualifiedName() + "(";
-    for (size_t k = 0; k < node.args.size(); ++k) {
-      if (k) out += ",";
-      appendArg(graph, node.args[k], localNode, partition, out);
+    const char* separator = "";
+    for (const ir::Arg& a : node.args) {
+      out += separator;
+      separator = ",";
+      appendArg(graph, a, localNode, partition, out);
     }
     out += ")";
   }

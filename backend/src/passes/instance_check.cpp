@@ -1,6 +1,11 @@
 // Instance validation of constant folds: the folded constants a rule produced must equal the
 // rule's formula, recomputed here in double from the original constants, within a float32
-// rounding bound derived per output channel. Independent of the rewrite code that computed them.
+// rounding bound derived per output channel. The formula's arithmetic is the one the rewrite
+// rounds to float32 (rules/fold_arithmetic.h, written once); everything else is this file's own:
+// it reads the original and folded constants from the FoldRecord, not through the rewrite, and
+// checks every folded element (the rewrite's graph reading, indexing, lazy folding and rounding).
+// The end-to-end layer check below is independent of the formula too: it states batch norm, mul
+// and div from their raw operands.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -9,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "rules/fold_arithmetic.h"
 #include "verifuse/passes/pipeline.h"
 #include "verifuse/verify/layer_check.h"
 
@@ -18,7 +24,8 @@ namespace {
 
 using rules::FoldRecord;
 // double: its rounding (2^-53) is far below the float32 bound checked (2^-23), and x87 long
-// double would make validating ResNet-50's 25M weights several times slower.
+// double would make validating ResNet-50's 25M weights several times slower. (The rewrite folds in
+// double too: rules::ChannelFold's arithmetic.)
 using Real = double;
 
 std::vector<Real> load(const ir::Graph& g, ir::ConstantId id) {
@@ -224,7 +231,7 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
   if (f.kind == FoldRecord::Kind::kConcat) return validateConcat(g, f);
   if (f.kind == FoldRecord::Kind::kInt8Scales) return validateInt8Scales(g, f);
   // Expected folded weight w'[o, i] = W[o, i] * scale[o] and bias b'[o] = B[o] * biasScale[o] + shift[o].
-  std::vector<Real> scale, shift, biasScale;
+  rules::ChannelFold fold;
   std::vector<Real> gamma, beta, mean, var, factors;  // the fold's operands, also for the layer check
   int64_t c = 0;
   if (f.kind == FoldRecord::Kind::kBatchNorm) {
@@ -238,26 +245,19 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
       check.detail = "batch norm statistics have no data";
       return check;
     }
-    scale.resize(static_cast<size_t>(c));
-    shift.resize(static_cast<size_t>(c));
-    for (size_t o = 0; o < static_cast<size_t>(c); ++o) {
-      Real gm = gamma.empty() ? 1.0 : gamma[o], bt = beta.empty() ? 0.0 : beta[o];
-      scale[o] = gm / std::sqrt(var[o] + static_cast<Real>(f.eps));
-      shift[o] = bt - mean[o] * scale[o];
-    }
-    biasScale = scale;
+    fold = rules::batchNormFold(gamma, beta, mean, var, f.eps);
   } else {
     const int64_t outC = g.constants().at(static_cast<size_t>(f.foldedWeight)).sizes.at(0);
     c = outC;
     factors = channelVector(g, f.operand, f.scalar, c);
-    scale.assign(static_cast<size_t>(c), 1.0);
-    shift.assign(static_cast<size_t>(c), 0.0);
-    biasScale.assign(static_cast<size_t>(c), 1.0);
-    for (size_t o = 0; o < static_cast<size_t>(c); ++o) {
-      if (f.kind == FoldRecord::Kind::kChannelMul) scale[o] = biasScale[o] = factors[o];
-      if (f.kind == FoldRecord::Kind::kChannelDiv) scale[o] = biasScale[o] = 1.0 / factors[o];
-      if (f.kind == FoldRecord::Kind::kChannelAdd) shift[o] = (f.operand >= 0 ? static_cast<Real>(f.scalar) : 1.0) * factors[o];
+    if (factors.size() != static_cast<size_t>(c)) {
+      check.verdict = "Unsupported";
+      check.detail = "constants have no data or unexpected sizes";
+      return check;
     }
+    // add: the record's scalar is add's alpha when the operand is a constant; a number operand's
+    // scalar (the factors) already includes alpha.
+    fold = rules::channelOpFold(f.kind, factors, f.operand >= 0 ? static_cast<Real>(f.scalar) : 1.0);
   }
   // A standalone batch norm (no weight) folds to scale/shift constants themselves.
   const bool standalone = f.weight < 0;
@@ -296,7 +296,7 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
   for (size_t o = 0; o < static_cast<size_t>(c); ++o) {
     Real channelBound = 0;
     for (size_t i = 0; i < perChannel; ++i) {
-      Real exact = w(o * perChannel + i) * scale[o];
+      Real exact = fold.weight(o, w(o * perChannel + i));
       Real bound = std::fabs(exact) * ulpFactor + tiny;
       Real err = std::fabs(fw(o * perChannel + i) - exact);
       channelBound = std::max(channelBound, bound);
@@ -304,7 +304,7 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
       if (!(err <= bound)) ok = false;
     }
     if (!fb.empty()) {
-      Real exact = standalone ? shift[o] : (b.empty() ? 0.0 : b[o]) * biasScale[o] + shift[o];
+      Real exact = standalone ? fold.shift[o] : fold.bias(o, b.empty() ? 0.0 : b[o]);
       Real bound = std::fabs(exact) * ulpFactor + tiny;
       Real err = std::fabs(fb[o] - exact);
       channelBound = std::max(channelBound, bound);
@@ -366,7 +366,7 @@ rules::InstanceCheck validateFoldInstanceWithPolicy(const ir::Graph& g, const ru
       layer.fold = f.kind == FoldRecord::Kind::kChannelMul   ? verify::FoldedLayer::Fold::kMul
                    : f.kind == FoldRecord::Kind::kChannelDiv ? verify::FoldedLayer::Fold::kDiv
                                                              : verify::FoldedLayer::Fold::kAdd;
-      layer.factor = f.kind == FoldRecord::Kind::kChannelAdd ? shift : std::move(factors);
+      layer.factor = f.kind == FoldRecord::Kind::kChannelAdd ? fold.shift : std::move(factors);
     }
     layer.inputName = (rec.nodes.empty() ? std::string("layer") : rec.nodes.front()) + ".in";
     layer.outputName = rec.resultName.empty() ? (rec.nodes.empty() ? std::string("layer") : rec.nodes.back()) : rec.resultName;

@@ -43,7 +43,7 @@ using rules::Rule;
 std::string describeNode(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
   if (rules::isFusedOp(n)) {
-    std::string ops = n.args[rules::postOpsArgIndex(n)].s;
+    const std::string& ops = ir::namedOperand(n, "post_ops")->s;  // the post-op list's text
     return n.op + (ops.empty() ? "" : "[" + ops + "]");
   }
   return n.qualifiedName();

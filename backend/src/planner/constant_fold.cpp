@@ -1,6 +1,7 @@
 // Constant folding: the nodes whose inputs are all frozen constants, literals or other such
 // nodes' results run once while planning, and the calls start from their values.
 #include "planner/planner.h"
+#include "verifuse/ir/op_schema.h"
 
 #include <set>
 #include <string_view>
@@ -96,9 +97,10 @@ bool layoutUnobservable(const ir::Graph& g, ValueId v, const std::vector<bool>& 
     if (!elementwise.count(reader.op) || reader.outputs.size() != 1 || g.isGraphOutput(reader.outputs[0])) return false;
     for (ir::NodeId c : g.users(reader.outputs[0])) {
       const ir::Node& clone = g.node(c);
-      const bool contiguousClone = clone.op == "aten::clone" && clone.args.size() == 2 &&
-                                   clone.args[1].kind == Arg::Kind::MemoryFormat &&
-                                   clone.args[1].i == static_cast<int64_t>(c10::MemoryFormat::Contiguous);
+      const bool contiguousClone =
+          clone.op == "aten::clone" && ir::hasOperands<ir::Clone>(clone) &&
+          ir::operand(clone, ir::Clone::memory_format).kind == Arg::Kind::MemoryFormat &&
+          ir::operand(clone, ir::Clone::memory_format).i == static_cast<int64_t>(c10::MemoryFormat::Contiguous);
       if (!contiguousClone) return false;
     }
     read = true;

@@ -4,6 +4,7 @@
 // it gets when it is not timed.
 #include "planner/planner.h"
 
+#include "verifuse/ir/op_schema.h"
 #include "verifuse/kernels/capabilities.h"
 
 namespace verifuse::runtime {
@@ -28,9 +29,9 @@ using runtime::kRowwiseOp;
 double estimateMacs(const ir::Graph& g, const ir::Node& n) {
   if (isAttentionEngineOp(n)) {
     // Q·K^T and P·V: B·H·S·KV·(D + Dv).
-    const ir::Value& q = g.value(static_cast<ValueId>(n.args[0].i));
-    const ir::Value& k = g.value(static_cast<ValueId>(n.args[1].i));
-    const ir::Value& v = g.value(static_cast<ValueId>(n.args[2].i));
+    const ir::Value& q = g.value(static_cast<ValueId>(ir::operand(n, ir::AttentionQkv::query).i));
+    const ir::Value& k = g.value(static_cast<ValueId>(ir::operand(n, ir::AttentionQkv::key).i));
+    const ir::Value& v = g.value(static_cast<ValueId>(ir::operand(n, ir::AttentionQkv::value).i));
     if (!q.hasStaticShape() || !k.hasStaticShape() || !v.hasStaticShape() || q.shape.size() != 4 ||
         k.shape.size() != 4 || v.shape.size() != 4) {
       return 0;
@@ -38,8 +39,9 @@ double estimateMacs(const ir::Graph& g, const ir::Node& n) {
     return static_cast<double>(q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]) *
            static_cast<double>(q.shape[3] + v.shape[3]);
   }
-  if (!rules::isFusedOp(n) || !n.args[1].isConstant()) return 0;
-  const auto& w = g.constants()[static_cast<size_t>(n.args[1].i)];
+  const ir::Arg* weight = rules::isFusedOp(n) ? ir::namedOperand(n, "weight") : nullptr;
+  if (!weight || !weight->isConstant()) return 0;
+  const auto& w = g.constants()[static_cast<size_t>(weight->i)];
   const ir::Value& out = g.value(n.outputs[0]);
   if (!out.hasStaticShape() || w.sizes.empty() || w.sizes[0] == 0) return 0;
   double outElems = 1;
@@ -51,15 +53,17 @@ namespace {
 
 /// A linear's K (its input's last dim), or -1 when unknown.
 int64_t linearK(const ir::Graph& g, const ir::Node& n) {
-  if (!n.args[0].isValue()) return -1;
-  const ir::Value& x = g.value(static_cast<ValueId>(n.args[0].i));
+  const ir::Arg& input = ir::operand(n, ir::FusedLinear::x);
+  if (!input.isValue()) return -1;
+  const ir::Value& x = g.value(static_cast<ValueId>(input.i));
   return x.shape.empty() ? -1 : x.shape.back();
 }
 
 /// The rows a linear multiplies (the product of its input's leading sizes), or -1 when unknown.
 int64_t linearRows(const ir::Graph& g, const ir::Node& n) {
-  if (!n.args[0].isValue()) return -1;
-  const ir::Value& x = g.value(static_cast<ValueId>(n.args[0].i));
+  const ir::Arg& input = ir::operand(n, ir::FusedLinear::x);
+  if (!input.isValue()) return -1;
+  const ir::Value& x = g.value(static_cast<ValueId>(input.i));
   if (x.shape.empty()) return -1;
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < x.shape.size(); ++d) {
@@ -74,7 +78,7 @@ int64_t linearRows(const ir::Graph& g, const ir::Node& n) {
 /// K is short (kernels/bench/gemm_bench --epilogue bias_gelu, Zen 5, 1 thread: Whisper
 /// 1500x384x1536 188 vs 232 GFLOP/s, 128x512x1408 205 vs 227; level at K = 768, ahead beyond).
 bool geluOnShortK(const ir::Graph& g, const ir::Node& n) {
-  auto ops = rules::parsePostOps(n.args.at(rules::postOpsArgIndex(n)).s);
+  auto ops = rules::fusedPostOps(n);
   if (!ops.isOk()) return false;
   bool gelu = false;
   for (const rules::PostOpSpec& op : *ops) gelu = gelu || op.kind.rfind("gelu", 0) == 0;
@@ -97,7 +101,8 @@ StatusOr<bool> selectEngines(PlanBuild& b) {
     for (size_t k : u.nodes) {
       const ir::Node& n = graph.nodes()[k];
       f.macs += estimateMacs(graph, n);
-      const ValueId shaped = n.op == kRowwiseOp ? n.outputs[0] : static_cast<ValueId>(n.args[0].i);
+      // the row engine's output; every other op's first operand (its input or query)
+      const ValueId shaped = n.op == kRowwiseOp ? n.outputs[0] : static_cast<ValueId>(ir::selfOperand(n).i);
       f.staticShapes = f.staticShapes && graph.value(shaped).hasStaticShape();
     }
   }
@@ -172,7 +177,7 @@ StatusOr<bool> selectEngines(PlanBuild& b) {
       // at Whisper's [1,6,1500,64], too big to time (341 vs 366 ms for its 4 layers), so an
       // untimed float32 SDPA takes ATen on that tier. Timed ones are decided by their timing
       // (BERT's [1,12,128,64] on its real layout: the engine 1.21 ms, ATen 1.36).
-      const ir::Value& q = graph.value(static_cast<ValueId>(first.args[0].i));
+      const ir::Value& q = graph.value(static_cast<ValueId>(ir::operand(first, ir::AttentionQkv::query).i));
       const double heads = q.shape.size() == 4 ? static_cast<double>(q.shape[0] * q.shape[1]) : 1.0;
       const bool f32WithoutTiles = q.dtype == ir::DType::Float32 && !kernels::capabilities().attentionOwnTilesF32();
       f.heuristic = f.staticShapes && f.macs >= 131072.0 * heads && !f32WithoutTiles ? Engine::kOnednn : Engine::kAten;

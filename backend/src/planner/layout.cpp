@@ -68,7 +68,8 @@ StatusOr<bool> assignLayouts(PlanBuild& b) {
       continue;
     }
     if (step.op && n.qualifiedName() == "aten::max_pool2d_with_indices" && n.outputs.size() == 2 &&
-        n.args[0].isValue() && graph.value(static_cast<ValueId>(n.args[0].i)).shape.size() == 4) {
+        ir::operand(n, ir::MaxPool2dWithIndices::self).isValue() &&
+        graph.value(static_cast<ValueId>(ir::operand(n, ir::MaxPool2dWithIndices::self).i)).shape.size() == 4) {
       step.pool.channelsLast = true;
       impl.stats.channelsLastPools++;
       const ValueId values = n.outputs[0], indices = n.outputs[1];
@@ -78,17 +79,18 @@ StatusOr<bool> assignLayouts(PlanBuild& b) {
     }
     // Element-wise ops and pooling keep their first input's memory format; a permute of a
     // 4-D value turns channels-last NCHW into dense NHWC (0, 2, 3, 1) and back (0, 3, 1, 2).
-    if (n.op == "aten::permute" && n.args.size() == 2 && n.args[0].isValue() && !n.outputs.empty()) {
-      const bool inCl = channelsLast[static_cast<size_t>(n.args[0].i)];
-      auto dims = n.args[1].asIntList();
+    if (n.op == "aten::permute" && ir::hasOperands<ir::Permute>(n) && ir::operand(n, ir::Permute::self).isValue() &&
+        !n.outputs.empty()) {
+      const ValueId in = static_cast<ValueId>(ir::operand(n, ir::Permute::self).i);
+      const bool inCl = channelsLast[static_cast<size_t>(in)];
+      auto dims = ir::operand(n, ir::Permute::dims).asIntList();
       const bool toNchw = dims.isOk() && *dims == std::vector<int64_t>{0, 3, 1, 2};
       // (A channels-last value permuted to NHWC is dense: not channels-last.)
-      channelsLast[static_cast<size_t>(n.outputs[0])] =
-          toNchw && !inCl && graph.value(static_cast<ValueId>(n.args[0].i)).shape.size() == 4;
+      channelsLast[static_cast<size_t>(n.outputs[0])] = toNchw && !inCl && graph.value(in).shape.size() == 4;
     } else if (!n.outputs.empty()) {
       // The first tensor argument of the result's shape (addcmul(shift, x, scale) follows x),
       // else the first argument (pooling).
-      const Arg* from = !n.args.empty() && n.args[0].isValue() ? &n.args[0] : nullptr;
+      const Arg* from = !n.args.empty() && ir::selfOperand(n).isValue() ? &ir::selfOperand(n) : nullptr;
       for (const Arg& a : n.args) {
         if (a.isValue() && graph.value(static_cast<ValueId>(a.i)).shape == graph.value(n.outputs[0]).shape) {
           from = &a;
@@ -115,8 +117,9 @@ StatusOr<bool> recordEdgeConversions(PlanBuild& b) {
     bool anyConv = false;
     for (size_t k : unit.nodes) {
       const ir::Node& n = graph.nodes()[k];
-      const ir::Value& x = graph.value(static_cast<ValueId>(n.args[0].i));
-      if (n.op != rules::kConvOp || x.shape.size() < 4) continue;
+      if (n.op != rules::kConvOp) continue;
+      const ValueId input = static_cast<ValueId>(ir::operand(n, ir::FusedConv::x).i);
+      if (graph.value(input).shape.size() < 4) continue;
       anyConv = true;
       // Conversions are per tensor, recorded with what they move (explain draws exactly these).
       auto convert = [&](ValueId v, bool input) {
@@ -134,9 +137,9 @@ StatusOr<bool> recordEdgeConversions(PlanBuild& b) {
         }
         d.conversions.push_back(std::move(c));
       };
-      if (!b.channelsLast[static_cast<size_t>(n.args[0].i)]) {
+      if (!b.channelsLast[static_cast<size_t>(input)]) {
         d.inputConversions++;
-        convert(static_cast<ValueId>(n.args[0].i), true);
+        convert(input, true);
       }
       if (!b.channelsLast[static_cast<size_t>(n.outputs[0])]) {
         d.outputConversions++;

@@ -138,8 +138,9 @@ StatusOr<bool> buildSteps(PlanBuild& b) {
       step.name = n.op;
       step.outputs = n.outputs;
       // The tensor arguments only (q, k, v, the mask if any): the rest is the op's own state.
-      for (size_t a : {size_t{0}, size_t{1}, size_t{2}, size_t{5}}) {
-        if (auto slot = tensorSlot(n.args[a], impl.constants)) step.args.push_back(std::move(*slot));
+      using A = ir::FlashAttentionCpu;
+      for (A::Operand a : {A::query, A::key, A::value, A::attn_mask}) {
+        if (auto slot = tensorSlot(ir::operand(n, a), impl.constants)) step.args.push_back(std::move(*slot));
       }
       auto attn = runtime::createAttentionOp(graph, n, options);
       if (!attn.isOk()) return attn.status().withContext(n.op);
@@ -158,11 +159,14 @@ StatusOr<bool> buildSteps(PlanBuild& b) {
         slot.value = static_cast<ValueId>(a.i);
         step.args.push_back(std::move(slot));
       }
-      const ir::Value& x = graph.value(static_cast<ValueId>(n.args[0].i));
+      // conv and linear alike: x, weight, bias first (ir/op_schema.h)
+      const Arg& input = ir::operand(n, ir::FusedLinear::x);
+      const Arg* weights[] = {ir::namedOperand(n, "weight"), ir::namedOperand(n, "bias")};
+      const ir::Value& x = graph.value(static_cast<ValueId>(input.i));
       const std::vector<int64_t>* shape = x.hasStaticShape() ? &x.shape : nullptr;
       std::vector<at::Tensor> taken;  // references handed to the op (and dropped here)
-      for (size_t a : {size_t{1}, size_t{2}}) {
-        const Arg& arg = n.args[a];
+      for (const Arg* weight : weights) {
+        const Arg& arg = *weight;
         if (!arg.isConstant()) continue;
         const size_t c = static_cast<size_t>(arg.i);
         ir::ConstantTensor& ct = graph.mutableConstants()[c];
@@ -174,8 +178,8 @@ StatusOr<bool> buildSteps(PlanBuild& b) {
       // Weights handed over now are freed once the op's kernel holds its prepacked copy: right
       // away for partitions the heuristic decides, after tuning for those that are timed.
       if (options.releaseWeights && shape) {
-        for (size_t a : {size_t{1}, size_t{2}}) {
-          const Arg& arg = n.args[a];
+        for (const Arg* weight : weights) {
+          const Arg& arg = *weight;
           if (!arg.isConstant()) continue;
           const size_t c = static_cast<size_t>(arg.i);
           ir::ConstantTensor& ct = graph.mutableConstants()[c];
@@ -188,12 +192,12 @@ StatusOr<bool> buildSteps(PlanBuild& b) {
       }
       const bool clOut = layoutAgnosticReaders(graph, n.outputs[0]);
       b.anyLayoutOut[k] = clOut;
-      const bool bf16Input = n.args[0].isValue() && graph.value(static_cast<ValueId>(n.args[0].i)).dtype == ir::DType::BFloat16;
+      const bool bf16Input = input.isValue() && x.dtype == ir::DType::BFloat16;
       auto fused = runtime::createFusedOp(n, impl.constants, shape, options, clOut, bf16Input ? at::kBFloat16 : at::kFloat);
       if (!taken.empty()) {
-        for (const Arg& a : {n.args[1], n.args[2]}) {
-          if (a.isConstant() && !graph.constants()[static_cast<size_t>(a.i)].data) {
-            impl.constants[static_cast<size_t>(a.i)] = at::Tensor();
+        for (const Arg* a : weights) {
+          if (a->isConstant() && !graph.constants()[static_cast<size_t>(a->i)].data) {
+            impl.constants[static_cast<size_t>(a->i)] = at::Tensor();
           }
         }
       }

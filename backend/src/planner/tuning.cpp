@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <set>
+#include <span>
 #include <thread>
 
 namespace verifuse::planner {
@@ -56,14 +57,14 @@ std::optional<ValueId> viewChainRoot(const ir::Graph& graph, const std::map<ir::
     if (v.producer < 0 || it == indexOf.end()) break;
     const size_t k = it->second;
     const ir::Node& n = graph.nodes()[k];
-    if (!kViews.count(n.qualifiedName()) || stepOf[k] == SIZE_MAX || n.args.empty() || !n.args[0].isValue()) break;
+    if (!kViews.count(n.qualifiedName()) || stepOf[k] == SIZE_MAX || n.args.empty() || !ir::selfOperand(n).isValue()) break;
     const runtime::Step& step = impl.steps[stepOf[k]];
     if (step.fused || step.builtin || !step.op) break;
-    bool fixedRest = true;
-    for (size_t a = 1; a < n.args.size(); ++a) fixedRest = fixedRest && fixed(n.args[a]);
+    bool fixedRest = true;  // every operand but the viewed tensor
+    for (const ir::Arg& a : std::span<const ir::Arg>(n.args).subspan(1)) fixedRest = fixedRest && fixed(a);
     if (!fixedRest) break;
     chain.push_back(k);
-    cur = static_cast<ValueId>(n.args[0].i);
+    cur = static_cast<ValueId>(ir::selfOperand(n).i);
   }
   if (chain.empty() || !graph.value(cur).hasStaticShape()) return std::nullopt;
   // The root is made dense, so it must be dense in the model too: a graph input (taken dense,

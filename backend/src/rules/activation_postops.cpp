@@ -19,6 +19,8 @@ using ir::Arg;
 using ir::Graph;
 using ir::Node;
 using ir::NodeId;
+using ir::hasOperands;
+using ir::operand;
 using verify::Expr;
 using verify::ObligationBuilder;
 using verify::ObligationFactory;
@@ -56,18 +58,20 @@ std::optional<ActivationMapping> activationOf(const Node& n, Unmapped* unmapped)
   if (op == "aten::tanh") return simple("tanh", "conv-tanh-postop");
   if (op == "aten::hardswish") return simple("hardswish", "conv-hardswish-postop");
   if (op == "aten::hardsigmoid") return simple("hardsigmoid", "conv-hardsigmoid-postop");
-  if (op == "aten::leaky_relu" && n.args.size() == 2) {
-    auto slope = u::numberArg(n.args[1]);
+  if (op == "aten::leaky_relu" && hasOperands<ir::LeakyRelu>(n)) {
+    auto slope = u::numberArg(operand(n, ir::LeakyRelu::negative_slope));
     if (!slope) return fail("conv-leaky-relu-postop", "leaky_relu's slope is not a number");
     return ActivationMapping{PostOpSpec{"leaky_relu", {*slope}}, "conv-leaky-relu-postop"};
   }
-  if (op == "aten::gelu" && n.args.size() == 2 && n.args[1].kind == Arg::Kind::String) {
-    if (n.args[1].s == "none") return simple("gelu_erf", "conv-gelu-erf-postop");
-    if (n.args[1].s == "tanh") return simple("gelu_tanh", "conv-gelu-tanh-postop");
+  if (op == "aten::gelu" && hasOperands<ir::Gelu>(n) && operand(n, ir::Gelu::approximate).kind == Arg::Kind::String) {
+    const std::string& approximate = operand(n, ir::Gelu::approximate).s;
+    if (approximate == "none") return simple("gelu_erf", "conv-gelu-erf-postop");
+    if (approximate == "tanh") return simple("gelu_tanh", "conv-gelu-tanh-postop");
     return fail("conv-gelu-erf-postop", "gelu approximation is neither 'none' nor 'tanh'");
   }
-  if (op == "aten::elu" && n.args.size() == 4) {
-    auto alpha = u::numberArg(n.args[1]), scale = u::numberArg(n.args[2]), inScale = u::numberArg(n.args[3]);
+  if (op == "aten::elu" && hasOperands<ir::Elu>(n)) {
+    auto alpha = u::numberArg(operand(n, ir::Elu::alpha)), scale = u::numberArg(operand(n, ir::Elu::scale)),
+         inScale = u::numberArg(operand(n, ir::Elu::input_scale));
     if (!alpha || !scale || !inScale) return fail("conv-elu-postop", "elu's parameters are not numbers");
     if (*scale != 1.0 || *inScale != 1.0) {
       return fail("conv-elu-postop", "elu with scale or input_scale != 1 has no oneDNN eltwise");
@@ -76,18 +80,22 @@ std::optional<ActivationMapping> activationOf(const Node& n, Unmapped* unmapped)
   }
   const double inf = std::numeric_limits<double>::infinity();
   std::optional<double> lo, hi;
-  if (op == "aten::hardtanh" && n.args.size() == 3) {
-    lo = u::numberArg(n.args[1]);
-    hi = u::numberArg(n.args[2]);
-  } else if (op == "aten::clamp" && n.args.size() == 3) {
-    lo = n.args[1].kind == Arg::Kind::None ? std::optional<double>(-inf) : u::numberArg(n.args[1]);
-    hi = n.args[2].kind == Arg::Kind::None ? std::optional<double>(inf) : u::numberArg(n.args[2]);
-  } else if (op == "aten::clamp_min" && n.args.size() == 2) {
-    lo = u::numberArg(n.args[1]);
+  // A None bound of clamp is no bound.
+  auto bound = [](const Arg& b, double none) {
+    return b.kind == Arg::Kind::None ? std::optional<double>(none) : u::numberArg(b);
+  };
+  if (op == "aten::hardtanh" && hasOperands<ir::Hardtanh>(n)) {
+    lo = u::numberArg(operand(n, ir::Hardtanh::min_val));
+    hi = u::numberArg(operand(n, ir::Hardtanh::max_val));
+  } else if (op == "aten::clamp" && hasOperands<ir::Clamp>(n)) {
+    lo = bound(operand(n, ir::Clamp::min), -inf);
+    hi = bound(operand(n, ir::Clamp::max), inf);
+  } else if (op == "aten::clamp_min" && hasOperands<ir::ClampMin>(n)) {
+    lo = u::numberArg(operand(n, ir::ClampMin::min));
     hi = inf;
-  } else if (op == "aten::clamp_max" && n.args.size() == 2) {
+  } else if (op == "aten::clamp_max" && hasOperands<ir::ClampMax>(n)) {
     lo = -inf;
-    hi = u::numberArg(n.args[1]);
+    hi = u::numberArg(operand(n, ir::ClampMax::max));
   } else {
     return std::nullopt;
   }
@@ -109,19 +117,22 @@ MatchFn matchActivation(std::string ruleId) {
       if (unmapped.ruleId == ruleId) u::why(whyNot, unmapped.reason);
       return std::nullopt;
     }
-    const Node* p = n.args.empty() ? nullptr : u::singleUseFusedProducer(g, n.args[0]);
+    // Every activation's input is its first operand, self.
+    const Arg* input = n.args.empty() ? nullptr : &ir::selfOperand(n);
+    const Node* p = input ? u::singleUseFusedProducer(g, *input) : nullptr;
     if (!p) {
       // An input that is not a conv/linear is not this pattern; one with other users is a near miss.
-      const Node* producer = n.args.empty() ? nullptr : u::producerOf(g, n.args[0]);
+      const Node* producer = input ? u::producerOf(g, *input) : nullptr;
       if (mapping->ruleId == ruleId && producer && isFusedOp(*producer)) {
         u::why(whyNot, "the conv/linear output has other users");
       }
       return std::nullopt;
     }
-    std::vector<PostOpSpec> chain = u::postOpsOf(*p);
+    auto chain = fusedPostOps(*p);
+    if (!chain.isOk()) return u::why(whyNot, "the conv/linear's post-ops do not parse"), std::nullopt;
     // After a sum post-op a relu is proved by the residual-add-relu obligation (post-op order).
     std::string effective = mapping->ruleId;
-    if (!chain.empty() && chain.back().kind == "sum" && mapping->spec.kind == "relu") effective = "residual-add-relu";
+    if (!chain->empty() && chain->back().kind == "sum" && mapping->spec.kind == "relu") effective = "residual-add-relu";
     if (effective != ruleId) return std::nullopt;
     return Match{p->id, id, 0};
   };
@@ -131,9 +142,9 @@ Status rewriteActivation(Graph& g, const Match& m, FusionRecord&) {
   auto mapping = activationOf(g.node(m.consumer), nullptr);
   if (!mapping) return internalError("activation no longer matches");
   Node& p = g.mutableNode(m.anchor);
-  std::vector<PostOpSpec> chain = u::postOpsOf(p);
+  VF_ASSIGN_OR_RETURN(std::vector<PostOpSpec> chain, fusedPostOps(p));
   chain.push_back(mapping->spec);
-  p.args[postOpsArgIndex(p)] = Arg::string(formatPostOps(chain));
+  if (!setFusedPostOps(p, chain)) return internalError("the conv/linear has no post_ops operand");
   return u::replaceWithProducer(g, m);
 }
 

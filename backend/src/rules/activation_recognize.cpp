@@ -29,9 +29,11 @@ namespace verifuse::rules::families {
 namespace {
 
 using ir::Arg;
+using ir::Binary;
 using ir::Graph;
 using ir::Node;
 using ir::NodeId;
+using ir::operand;
 using ir::ValueId;
 using verify::Expr;
 using verify::Obligation;
@@ -40,16 +42,21 @@ namespace sem = verify::sem;
 namespace u = util;
 
 bool isBinary(const Node* n, const char* op) {
-  return n && n->op == op && (n->overload == "Tensor" || n->overload == "Scalar") && n->args.size() >= 2;
+  return n && n->op == op && (n->overload == "Tensor" || n->overload == "Scalar") && ir::hasAtLeastOperands<Binary>(*n);
 }
 
 /// The operands of an add whose alpha is 1 (add(a, b, 1) = a + b).
 bool plainAdd(const Node* n) {
   if (!isBinary(n, "aten::add")) return false;
-  if (n->args.size() == 2) return true;
-  auto alpha = u::numberArg(n->args[2]);
+  if (ir::hasOperands<Binary>(*n)) return true;  // alpha left out
+  auto alpha = u::numberArg(operand(*n, ir::Add::alpha));
   return alpha && *alpha == 1.0;
 }
+
+/// The two operands of a commutative binary op, for trying them either way round.
+constexpr Binary::Operand kBothOrders[] = {Binary::self, Binary::other};
+/// The operand slot a binary op's \p slot is paired with: self <-> other.
+Binary::Operand partnerOf(Binary::Operand slot) { return slot == Binary::self ? Binary::other : Binary::self; }
 
 bool sameValue(const Arg& a, ValueId v) { return a.isValue() && u::valueOf(a) == v; }
 
@@ -70,9 +77,9 @@ std::string literalText(double d) {
 /// One operand of a commutative binary node is \p pred's, the other is returned through \p other.
 template <typename Pred>
 bool eitherWay(const Node* n, Pred pred, Arg* other) {
-  for (int k = 0; k < 2; ++k) {
-    if (pred(n->args[static_cast<size_t>(k)])) {
-      *other = n->args[static_cast<size_t>(1 - k)];
+  for (Binary::Operand slot : kBothOrders) {
+    if (pred(operand(*n, slot))) {
+      *other = operand(*n, partnerOf(slot));
       return true;
     }
   }
@@ -90,8 +97,8 @@ std::optional<Arg> onePlus(const Graph& g, const Arg& t, const char* fn) {
   Arg other;
   if (!eitherWay(add, [](const Arg& a) { return literalIs(a, 1.0); }, &other)) return std::nullopt;
   const Node* f = u::producerOf(g, other);
-  if (!f || f->op != fn || f->args.size() != 1) return std::nullopt;
-  return f->args[0];
+  if (!f || f->op != fn || !ir::hasOperands<ir::Unary>(*f)) return std::nullopt;
+  return ir::selfOperand(*f);
 }
 
 /// T = 1 + tanh(B*(x + C*pow(x, 3))) -> x.
@@ -108,8 +115,8 @@ std::optional<ValueId> tanhCore(const Graph& g, const Arg& t, std::string* whyNo
   const Node* s = u::producerOf(g, sum);
   if (!plainAdd(s)) return std::nullopt;
   // x + C*pow(x, 3): find the cube first, it names x.
-  for (int k = 0; k < 2; ++k) {
-    const Node* cubic = u::producerOf(g, s->args[static_cast<size_t>(k)]);
+  for (Binary::Operand cubicSlot : kBothOrders) {
+    const Node* cubic = u::producerOf(g, operand(*s, cubicSlot));
     if (!isBinary(cubic, "aten::mul")) continue;
     Arg powArg;
     double kappa = 0;
@@ -117,12 +124,12 @@ std::optional<ValueId> tanhCore(const Graph& g, const Arg& t, std::string* whyNo
       continue;
     }
     const Node* pw = u::producerOf(g, powArg);
-    if (!pw || pw->op != "aten::pow" || pw->overload != "Tensor_Scalar" || pw->args.size() != 2 ||
-        !pw->args[0].isValue() || !literalIs(pw->args[1], 3.0)) {
+    if (!pw || pw->op != "aten::pow" || pw->overload != "Tensor_Scalar" || !ir::hasOperands<ir::Pow>(*pw) ||
+        !operand(*pw, ir::Pow::self).isValue() || !literalIs(operand(*pw, ir::Pow::exponent), 3.0)) {
       continue;
     }
-    const ValueId x = u::valueOf(pw->args[0]);
-    if (!sameValue(s->args[static_cast<size_t>(1 - k)], x)) continue;
+    const ValueId x = u::valueOf(operand(*pw, ir::Pow::self));
+    if (!sameValue(operand(*s, partnerOf(cubicSlot)), x)) continue;
     if (asFloat(kappa) != sem::geluTanhKappaFloat()) {
       return u::why(whyNot, "tanh GELU with cubic coefficient " + literalText(kappa) + ", not 0.044715f"), std::nullopt;
     }
@@ -141,9 +148,9 @@ std::optional<ValueId> erfCore(const Graph& g, const Arg& t, std::string* whyNot
   auto inner = onePlus(g, t, "aten::erf");
   if (!inner) return std::nullopt;
   const Node* scaled = u::producerOf(g, *inner);
-  if (scaled && scaled->op == "aten::div" && scaled->args.size() == 2 && scaled->args[0].isValue() &&
-      u::numberArg(scaled->args[1])) {
-    return u::why(whyNot, "erf GELU written x / " + literalText(*u::numberArg(scaled->args[1])) +
+  if (scaled && scaled->op == "aten::div" && ir::hasOperands<Binary>(*scaled) &&
+      operand(*scaled, ir::Div::self).isValue() && u::numberArg(operand(*scaled, ir::Div::other))) {
+    return u::why(whyNot, "erf GELU written x / " + literalText(*u::numberArg(operand(*scaled, ir::Div::other))) +
                               ": ATen's gelu multiplies by float(1/sqrt(2)), and 1/float(sqrt(2)) is another "
                               "real number, so the identity is not exact"),
            std::nullopt;
@@ -174,15 +181,15 @@ std::optional<ValueId> geluProductInput(const Graph& g, const Node& n, const Cor
   if (eitherWay(&n, [](const Arg& a) { return literalIs(a, 0.5); }, &other)) {
     const Node* xt = u::producerOf(g, other);
     if (!isBinary(xt, "aten::mul")) return std::nullopt;
-    for (int k = 0; k < 2; ++k) {
-      auto x = core(g, xt->args[static_cast<size_t>(k)], &why);
-      if (x && sameValue(xt->args[static_cast<size_t>(1 - k)], *x)) return x;
+    for (Binary::Operand tSlot : kBothOrders) {
+      auto x = core(g, operand(*xt, tSlot), &why);
+      if (x && sameValue(operand(*xt, partnerOf(tSlot)), *x)) return x;
     }
     return done(std::nullopt);
   }
-  for (int k = 0; k < 2; ++k) {
-    const Arg& tArg = n.args[static_cast<size_t>(k)];
-    const Arg& hArg = n.args[static_cast<size_t>(1 - k)];
+  for (Binary::Operand tSlot : kBothOrders) {
+    const Arg& tArg = operand(n, tSlot);
+    const Arg& hArg = operand(n, partnerOf(tSlot));
     // (x*0.5)*T, (0.5*x)*T, (x/2)*T
     if (auto x = core(g, tArg, &why)) {
       const Node* h = u::producerOf(g, hArg);
@@ -191,7 +198,8 @@ std::optional<ValueId> geluProductInput(const Graph& g, const Node& n, const Cor
           sameValue(hx, *x)) {
         return x;
       }
-      if (h && h->op == "aten::div" && h->args.size() == 2 && sameValue(h->args[0], *x) && literalIs(h->args[1], 2.0)) {
+      if (h && h->op == "aten::div" && ir::hasOperands<Binary>(*h) && sameValue(operand(*h, ir::Div::self), *x) &&
+          literalIs(operand(*h, ir::Div::other), 2.0)) {
         return x;
       }
       continue;
@@ -274,11 +282,11 @@ Obligation geluErfRecognize(GeluBug bug) {
 std::optional<Match> matchSilu(const Graph& g, NodeId id, std::string*) {
   const Node& n = g.node(id);
   if (!isBinary(&n, "aten::mul") || n.overload != "Tensor" || n.outputs.size() != 1) return std::nullopt;
-  for (int k = 0; k < 2; ++k) {
-    const Node* s = u::producerOf(g, n.args[static_cast<size_t>(k)]);
-    if (s && s->op == "aten::sigmoid" && s->args.size() == 1 && s->args[0].isValue() &&
-        sameValue(n.args[static_cast<size_t>(1 - k)], u::valueOf(s->args[0]))) {
-      return Match{id, id, k};
+  for (Binary::Operand sigmoidSlot : kBothOrders) {
+    const Node* s = u::producerOf(g, operand(n, sigmoidSlot));
+    if (s && s->op == "aten::sigmoid" && ir::hasOperands<ir::Unary>(*s) && ir::selfOperand(*s).isValue() &&
+        sameValue(operand(n, partnerOf(sigmoidSlot)), u::valueOf(ir::selfOperand(*s)))) {
+      return Match{id, id, static_cast<int>(sigmoidSlot)};  // which operand is the sigmoid
     }
   }
   return std::nullopt;
@@ -286,7 +294,8 @@ std::optional<Match> matchSilu(const Graph& g, NodeId id, std::string*) {
 
 Status rewriteSilu(Graph& g, const Match& m, FusionRecord&) {
   Node& n = g.mutableNode(m.anchor);
-  const Arg x = n.args[static_cast<size_t>(1 - m.operand)];
+  const Binary::Operand sigmoidSlot = m.operand == 0 ? Binary::self : Binary::other;
+  const Arg x = operand(n, partnerOf(sigmoidSlot));
   n.op = "aten::silu";
   n.overload = "";
   n.args = {x};

@@ -36,6 +36,8 @@ using ir::Arg;
 using ir::Graph;
 using ir::Node;
 using ir::NodeId;
+using ir::operand;
+using ir::selfOperand;
 using ir::ValueId;
 using verify::Expr;
 using verify::Obligation;
@@ -45,10 +47,11 @@ namespace sem = verify::sem;
 namespace u = util;
 
 constexpr const char* kSdpaOp = "aten::_scaled_dot_product_flash_attention_for_cpu";
+using Sdpa = ir::FlashAttentionCpu;  // kSdpaOp's operands
 
 bool isViewOp(const Node* n) {
   return n && (n->op == "aten::view" || n->op == "aten::reshape" || n->op == "aten::_unsafe_view") &&
-         n->args.size() == 2 && n->args[0].isValue() && n->outputs.size() == 1;
+         n->args.size() == 2 && selfOperand(*n).isValue() && n->outputs.size() == 1;
 }
 
 const std::vector<int64_t>* shapeOf(const Graph& g, ValueId v) { return u::staticShape(g, v); }
@@ -58,11 +61,12 @@ const std::vector<int64_t>* shapeOf(const Graph& g, ValueId v) { return u::stati
 ValueId throughIdentities(const Graph& g, ValueId v, std::vector<NodeId>* passed) {
   for (int depth = 0; depth < 8; ++depth) {
     const Node* p = u::producerOf(g, Arg::value(v));
-    if (!p || p->args.empty() || !p->args[0].isValue() || p->outputs.size() != 1) return v;
-    const ValueId in = u::valueOf(p->args[0]);
+    if (!p || p->args.empty() || !selfOperand(*p).isValue() || p->outputs.size() != 1) return v;
+    const ValueId in = u::valueOf(selfOperand(*p));
     bool identity = p->op == "aten::clone" || p->op == "aten::alias" || p->op == "aten::detach";
-    if (p->op == "aten::dropout" && p->args.size() == 3 && p->args[2].kind == Arg::Kind::Bool && p->args[2].i == 0) {
-      identity = true;
+    if (p->op == "aten::dropout" && ir::hasOperands<ir::Dropout>(*p)) {
+      const Arg& train = operand(*p, ir::Dropout::train);
+      if (train.kind == Arg::Kind::Bool && train.i == 0) identity = true;
     }
     if ((p->op == "aten::expand" || isViewOp(p)) && shapeOf(g, in) && shapeOf(g, v) && *shapeOf(g, in) == *shapeOf(g, v)) {
       identity = true;
@@ -75,16 +79,16 @@ ValueId throughIdentities(const Graph& g, ValueId v, std::vector<NodeId>* passed
 }
 
 /// view(X, [B*H, a, b]) of a [B, H, a, b] value (through identities): X's identity-stripped source.
-std::optional<ValueId> unflattenedOperand(const Graph& g, const Arg& operand, std::vector<NodeId>* passed) {
-  if (!operand.isValue()) return std::nullopt;
-  const Node* v = u::producerOf(g, operand);
+std::optional<ValueId> unflattenedOperand(const Graph& g, const Arg& flat, std::vector<NodeId>* passed) {
+  if (!flat.isValue()) return std::nullopt;
+  const Node* v = u::producerOf(g, flat);
   if (!isViewOp(v)) return std::nullopt;
-  const auto* out = shapeOf(g, u::valueOf(operand));
-  const auto* in = shapeOf(g, u::valueOf(v->args[0]));
+  const auto* out = shapeOf(g, u::valueOf(flat));
+  const auto* in = shapeOf(g, u::valueOf(selfOperand(*v)));
   if (!out || !in || out->size() != 3 || in->size() != 4) return std::nullopt;
   if ((*out)[0] != (*in)[0] * (*in)[1] || (*out)[1] != (*in)[2] || (*out)[2] != (*in)[3]) return std::nullopt;
   if (passed) passed->push_back(v->id);
-  return throughIdentities(g, u::valueOf(v->args[0]), passed);
+  return throughIdentities(g, u::valueOf(selfOperand(*v)), passed);
 }
 
 /// Whether \p v is provably a float32 tensor (the IR has no dtypes: from its producers).
@@ -107,14 +111,16 @@ bool provablyFloat32(const Graph& g, const Arg& a, int depth = 0) {
       "aten::expand", "aten::view",    "aten::reshape", "aten::_unsafe_view", "aten::slice", "aten::unsqueeze",
       "aten::squeeze", "aten::permute", "aten::clone",  "aten::alias",        "aten::detach", "aten::select",
       "aten::neg",     "aten::transpose"};
-  if (std::find(sameDtype.begin(), sameDtype.end(), op) != sameDtype.end()) return provablyFloat32(g, p->args[0], depth + 1);
-  if (op == "aten::embedding") return provablyFloat32(g, p->args[0], depth + 1);  // the table's dtype
-  if (op == "aten::where" && p->overload == "self" && p->args.size() == 3) {
-    return provablyFloat32(g, p->args[1], depth + 1) && provablyFloat32(g, p->args[2], depth + 1);
+  if (std::find(sameDtype.begin(), sameDtype.end(), op) != sameDtype.end()) return provablyFloat32(g, selfOperand(*p), depth + 1);
+  if (op == "aten::embedding") return provablyFloat32(g, operand(*p, ir::Embedding::weight), depth + 1);  // the table's dtype
+  if (op == "aten::where" && p->overload == "self" && ir::hasOperands<ir::Where>(*p)) {
+    return provablyFloat32(g, operand(*p, ir::Where::self), depth + 1) &&
+           provablyFloat32(g, operand(*p, ir::Where::other), depth + 1);
   }
-  if ((op == "aten::add" || op == "aten::sub" || op == "aten::mul") && p->args.size() >= 2) {
-    const bool a0 = provablyFloat32(g, p->args[0], depth + 1);
-    const bool a1 = provablyFloat32(g, p->args[1], depth + 1) || u::numberArg(p->args[1]).has_value();
+  if ((op == "aten::add" || op == "aten::sub" || op == "aten::mul") && ir::hasAtLeastOperands<ir::Binary>(*p)) {
+    const Arg& other = operand(*p, ir::Binary::other);
+    const bool a0 = provablyFloat32(g, operand(*p, ir::Binary::self), depth + 1);
+    const bool a1 = provablyFloat32(g, other, depth + 1) || u::numberArg(other).has_value();
     return a0 && a1;
   }
   return false;
@@ -136,27 +142,28 @@ struct Attention {
 /// The whole pattern rooted at the second bmm \p id, or nullopt (a reason once it is attention).
 std::optional<Attention> matchAttentionAt(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& pv = g.node(id);
-  if (pv.args.size() != 2 || pv.outputs.size() != 1) return std::nullopt;
+  // pv: the anchor, an aten::bmm.
+  if (!ir::hasOperands<ir::Bmm>(pv) || pv.outputs.size() != 1) return std::nullopt;
   // P @ V with P = softmax(...) (through a view of identities): otherwise not attention.
   std::vector<NodeId> scoreChain = {id};
-  const Node* pView = u::producerOf(g, pv.args[0]);
+  const Node* pView = u::producerOf(g, operand(pv, ir::Bmm::self));
   if (!isViewOp(pView)) return std::nullopt;
-  std::optional<ValueId> probs = unflattenedOperand(g, pv.args[0], &scoreChain);
+  std::optional<ValueId> probs = unflattenedOperand(g, operand(pv, ir::Bmm::self), &scoreChain);
   if (!probs) {
     // Attention with shapes the side conditions cannot use (symbolic sizes): say so.
-    Arg a = pv.args[0];
+    Arg a = operand(pv, ir::Bmm::self);
     for (int depth = 0; depth < 6; ++depth) {
       const Node* p = u::producerOf(g, a);
       if (!p || p->args.empty()) break;
       if (p->op == "aten::_softmax" || p->op == "aten::softmax") {
         VF_NO("attention whose shapes are not static (dynamic shapes): the views and the contraction cannot be checked");
       }
-      a = p->args[0];
+      a = selfOperand(*p);
     }
     return std::nullopt;
   }
   const Node* softmax = u::producerOf(g, Arg::value(*probs));
-  const bool isSoftmax = softmax && ((softmax->op == "aten::_softmax" && softmax->args.size() == 3) ||
+  const bool isSoftmax = softmax && ((softmax->op == "aten::_softmax" && ir::hasOperands<ir::Softmax>(*softmax)) ||
                                      (softmax->op == "aten::softmax" && softmax->overload == "int"));
   if (!isSoftmax) return std::nullopt;
   scoreChain.push_back(softmax->id);
@@ -166,52 +173,60 @@ std::optional<Attention> matchAttentionAt(const Graph& g, NodeId id, std::string
   const auto* probShape = shapeOf(g, *probs);
   if (!probShape || probShape->size() != 4) VF_NO("attention probabilities without a static 4-d shape (dynamic shapes)");
   const int64_t rank = 4;
-  if (softmax->args[1].kind != Arg::Kind::Int || (softmax->args[1].i != -1 && softmax->args[1].i != rank - 1)) {
+  // _softmax(self, dim, half_to_float) or softmax.int(self, dim, dtype).
+  const bool internalSoftmax = softmax->op == "aten::_softmax";
+  const Arg& softmaxDim = internalSoftmax ? operand(*softmax, ir::Softmax::dim) : operand(*softmax, ir::SoftmaxInt::dim);
+  if (softmaxDim.kind != Arg::Kind::Int || (softmaxDim.i != -1 && softmaxDim.i != rank - 1)) {
     VF_NO("softmax is not over the last axis");
   }
-  if (softmax->op == "aten::_softmax" && (softmax->args[2].kind != Arg::Kind::Bool || softmax->args[2].i != 0)) {
-    VF_NO("softmax with half_to_float");
+  if (internalSoftmax) {
+    const Arg& halfToFloat = operand(*softmax, ir::Softmax::half_to_float);
+    if (halfToFloat.kind != Arg::Kind::Bool || halfToFloat.i != 0) VF_NO("softmax with half_to_float");
   }
-  if (softmax->op == "aten::softmax" && softmax->args.size() > 2 && softmax->args[2].kind != Arg::Kind::None) {
+  if (!internalSoftmax && ir::hasAtLeastOperands<ir::SoftmaxInt>(*softmax) &&
+      operand(*softmax, ir::SoftmaxInt::dtype).kind != Arg::Kind::None) {
     VF_NO("softmax with a dtype");
   }
   // Scores: [mask +] [scale *] view(bmm(Q, K^T), [B,H,S,KV]).
-  Arg scores = softmax->args[0];
+  Arg scores = selfOperand(*softmax);
   const Node* n = u::producerOf(g, scores);
   if (n && n->op == "aten::where") VF_NO("a boolean where(mask, scores, -inf) mask (only additive float masks are recognized)");
   // Up to two additive masks, outermost first (T5: scores + position_bias + padding mask).
   std::vector<Arg> masks;
-  while (n && n->op == "aten::add" && n->overload == "Tensor" && n->args.size() == 3 && masks.size() < 2) {
-    auto alpha = u::numberArg(n->args[2]);
+  while (n && n->op == "aten::add" && n->overload == "Tensor" && ir::hasOperands<ir::Add>(*n) && masks.size() < 2) {
+    auto alpha = u::numberArg(operand(*n, ir::Add::alpha));
     if (!alpha || *alpha != 1.0) VF_NO("the mask add has alpha != 1");
     // Which operand holds the scores: (a scale of) view(bmm(...)), or the inner mask add.
     std::function<bool(const Arg&, bool)> isScores = [&](const Arg& a, bool innerAdd) {
       const Node* p = u::producerOf(g, a);
-      if (innerAdd && p && p->op == "aten::add" && p->overload == "Tensor" && p->args.size() == 3) {
-        return isScores(p->args[0], false) || isScores(p->args[1], false);
+      if (innerAdd && p && p->op == "aten::add" && p->overload == "Tensor" && ir::hasOperands<ir::Add>(*p)) {
+        return isScores(operand(*p, ir::Add::self), false) || isScores(operand(*p, ir::Add::other), false);
       }
-      if (p && (p->op == "aten::mul" || p->op == "aten::div") && p->args.size() == 2) {
-        const int t = p->args[0].isValue() ? 0 : 1;
-        if (!u::numberArg(p->args[static_cast<size_t>(1 - t)])) return false;
-        p = u::producerOf(g, p->args[static_cast<size_t>(t)]);
+      if (p && (p->op == "aten::mul" || p->op == "aten::div") && ir::hasOperands<ir::Binary>(*p)) {
+        // mul(Tensor, Tensor) or div(Tensor, Tensor): the scores and a number, either way round.
+        const bool selfIsTensor = operand(*p, ir::Binary::self).isValue();
+        const Arg& number = operand(*p, selfIsTensor ? ir::Binary::other : ir::Binary::self);
+        if (!u::numberArg(number)) return false;
+        p = u::producerOf(g, operand(*p, selfIsTensor ? ir::Binary::self : ir::Binary::other));
       }
       if (!isViewOp(p)) return false;
-      const Node* mm = u::producerOf(g, p->args[0]);
+      const Node* mm = u::producerOf(g, selfOperand(*p));
       return mm && mm->op == "aten::bmm";
     };
-    int which = -1;
-    for (int k = 0; k < 2 && which < 0; ++k) {
-      if (isScores(n->args[static_cast<size_t>(k)], false)) which = k;
+    // The add's operand that holds the scores (self first); the other is the mask.
+    std::optional<ir::Add::Operand> scoresAt;
+    for (ir::Add::Operand slot : {ir::Add::self, ir::Add::other}) {
+      if (!scoresAt && isScores(operand(*n, slot), false)) scoresAt = slot;
     }
-    for (int k = 0; k < 2 && which < 0 && masks.empty(); ++k) {
-      if (isScores(n->args[static_cast<size_t>(k)], true)) which = k;
+    for (ir::Add::Operand slot : {ir::Add::self, ir::Add::other}) {
+      if (!scoresAt && masks.empty() && isScores(operand(*n, slot), true)) scoresAt = slot;
     }
-    if (which < 0) VF_NO("neither operand of the add before the softmax is the scaled q @ k^T");
-    const Arg mask = n->args[static_cast<size_t>(1 - which)];
+    if (!scoresAt) VF_NO("neither operand of the add before the softmax is the scaled q @ k^T");
+    const Arg mask = operand(*n, *scoresAt == ir::Add::self ? ir::Add::other : ir::Add::self);
     masks.push_back(mask);
     const auto* addShape = shapeOf(g, n->outputs[0]);
     scoreChain.push_back(n->id);
-    scores = n->args[static_cast<size_t>(which)];
+    scores = operand(*n, *scoresAt);
     n = u::producerOf(g, scores);
     if (!mask.isValue()) VF_NO("the mask is not a tensor");
     const auto* maskShape = shapeOf(g, u::valueOf(mask));
@@ -234,25 +249,26 @@ std::optional<Attention> matchAttentionAt(const Graph& g, NodeId id, std::string
     at.outerMask = masks[0];
     at.combineAt = scoreChain[scoreChain.size() - 2];
   }
-  if (n && (n->op == "aten::mul" || n->op == "aten::div") && n->overload == "Tensor" && n->args.size() == 2) {
+  if (n && (n->op == "aten::mul" || n->op == "aten::div") && n->overload == "Tensor" && ir::hasOperands<ir::Binary>(*n)) {
     const bool isDiv = n->op == "aten::div";
-    int tensorArg = -1;
+    // mul(Tensor, Tensor) or div(Tensor, Tensor): which operand is the scores, and the number.
+    std::optional<ir::Binary::Operand> tensorAt;
     std::optional<double> c;
-    for (int k = 0; k < 2; ++k) {
-      if (n->args[static_cast<size_t>(k)].isValue()) tensorArg = k;
-      else c = u::numberArg(n->args[static_cast<size_t>(k)]);
+    for (ir::Binary::Operand slot : {ir::Binary::self, ir::Binary::other}) {
+      if (operand(*n, slot).isValue()) tensorAt = slot;
+      else c = u::numberArg(operand(*n, slot));
     }
-    if (tensorArg < 0 || !c || (isDiv && tensorArg != 0)) VF_NO("the scale is not a number");
+    if (!tensorAt || !c || (isDiv && *tensorAt != ir::Binary::self)) VF_NO("the scale is not a number");
     if (!std::isfinite(*c) || *c == 0.0) VF_NO("the scale is zero or not finite");
     at.scale = isDiv ? 1.0 / *c : *c;
     scoreChain.push_back(n->id);
-    scores = n->args[static_cast<size_t>(tensorArg)];
+    scores = operand(*n, *tensorAt);
     n = u::producerOf(g, scores);
   }
   if (!isViewOp(n)) VF_NO("the softmax input is not view(bmm(q, k^T)) (after an optional scale and mask)");
   scoreChain.push_back(n->id);
-  qk = u::producerOf(g, n->args[0]);
-  if (!qk || qk->op != "aten::bmm" || qk->args.size() != 2) VF_NO("the softmax input is not view(bmm(q, k^T))");
+  qk = u::producerOf(g, selfOperand(*n));
+  if (!qk || qk->op != "aten::bmm" || !ir::hasOperands<ir::Bmm>(*qk)) VF_NO("the softmax input is not view(bmm(q, k^T))");
   scoreChain.push_back(qk->id);
   const auto* qkShape = shapeOf(g, qk->outputs[0]);
   const auto* scoreShape = shapeOf(g, n->outputs[0]);
@@ -263,24 +279,26 @@ std::optional<Attention> matchAttentionAt(const Graph& g, NodeId id, std::string
   }
   // Operands: q, k^T, v (each a [B*H, ., .] view of a [B, H, ., .] value).
   std::vector<NodeId> operandNodes;
-  auto q = unflattenedOperand(g, qk->args[0], &operandNodes);
-  auto kt = unflattenedOperand(g, qk->args[1], &operandNodes);
-  auto v = unflattenedOperand(g, pv.args[1], &operandNodes);
+  auto q = unflattenedOperand(g, operand(*qk, ir::Bmm::self), &operandNodes);
+  auto kt = unflattenedOperand(g, operand(*qk, ir::Bmm::mat2), &operandNodes);
+  auto v = unflattenedOperand(g, operand(pv, ir::Bmm::mat2), &operandNodes);
   if (!q || !kt || !v) VF_NO("q, k^T or v is not a [B*H, ., .] view of a [B, H, ., .] value");
   const Node* transpose = u::producerOf(g, Arg::value(*kt));
   bool isTranspose = false;
-  if (transpose && transpose->op == "aten::permute" && transpose->args.size() == 2) {
-    auto dims = transpose->args[1].asIntList();
+  if (transpose && transpose->op == "aten::permute" && ir::hasOperands<ir::Permute>(*transpose)) {
+    auto dims = operand(*transpose, ir::Permute::dims).asIntList();
     isTranspose = dims.isOk() && *dims == std::vector<int64_t>{0, 1, 3, 2};
-  } else if (transpose && transpose->op == "aten::transpose" && transpose->args.size() == 3 &&
-             transpose->args[1].kind == Arg::Kind::Int && transpose->args[2].kind == Arg::Kind::Int) {
+  } else if (transpose && transpose->op == "aten::transpose" && ir::hasOperands<ir::Transpose>(*transpose) &&
+             operand(*transpose, ir::Transpose::dim0).kind == Arg::Kind::Int &&
+             operand(*transpose, ir::Transpose::dim1).kind == Arg::Kind::Int) {
     auto norm = [](int64_t d) { return d < 0 ? d + 4 : d; };
-    const int64_t a = norm(transpose->args[1].i), b = norm(transpose->args[2].i);
+    const int64_t a = norm(operand(*transpose, ir::Transpose::dim0).i);
+    const int64_t b = norm(operand(*transpose, ir::Transpose::dim1).i);
     isTranspose = (a == 2 && b == 3) || (a == 3 && b == 2);
   }
-  if (!isTranspose || !transpose->args[0].isValue()) VF_NO("the key operand is not k transposed in its last two dims");
+  if (!isTranspose || !selfOperand(*transpose).isValue()) VF_NO("the key operand is not k transposed in its last two dims");
   at.q = *q;
-  at.k = u::valueOf(transpose->args[0]);
+  at.k = u::valueOf(selfOperand(*transpose));
   at.v = *v;
   const auto *qs = shapeOf(g, at.q), *ks = shapeOf(g, at.k), *vs = shapeOf(g, at.v);
   if (!qs || !ks || !vs || qs->size() != 4 || ks->size() != 4 || vs->size() != 4) VF_NO("q, k, v are not static 4-d");
@@ -329,7 +347,11 @@ Status rewriteAttention(Graph& g, const Match& m, FusionRecord&) {
     // mask + outerMask, in the outer add's node (its old readers, the softmax chain, die with the
     // rewrite); the sum broadcasts the two masks.
     Node& add = g.mutableNode(at->combineAt);
-    add.args = {at->mask, at->outerMask, Arg::integer(1)};
+    add.args = ir::OperandsOf<ir::Add>()
+                   .set(ir::Add::self, at->mask)
+                   .set(ir::Add::other, at->outerMask)
+                   .set(ir::Add::alpha, Arg::integer(1))
+                   .take();
     const auto& a = *shapeOf(g, u::valueOf(at->mask));
     const auto& b = *shapeOf(g, u::valueOf(at->outerMask));
     std::vector<int64_t> sizes(std::max(a.size(), b.size()), 1);
@@ -344,9 +366,16 @@ Status rewriteAttention(Graph& g, const Match& m, FusionRecord&) {
   Node& n = g.mutableNode(at->result);
   n.op = kSdpaOp;
   n.overload = "";
-  // (query, key, value, dropout_p, is_causal, *, attn_mask, scale) -> (output, logsumexp)
-  n.args = {Arg::value(at->q), Arg::value(at->k), Arg::value(at->v), Arg::real(0.0), Arg::boolean(false), mask,
-            Arg::real(at->scale)};
+  // -> (output, logsumexp)
+  n.args = ir::OperandsOf<Sdpa>()
+               .set(Sdpa::query, Arg::value(at->q))
+               .set(Sdpa::key, Arg::value(at->k))
+               .set(Sdpa::value, Arg::value(at->v))
+               .set(Sdpa::dropout_p, Arg::real(0.0))
+               .set(Sdpa::is_causal, Arg::boolean(false))
+               .set(Sdpa::attn_mask, mask)
+               .set(Sdpa::scale, Arg::real(at->scale))
+               .take();
   const ValueId lse = ir::addNodeOutput(g, at->result, ir::ValueType::Tensor);
   g.mutableValue(lse).setShape({at->b, at->h, at->s});
   return Status::ok();
@@ -448,20 +477,24 @@ std::optional<ValueId> repeatedKv(const Graph& g, const Arg& a, int64_t* group) 
   if (!a.isValue()) return std::nullopt;
   const Node* view = u::producerOf(g, a);
   if (!isViewOp(view)) return std::nullopt;
-  const Node* p = u::producerOf(g, view->args[0]);
-  if (p && p->op == "aten::clone" && !p->args.empty() && p->args[0].isValue()) p = u::producerOf(g, p->args[0]);
-  if (!p || p->op != "aten::expand" || p->args.empty() || !p->args[0].isValue()) return std::nullopt;
-  const Node* unsqueeze = u::producerOf(g, p->args[0]);
-  if (!unsqueeze || unsqueeze->op != "aten::unsqueeze" || unsqueeze->args.size() != 2 ||
-      !unsqueeze->args[0].isValue() || unsqueeze->args[1].kind != Arg::Kind::Int) {
+  const Node* p = u::producerOf(g, selfOperand(*view));
+  if (p && p->op == "aten::clone" && !p->args.empty() && operand(*p, ir::Clone::self).isValue()) {
+    p = u::producerOf(g, operand(*p, ir::Clone::self));
+  }
+  if (!p || p->op != "aten::expand" || p->args.empty() || !operand(*p, ir::Expand::self).isValue()) return std::nullopt;
+  const Node* unsqueeze = u::producerOf(g, operand(*p, ir::Expand::self));
+  if (!unsqueeze || unsqueeze->op != "aten::unsqueeze" || !ir::hasOperands<ir::Unsqueeze>(*unsqueeze) ||
+      !operand(*unsqueeze, ir::Unsqueeze::self).isValue() ||
+      operand(*unsqueeze, ir::Unsqueeze::dim).kind != Arg::Kind::Int) {
     return std::nullopt;
   }
-  const ValueId x = u::valueOf(unsqueeze->args[0]);
+  const ValueId x = u::valueOf(operand(*unsqueeze, ir::Unsqueeze::self));
   const auto* in = shapeOf(g, x);
   const auto* expanded = shapeOf(g, p->outputs[0]);
   const auto* out = shapeOf(g, u::valueOf(a));
   if (!in || !expanded || !out || in->size() != 4 || expanded->size() != 5 || out->size() != 4) return std::nullopt;
-  const int64_t dim = unsqueeze->args[1].i < 0 ? unsqueeze->args[1].i + 5 : unsqueeze->args[1].i;
+  const int64_t unsqueezed = operand(*unsqueeze, ir::Unsqueeze::dim).i;
+  const int64_t dim = unsqueezed < 0 ? unsqueezed + 5 : unsqueezed;
   const auto& i = *in;
   const auto& e = *expanded;
   if (dim != 2 || e[0] != i[0] || e[1] != i[1] || e[3] != i[2] || e[4] != i[3] || e[2] < 1) return std::nullopt;
@@ -471,16 +504,16 @@ std::optional<ValueId> repeatedKv(const Graph& g, const Arg& a, int64_t* group) 
 }
 
 std::optional<Match> matchGroupedKv(const Graph& g, NodeId id, std::string* whyNot) {
-  const Node& n = g.node(id);
-  if (n.args.size() < 3 || !n.args[0].isValue()) return std::nullopt;
+  const Node& n = g.node(id);  // the anchor: kSdpaOp
+  if (!ir::hasAtLeastOperands<ir::AttentionQkv>(n) || !operand(n, Sdpa::query).isValue()) return std::nullopt;
   int64_t kGroup = 0, vGroup = 0;
-  const auto k = repeatedKv(g, n.args[1], &kGroup);
-  const auto v = repeatedKv(g, n.args[2], &vGroup);
+  const auto k = repeatedKv(g, operand(n, Sdpa::key), &kGroup);
+  const auto v = repeatedKv(g, operand(n, Sdpa::value), &vGroup);
   if (!k && !v) return std::nullopt;
   if (!k || !v || kGroup != vGroup) {
     return u::why(whyNot, "key and value are not repeated by the same group (one head count for both)"), std::nullopt;
   }
-  const auto* q = shapeOf(g, u::valueOf(n.args[0]));
+  const auto* q = shapeOf(g, u::valueOf(operand(n, Sdpa::query)));
   const auto* kv = shapeOf(g, *k);
   if (!q || !kv || q->size() != 4 || (*q)[1] != (*kv)[1] * kGroup) {
     return u::why(whyNot, "the query's heads are not the repeated key/value heads"), std::nullopt;
@@ -491,11 +524,11 @@ std::optional<Match> matchGroupedKv(const Graph& g, NodeId id, std::string* whyN
 Status readGroupedKv(Graph& g, const Match& m, FusionRecord&) {
   int64_t group = 0;
   Node& n = g.mutableNode(m.anchor);
-  const auto k = repeatedKv(g, n.args[1], &group);
-  const auto v = repeatedKv(g, n.args[2], &group);
+  const auto k = repeatedKv(g, operand(n, Sdpa::key), &group);
+  const auto v = repeatedKv(g, operand(n, Sdpa::value), &group);
   if (!k || !v) return internalError("sdpa-grouped-kv no longer matches");
-  n.args[1] = Arg::value(*k);
-  n.args[2] = Arg::value(*v);
+  operand(n, Sdpa::key) = Arg::value(*k);
+  operand(n, Sdpa::value) = Arg::value(*v);
   return Status::ok();
 }
 
@@ -600,7 +633,7 @@ RuleDeclaration plantedAttentionScaleOneOverD() {
             auto at = matchAttentionAt(g, m.anchor, nullptr);
             if (!at) return internalError("attention no longer matches");
             VF_RETURN_IF_ERROR(rewriteAttention(g, m, rec));
-            g.mutableNode(at->result).args[6] = Arg::real(1.0 / static_cast<double>(at->d));
+            operand(g.mutableNode(at->result), Sdpa::scale) = Arg::real(1.0 / static_cast<double>(at->d));
             return Status::ok();
           },
       .obligation = u::bindNoModel(attentionToSdpa, AttnBug::ScaleOneOverD),

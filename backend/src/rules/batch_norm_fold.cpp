@@ -4,8 +4,8 @@
 //   conv-bn-fold, linear-bn-fold   BN(dot(W,X) + b) = dot(s*W, X) + (b - mean)*s + beta
 //   bn-to-scale-shift              BN(x) = x*s + (beta - mean*s)
 //                                  with s = gamma/sqrt(var + eps), per channel
-#include <cmath>
-
+//
+// The folded constants' arithmetic is fold_arithmetic.h's (shared with the instance check).
 #include "rules/families.h"
 #include "rules/rule_util.h"
 #include "verifuse/passes/pipeline.h"
@@ -19,6 +19,7 @@ using ir::ConstantId;
 using ir::Graph;
 using ir::Node;
 using ir::NodeId;
+using ir::operand;
 using verify::Expr;
 using verify::Obligation;
 using verify::ObligationBuilder;
@@ -27,8 +28,11 @@ using verify::sem::TensorTerm;
 namespace sem = verify::sem;
 namespace u = util;
 
-const std::vector<std::string> kBatchNormOps = {"aten::_native_batch_norm_legit_no_training",
-                                                "aten::native_batch_norm"};
+using ir::BatchNormNoTraining;
+using ir::NativeBatchNorm;
+
+const std::vector<std::string> kBatchNormOps = {std::string(BatchNormNoTraining::kOp),
+                                                std::string(NativeBatchNorm::kOp)};
 
 // ---- pattern pieces --------------------------------------------------------------------------------
 
@@ -37,27 +41,33 @@ struct BatchNormArgs {
   double eps = 0;
 };
 
+/// The operands both batch-norm schemas name alike (weight is gamma, bias is beta); eps as a number.
+template <class BatchNorm>
+std::optional<double> readBatchNorm(const Node& n, BatchNormArgs& bn) {
+  bn.input = operand(n, BatchNorm::input);
+  bn.gamma = operand(n, BatchNorm::weight);
+  bn.beta = operand(n, BatchNorm::bias);
+  bn.mean = operand(n, BatchNorm::running_mean);
+  bn.var = operand(n, BatchNorm::running_var);
+  return u::numberArg(operand(n, BatchNorm::eps));
+}
+
 /// Eval-mode batch norm with constant statistics; nullopt (with a reason) otherwise.
 std::optional<BatchNormArgs> evalBatchNorm(const Graph& g, const Node& n, std::string* whyNot) {
   BatchNormArgs bn;
-  size_t epsArg;
-  if (n.op == "aten::_native_batch_norm_legit_no_training" && n.args.size() == 7) {
-    epsArg = 6;
-  } else if (n.op == "aten::native_batch_norm" && n.args.size() == 8) {
-    if (n.args[5].kind != Arg::Kind::Bool || n.args[5].i != 0) {
+  std::optional<double> eps;
+  if (n.op == BatchNormNoTraining::kOp && ir::hasOperands<BatchNormNoTraining>(n)) {
+    eps = readBatchNorm<BatchNormNoTraining>(n, bn);
+  } else if (n.op == NativeBatchNorm::kOp && ir::hasOperands<NativeBatchNorm>(n)) {
+    const Arg& training = operand(n, NativeBatchNorm::training);
+    if (training.kind != Arg::Kind::Bool || training.i != 0) {
       u::why(whyNot, "batch norm in training mode (batch statistics, not running statistics)");
       return std::nullopt;
     }
-    epsArg = 7;
+    eps = readBatchNorm<NativeBatchNorm>(n, bn);
   } else {
     return std::nullopt;
   }
-  bn.input = n.args[0];
-  bn.gamma = n.args[1];
-  bn.beta = n.args[2];
-  bn.mean = n.args[3];
-  bn.var = n.args[4];
-  auto eps = u::numberArg(n.args[epsArg]);
   if (!eps) {
     u::why(whyNot, "batch norm eps is not a constant");
     return std::nullopt;
@@ -89,24 +99,11 @@ int64_t batchNormChannels(const Graph& g, const BatchNormArgs& bn) {
   return g.constants()[static_cast<size_t>(bn.mean.i)].numel();
 }
 
-/// s[o] = gamma[o] / sqrt(var[o] + eps) and t[o] = beta[o] - mean[o] * s[o], in double.
-void batchNormScaleShift(const Graph& g, const BatchNormArgs& bn, std::vector<double>& s, std::vector<double>& t) {
-  const int64_t c = batchNormChannels(g, bn);
-  std::vector<double> gamma = u::toDoubles(u::floatConstant(g, bn.gamma));
-  std::vector<double> beta = u::toDoubles(u::floatConstant(g, bn.beta));
-  std::vector<double> mean = u::toDoubles(u::floatConstant(g, bn.mean));
-  std::vector<double> var = u::toDoubles(u::floatConstant(g, bn.var));
-  s.clear();
-  t.clear();
-  if (mean.empty() || var.empty()) return;
-  s.resize(static_cast<size_t>(c));
-  t.resize(static_cast<size_t>(c));
-  for (size_t o = 0; o < static_cast<size_t>(c); ++o) {
-    double gm = gamma.empty() ? 1.0 : gamma[o];
-    double bt = beta.empty() ? 0.0 : beta[o];
-    s[o] = gm / std::sqrt(var[o] + bn.eps);
-    t[o] = bt - mean[o] * s[o];
-  }
+/// The batch norm's fold from its constants (fold_arithmetic.h): scale s[o] = gamma[o] /
+/// sqrt(var[o] + eps), shift t[o] = beta[o] - mean[o] * s[o]; no channels when they have no data.
+ChannelFold batchNormConstantsFold(const Graph& g, const BatchNormArgs& bn) {
+  return batchNormFold(u::toDoubles(u::floatConstant(g, bn.gamma)), u::toDoubles(u::floatConstant(g, bn.beta)),
+                       u::toDoubles(u::floatConstant(g, bn.mean)), u::toDoubles(u::floatConstant(g, bn.var)), bn.eps);
 }
 
 // ---- conv-bn-fold / linear-bn-fold ------------------------------------------------------------------
@@ -115,13 +112,13 @@ MatchFn matchBatchNormFold(std::string fusedOp) {
   return [fusedOp](const Graph& g, NodeId id, std::string* whyNot) -> std::optional<Match> {
     const Node& n = g.node(id);
     // Only a batch norm after this kind of fused op is this fold's pattern.
-    const Node* producer = n.args.empty() ? nullptr : u::producerOf(g, n.args[0]);
+    const Node* producer = n.args.empty() ? nullptr : u::producerOf(g, ir::selfOperand(n));  // its input
     if (!producer || producer->op != fusedOp) return std::nullopt;
     auto bn = evalBatchNorm(g, n, whyNot);
     if (!bn) return std::nullopt;
     const Node* p = u::singleUseFusedProducer(g, bn->input);
     if (!p) return u::why(whyNot, "the " + fusedOp + " output has other users"), std::nullopt;
-    if (!u::hasNoPostOps(*p)) {
+    if (!hasNoFusedPostOps(*p)) {
       u::why(whyNot, "the producer already has post-ops");
       return std::nullopt;
     }
@@ -151,15 +148,13 @@ RewriteFn rewriteBatchNormFold(bool epsForgotten) {
     if (!bn) return internalError("batch norm no longer matches");
     BatchNormArgs args = *bn;
     if (epsForgotten) args.eps = 0;  // the planted bug
-    std::vector<double> s, t;
-    batchNormScaleShift(g, args, s, t);
-    // b' = (b - mean) * s + beta = b * s + t
+    // W' = W * s, b' = (b - mean) * s + beta = b * s + t
     const Node& p = g.node(m.anchor);
-    u::FoldedConstants folded = u::foldPerChannel(g, p, s, t, s, /*makeBias=*/true);
+    u::FoldedConstants folded = u::foldPerChannel(g, p, batchNormConstantsFold(g, args), /*makeBias=*/true);
     Node& pm = g.mutableNode(m.anchor);
     rec.fold.kind = FoldRecord::Kind::kBatchNorm;
-    rec.fold.weight = u::argConstant(pm.args[1]);
-    rec.fold.bias = u::argConstant(pm.args[2]);
+    rec.fold.weight = u::argConstant(u::fusedWeight(pm));
+    rec.fold.bias = u::argConstant(u::fusedBias(pm));
     rec.fold.gamma = u::argConstant(bn->gamma);
     rec.fold.beta = u::argConstant(bn->beta);
     rec.fold.mean = u::argConstant(bn->mean);
@@ -167,8 +162,8 @@ RewriteFn rewriteBatchNormFold(bool epsForgotten) {
     rec.fold.eps = bn->eps;
     rec.fold.foldedWeight = folded.weight;
     rec.fold.foldedBias = folded.bias;
-    pm.args[1] = Arg::constant(folded.weight);
-    pm.args[2] = Arg::constant(folded.bias);
+    u::fusedWeight(pm) = Arg::constant(folded.weight);
+    u::fusedBias(pm) = Arg::constant(folded.bias);
     return u::replaceWithProducer(g, m);
   };
 }
@@ -280,14 +275,13 @@ std::optional<Match> matchStandaloneBatchNorm(const Graph& g, NodeId id, std::st
 Status rewriteStandaloneBatchNorm(Graph& g, const Match& m, FusionRecord& rec) {
   auto bn = evalBatchNorm(g, g.node(m.anchor), nullptr);
   if (!bn) return internalError("batch norm no longer matches");
-  std::vector<double> s, t;
-  batchNormScaleShift(g, *bn, s, t);
+  const ChannelFold fold = batchNormConstantsFold(g, *bn);
   const int64_t c = batchNormChannels(g, *bn);
   const size_t rank = g.value(u::valueOf(bn->input)).shape.size();
   // [C, 1, ..., 1]: broadcasts along dim 1 of an N-d input (right-aligned).
   std::vector<int64_t> sizes(rank - 1, 1);
   sizes[0] = c;
-  std::vector<float> sv(s.begin(), s.end()), tv(t.begin(), t.end());
+  std::vector<float> sv(fold.scale.begin(), fold.scale.end()), tv(fold.shift.begin(), fold.shift.end());
   std::string base = g.constants()[static_cast<size_t>(bn->mean.i)].name;
   ConstantId scale = passes::addHostConstant(g, base + "_bn_scale", sizes, std::move(sv));
   ConstantId shift = passes::addHostConstant(g, base + "_bn_shift", sizes, std::move(tv));
@@ -303,7 +297,12 @@ Status rewriteStandaloneBatchNorm(Graph& g, const Match& m, FusionRecord& rec) {
   // addcmul(shift, x, scale, 1) = shift + x * scale: one pass over x, like batch norm itself.
   n.op = "aten::addcmul";
   n.overload = "";
-  n.args = {Arg::constant(shift), bn->input, Arg::constant(scale), Arg::integer(1)};
+  n.args = ir::OperandsOf<ir::Addcmul>()
+               .set(ir::Addcmul::self, Arg::constant(shift))
+               .set(ir::Addcmul::tensor1, bn->input)
+               .set(ir::Addcmul::tensor2, Arg::constant(scale))
+               .set(ir::Addcmul::value, Arg::integer(1))
+               .take();
   n.outputs.resize(1);
   return Status::ok();
 }

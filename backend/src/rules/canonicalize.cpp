@@ -12,7 +12,9 @@
 // The obligations are index-level (verify/tensor_semantics.h), on small concrete shapes: what
 // these rewrites claim is about which argument means what (a transposed weight, the groups, the
 // argument positions) and about row-major index arithmetic, which explicit elements state exactly.
+#include <algorithm>
 #include <array>
+#include <optional>
 
 #include "rules/families.h"
 #include "rules/rule_util.h"
@@ -24,10 +26,14 @@ namespace verifuse::rules::families {
 namespace {
 
 using ir::Arg;
+using ir::FusedConv;
+using ir::FusedLinear;
 using ir::Graph;
 using ir::Node;
 using ir::NodeId;
+using ir::operand;
 using ir::ValueId;
+using Conv = ir::Convolution;
 using verify::Expr;
 using verify::Obligation;
 using verify::ObligationBuilder;
@@ -44,12 +50,13 @@ bool isIntList(const Arg& a, std::initializer_list<int64_t> expected) {
 const ir::ConstantTensor* transposedWeight(const Graph& g, const Arg& a, Arg* weight) {
   const Node* p = u::producerOf(g, a);
   if (!p) return nullptr;
-  const bool permute = p->op == "aten::permute" && p->args.size() == 2 && isIntList(p->args[1], {1, 0});
-  const bool t = (p->op == "aten::t" || p->op == "aten::numpy_T") && p->args.size() == 1;
+  const bool permute = p->op == ir::Permute::kOp && ir::hasOperands<ir::Permute>(*p) &&
+                       isIntList(operand(*p, ir::Permute::dims), {1, 0});
+  const bool t = (p->op == "aten::t" || p->op == "aten::numpy_T") && ir::hasOperands<ir::Unary>(*p);
   if (!permute && !t) return nullptr;
-  const ir::ConstantTensor* w = u::floatConstant(g, p->args[0]);
+  const ir::ConstantTensor* w = u::floatConstant(g, ir::selfOperand(*p));
   if (!w || w->sizes.size() != 2) return nullptr;
-  *weight = p->args[0];
+  *weight = ir::selfOperand(*p);
   return w;
 }
 
@@ -60,16 +67,32 @@ bool validBias(const Graph& g, const Arg& b, int64_t n, ir::DType dtype) {
   return c && c->dtype == dtype && c->sizes.size() == 1 && c->sizes[0] == n;
 }
 
-/// view / reshape / _unsafe_view of a graph value to a size list.
+/// view / reshape / _unsafe_view of a graph value to a size list (each has two operands: self and
+/// the size list).
 bool isView(const Node* n) {
-  return n && (n->op == "aten::view" || n->op == "aten::reshape" || n->op == "aten::_unsafe_view") &&
-         n->args.size() == 2 && n->args[0].isValue();
+  if (!n) return false;
+  const bool view = (n->op == ir::View::kOp && ir::hasOperands<ir::View>(*n)) ||
+                    (n->op == ir::Reshape::kOp && ir::hasOperands<ir::Reshape>(*n)) ||
+                    (n->op == ir::UnsafeView::kOp && ir::hasOperands<ir::UnsafeView>(*n));
+  return view && ir::selfOperand(*n).isValue();
+}
+
+/// The size list of a view / reshape / _unsafe_view (isView).
+const Arg& viewSize(const Node& n) {
+  if (n.op == ir::Reshape::kOp) return operand(n, ir::Reshape::shape);
+  if (n.op == ir::UnsafeView::kOp) return operand(n, ir::UnsafeView::size);
+  return operand(n, ir::View::size);
 }
 
 void toLinear(Node& n, Arg x, Arg w, Arg b) {
   n.op = kLinearOp;
   n.overload = "";
-  n.args = {std::move(x), std::move(w), std::move(b), Arg::string("")};
+  n.args = ir::OperandsOf<FusedLinear>()
+               .set(FusedLinear::x, std::move(x))
+               .set(FusedLinear::weight, std::move(w))
+               .set(FusedLinear::bias, std::move(b))
+               .set(FusedLinear::post_ops, Arg::string(""))
+               .take();
 }
 
 const char* const kNotTransposedWeight =
@@ -78,47 +101,63 @@ const char* const kBadBias = "the bias is not a constant of N (C_out) elements i
 
 // ---- canonicalize-convolution ---------------------------------------------------------------------
 
-// verifuse::conv(x, W, b, stride, padding, dilation, groups, post_ops) takes its first seven
-// arguments from these positions of aten::convolution(x, W, b, stride, padding, dilation,
-// transposed, output_padding, groups). The rewrite and the obligation both read this table.
-constexpr std::array<int, 7> kConvFromAten = {0, 1, 2, 3, 4, 5, 8};
+// verifuse::conv(x, W, b, stride, padding, dilation, groups, post_ops) takes every operand but
+// post_ops from aten::convolution(input, weight, bias, stride, padding, dilation, transposed,
+// output_padding, groups) as this table says (transposed and output_padding are dropped: the guard
+// admits forward convolutions only). The rewrite and the obligation both read it.
+struct ConvOperandFrom {
+  FusedConv::Operand to;
+  Conv::Operand from;
+};
+constexpr std::array<ConvOperandFrom, 7> kConvFromAten = {{
+    {FusedConv::x, Conv::input},
+    {FusedConv::weight, Conv::weight},
+    {FusedConv::bias, Conv::bias},
+    {FusedConv::stride, Conv::stride},
+    {FusedConv::padding, Conv::padding},
+    {FusedConv::dilation, Conv::dilation},
+    {FusedConv::groups, Conv::groups},
+}};
 
 std::optional<Match> matchConvolution(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
-  if (n.args.size() != 9 || !n.args[0].isValue()) return std::nullopt;
-  const ir::ConstantTensor* w = u::floatConstant(g, n.args[1]);
+  if (!ir::hasOperands<Conv>(n) || !operand(n, Conv::input).isValue()) return std::nullopt;
+  const ir::ConstantTensor* w = u::floatConstant(g, operand(n, Conv::weight));
   if (!w) return u::why(whyNot, "the weight is not a frozen float32 or bfloat16 constant"), std::nullopt;
-  if (n.args[6].kind != Arg::Kind::Bool || n.args[6].i != 0) {
+  const Arg& transposed = operand(n, Conv::transposed);
+  if (transposed.kind != Arg::Kind::Bool || transposed.i != 0) {
     return u::why(whyNot, "transposed convolution (verifuse::conv is a forward convolution)"), std::nullopt;
   }
   if (w->sizes.size() < 3 || w->sizes.size() > 5) {
     return u::why(whyNot, "weight rank is not 3..5 (1 to 3 spatial dims)"), std::nullopt;
   }
-  if (!n.args[3].asIntList().isOk() || !n.args[4].asIntList().isOk() || !n.args[5].asIntList().isOk()) {
+  if (!operand(n, Conv::stride).asIntList().isOk() || !operand(n, Conv::padding).asIntList().isOk() ||
+      !operand(n, Conv::dilation).asIntList().isOk()) {
     return u::why(whyNot, "stride, padding or dilation is not an int list"), std::nullopt;
   }
-  if (n.args[8].kind != Arg::Kind::Int) return u::why(whyNot, "groups is not an int"), std::nullopt;
-  if (!validBias(g, n.args[2], w->sizes[0], w->dtype)) return u::why(whyNot, kBadBias), std::nullopt;
+  if (operand(n, Conv::groups).kind != Arg::Kind::Int) return u::why(whyNot, "groups is not an int"), std::nullopt;
+  if (!validBias(g, operand(n, Conv::bias), w->sizes[0], w->dtype)) return u::why(whyNot, kBadBias), std::nullopt;
   return Match{id, id, 0};
 }
 
 Status rewriteConvolution(Graph& g, const Match& m, FusionRecord&) {
   Node& n = g.mutableNode(m.anchor);
-  std::vector<Arg> args;
-  for (int from : kConvFromAten) args.push_back(n.args[static_cast<size_t>(from)]);
-  args.push_back(Arg::string(""));
+  ir::OperandsOf<FusedConv> fused;
+  for (const ConvOperandFrom& slot : kConvFromAten) fused.set(slot.to, operand(n, slot.from));
+  fused.set(FusedConv::post_ops, Arg::string(""));
   n.op = kConvOp;
   n.overload = "";
-  n.args = std::move(args);
+  n.args = fused.take();
   return Status::ok();
 }
 
-/// One aten::convolution call on small 1-D shapes: its integer arguments by position.
+/// One aten::convolution call on small 1-D shapes: its integer operands, indexed by Conv::Operand
+/// (input, weight and bias are the case's tensors; their entries are unused).
 struct ConvCase {
   int64_t batch, inChannels, length;
   sem::Sizes weight;
   bool bias;
-  std::array<int64_t, 9> args;  ///< positions 3..8: stride, padding, dilation, transposed, output_padding, groups
+  std::array<int64_t, Conv::kArity> ints;
 };
 
 std::vector<ConvCase> convCases(bool includeTransposed) {
@@ -139,21 +178,33 @@ enum class ConvBug { None, TransposedTaken, GroupsDropped, PaddingDilationSwappe
 
 Obligation convCanonical(ConvBug bug) {
   ObligationBuilder ob("canonicalize-convolution");
-  std::array<int, 7> from = kConvFromAten;
-  if (bug == ConvBug::GroupsDropped) from[6] = -1;  // groups left at its default, 1
-  if (bug == ConvBug::PaddingDilationSwapped) std::swap(from[4], from[5]);
+  // kConvFromAten, or the mutant's version of it.
+  std::vector<ConvOperandFrom> table(kConvFromAten.begin(), kConvFromAten.end());
+  auto slotOf = [&table](FusedConv::Operand to) {
+    return std::find_if(table.begin(), table.end(), [to](const ConvOperandFrom& s) { return s.to == to; });
+  };
+  if (bug == ConvBug::GroupsDropped) table.erase(slotOf(FusedConv::groups));  // groups left at its default, 1
+  if (bug == ConvBug::PaddingDilationSwapped) {
+    std::swap(slotOf(FusedConv::padding)->from, slotOf(FusedConv::dilation)->from);
+  }
   int caseNo = 0;
   for (const ConvCase& c : convCases(/*includeTransposed=*/bug == ConvBug::TransposedTaken)) {
     const std::string tag = "case" + std::to_string(caseNo++);
     ElementTensor x = ElementTensor::variables(tag + ".x", {c.batch, c.inChannels, c.length});
     ElementTensor w = ElementTensor::variables(tag + ".conv.weight", c.weight);
-    const int64_t cout = c.args[6] ? c.weight[1] * c.args[8] : c.weight[0];
+    const int64_t cout = c.ints[Conv::transposed] ? c.weight[1] * c.ints[Conv::groups] : c.weight[0];
     ElementTensor b = ElementTensor::variables(tag + ".conv.bias", {cout});
     const ElementTensor* bias = c.bias ? &b : nullptr;
-    sem::ConvAttrs aten{.stride = c.args[3], .padding = c.args[4], .dilation = c.args[5], .groups = c.args[8],
-                        .transposed = c.args[6] != 0, .outputPadding = c.args[7]};
-    auto arg = [&](int slot, int64_t dflt) { return from[slot] < 0 ? dflt : c.args[static_cast<size_t>(from[slot])]; };
-    sem::ConvAttrs fused{.stride = arg(3, 1), .padding = arg(4, 0), .dilation = arg(5, 1), .groups = arg(6, 1)};
+    sem::ConvAttrs aten{.stride = c.ints[Conv::stride], .padding = c.ints[Conv::padding],
+                        .dilation = c.ints[Conv::dilation], .groups = c.ints[Conv::groups],
+                        .transposed = c.ints[Conv::transposed] != 0, .outputPadding = c.ints[Conv::output_padding]};
+    // verifuse::conv's attribute operands as the table passes them (default when not passed on).
+    auto passed = [&](FusedConv::Operand to, int64_t dflt) {
+      auto slot = slotOf(to);
+      return slot == table.end() ? dflt : c.ints[slot->from];
+    };
+    sem::ConvAttrs fused{.stride = passed(FusedConv::stride, 1), .padding = passed(FusedConv::padding, 0),
+                         .dilation = passed(FusedConv::dilation, 1), .groups = passed(FusedConv::groups, 1)};
     sem::proveElementwise(ob, tag + ".out", sem::convolution1d(x, w, bias, aten), sem::convolution1d(x, w, bias, fused));
   }
   return ob.build();
@@ -161,25 +212,33 @@ Obligation convCanonical(ConvBug bug) {
 
 // ---- canonicalize-addmm / -mm / -linear ------------------------------------------------------------
 
+/// addmm's beta and alpha are both the number 1 (self + mat1 @ mat2, unscaled).
+bool unscaledAddmm(const Node& n) {
+  auto beta = u::numberArg(operand(n, ir::Addmm::beta)), alpha = u::numberArg(operand(n, ir::Addmm::alpha));
+  return beta && alpha && *beta == 1.0 && *alpha == 1.0;
+}
+
 std::optional<Match> matchAddmm(const Graph& g, NodeId id, std::string* whyNot) {
+  using A = ir::Addmm;
   const Node& n = g.node(id);
-  if (n.args.size() != 5 || !n.args[1].isValue()) return std::nullopt;
+  if (!ir::hasOperands<A>(n) || !operand(n, A::mat1).isValue()) return std::nullopt;
   Arg weight;
-  const ir::ConstantTensor* w = transposedWeight(g, n.args[2], &weight);
+  const ir::ConstantTensor* w = transposedWeight(g, operand(n, A::mat2), &weight);
   if (!w) return u::why(whyNot, kNotTransposedWeight), std::nullopt;
-  auto beta = u::numberArg(n.args[3]), alpha = u::numberArg(n.args[4]);
-  if (!beta || !alpha || *beta != 1.0 || *alpha != 1.0) return u::why(whyNot, "beta or alpha is not 1"), std::nullopt;
-  if (n.args[0].kind == Arg::Kind::None || !validBias(g, n.args[0], w->sizes[0], w->dtype)) {
+  if (!unscaledAddmm(n)) return u::why(whyNot, "beta or alpha is not 1"), std::nullopt;
+  const Arg& bias = operand(n, A::self);
+  if (bias.kind == Arg::Kind::None || !validBias(g, bias, w->sizes[0], w->dtype)) {
     return u::why(whyNot, kBadBias), std::nullopt;
   }
   return Match{id, id, 0};
 }
 
 Status rewriteAddmm(Graph& g, const Match& m, FusionRecord&) {
+  using A = ir::Addmm;
   Node& n = g.mutableNode(m.anchor);
   Arg weight;
-  if (!transposedWeight(g, n.args[2], &weight)) return internalError("addmm no longer matches");
-  toLinear(n, n.args[1], weight, n.args[0]);  // addmm(b, x, W^T) -> linear(x, W, b)
+  if (!transposedWeight(g, operand(n, A::mat2), &weight)) return internalError("addmm no longer matches");
+  toLinear(n, operand(n, A::mat1), weight, operand(n, A::self));  // addmm(b, x, W^T) -> linear(x, W, b)
   return Status::ok();
 }
 
@@ -194,18 +253,19 @@ const ir::ConstantTensor* knWeight(const Graph& g, const Arg& a) {
 }
 
 std::optional<Match> matchAddmmKn(const Graph& g, NodeId id, std::string* whyNot) {
+  using A = ir::Addmm;
   const Node& n = g.node(id);
-  if (n.args.size() != 5 || !n.args[1].isValue()) return std::nullopt;
-  if (!n.args[2].isConstant()) return std::nullopt;  // permute(W) is canonicalize-addmm's pattern
-  const ir::ConstantTensor* w = knWeight(g, n.args[2]);
+  if (!ir::hasOperands<A>(n) || !operand(n, A::mat1).isValue()) return std::nullopt;
+  if (!operand(n, A::mat2).isConstant()) return std::nullopt;  // permute(W) is canonicalize-addmm's pattern
+  const ir::ConstantTensor* w = knWeight(g, operand(n, A::mat2));
   if (!w) return u::why(whyNot, "the [K, N] weight is not a 2-D float32 or bfloat16 constant"), std::nullopt;
   if (w->sizes[0] == 0 || w->sizes[1] == 0) return u::why(whyNot, "empty weight"), std::nullopt;
-  auto beta = u::numberArg(n.args[3]), alpha = u::numberArg(n.args[4]);
-  if (!beta || !alpha || *beta != 1.0 || *alpha != 1.0) return u::why(whyNot, "beta or alpha is not 1"), std::nullopt;
-  if (n.args[0].kind == Arg::Kind::None || !validBias(g, n.args[0], w->sizes[1], w->dtype)) {
+  if (!unscaledAddmm(n)) return u::why(whyNot, "beta or alpha is not 1"), std::nullopt;
+  const Arg& bias = operand(n, A::self);
+  if (bias.kind == Arg::Kind::None || !validBias(g, bias, w->sizes[1], w->dtype)) {
     return u::why(whyNot, "the bias is not a constant of N (= the weight's dim 1) elements in its dtype"), std::nullopt;
   }
-  const auto* x = u::knownShape(g, u::valueOf(n.args[1]));
+  const auto* x = u::knownShape(g, u::valueOf(operand(n, A::mat1)));
   if (x && (x->size() != 2 || ((*x)[1] >= 0 && (*x)[1] != w->sizes[0]))) {
     return u::why(whyNot, "x is not [M, K] with K the weight's dim 0"), std::nullopt;
   }
@@ -213,15 +273,16 @@ std::optional<Match> matchAddmmKn(const Graph& g, NodeId id, std::string* whyNot
 }
 
 Status rewriteAddmmKn(Graph& g, const Match& m, FusionRecord&) {
+  using A = ir::Addmm;
   const Node& n = g.node(m.anchor);
-  const ir::ConstantTensor* w = knWeight(g, n.args[2]);
+  const ir::ConstantTensor* w = knWeight(g, operand(n, A::mat2));
   if (!w) return internalError("addmm no longer matches");
   // W^T[n, k] = W[k, n]: sizes [N, K], the source's strides swapped ([1, N] for a dense W).
   std::vector<int64_t> sizes = {w->sizes[1], w->sizes[0]}, strides = {w->strides[1], w->strides[0]};
-  VF_ASSIGN_OR_RETURN(ir::ConstantId wt, ir::addConstantView(g, static_cast<ir::ConstantId>(n.args[2].i), sizes,
-                                                               strides, "_t"));
+  VF_ASSIGN_OR_RETURN(ir::ConstantId wt, ir::addConstantView(g, static_cast<ir::ConstantId>(operand(n, A::mat2).i),
+                                                               sizes, strides, "_t"));
   Node& node = g.mutableNode(m.anchor);
-  toLinear(node, node.args[1], Arg::constant(wt), node.args[0]);  // addmm(b, x, W) -> linear(x, W^T, b)
+  toLinear(node, operand(node, A::mat1), Arg::constant(wt), operand(node, A::self));  // addmm(b, x, W) -> linear(x, W^T, b)
   return Status::ok();
 }
 
@@ -257,34 +318,36 @@ Obligation addmmKnCanonical(KnBug bug) {
 
 std::optional<Match> matchMm(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
-  if (n.args.size() != 2 || !n.args[0].isValue()) return std::nullopt;
+  if (!ir::hasOperands<ir::Mm>(n) || !operand(n, ir::Mm::self).isValue()) return std::nullopt;
   Arg weight;
-  if (!transposedWeight(g, n.args[1], &weight)) return u::why(whyNot, kNotTransposedWeight), std::nullopt;
+  if (!transposedWeight(g, operand(n, ir::Mm::mat2), &weight)) return u::why(whyNot, kNotTransposedWeight), std::nullopt;
   return Match{id, id, 0};
 }
 
 Status rewriteMm(Graph& g, const Match& m, FusionRecord&) {
   Node& n = g.mutableNode(m.anchor);
   Arg weight;
-  if (!transposedWeight(g, n.args[1], &weight)) return internalError("mm no longer matches");
-  toLinear(n, n.args[0], weight, Arg::none());  // mm(x, W^T) -> linear(x, W)
+  if (!transposedWeight(g, operand(n, ir::Mm::mat2), &weight)) return internalError("mm no longer matches");
+  toLinear(n, operand(n, ir::Mm::self), weight, Arg::none());  // mm(x, W^T) -> linear(x, W)
   return Status::ok();
 }
 
 std::optional<Match> matchLinear(const Graph& g, NodeId id, std::string* whyNot) {
+  using L = ir::Linear;
   const Node& n = g.node(id);
-  if (n.args.size() != 3 || !n.args[0].isValue()) return std::nullopt;
-  const ir::ConstantTensor* w = u::floatConstant(g, n.args[1]);
+  if (!ir::hasOperands<L>(n) || !operand(n, L::input).isValue()) return std::nullopt;
+  const ir::ConstantTensor* w = u::floatConstant(g, operand(n, L::weight));
   if (!w || w->sizes.size() != 2) {
     return u::why(whyNot, "the weight is not a 2-D float32 or bfloat16 constant"), std::nullopt;
   }
-  if (!validBias(g, n.args[2], w->sizes[0], w->dtype)) return u::why(whyNot, kBadBias), std::nullopt;
+  if (!validBias(g, operand(n, L::bias), w->sizes[0], w->dtype)) return u::why(whyNot, kBadBias), std::nullopt;
   return Match{id, id, 0};
 }
 
 Status rewriteLinear(Graph& g, const Match& m, FusionRecord&) {
+  using L = ir::Linear;
   Node& n = g.mutableNode(m.anchor);
-  toLinear(n, n.args[0], n.args[1], n.args[2]);
+  toLinear(n, operand(n, L::input), operand(n, L::weight), operand(n, L::bias));
   return Status::ok();
 }
 
@@ -353,17 +416,17 @@ Obligation linearCanonicalObligation(LinearBug bug) {
 
 std::optional<Match> matchLinearViewPair(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& lin = g.node(id);
-  if (!lin.args[kLinearPostOpsArg].s.empty()) return std::nullopt;
-  const Node* flatten = u::producerOf(g, lin.args[0]);
+  if (!hasNoFusedPostOps(lin)) return std::nullopt;
+  const Node* flatten = u::producerOf(g, operand(lin, FusedLinear::x));
   if (!isView(flatten) || !u::hasSingleUse(g, lin.outputs[0])) return std::nullopt;
-  const auto* xShape = u::staticShape(g, u::valueOf(flatten->args[0]));
+  const auto* xShape = u::staticShape(g, u::valueOf(ir::selfOperand(*flatten)));
   const Node* unflatten = &g.node(g.users(lin.outputs[0])[0]);
   if (!isView(unflatten)) return std::nullopt;
   if (!xShape || xShape->size() < 2) {
     return u::why(whyNot, "the flattened input's shape is not static (rank >= 2)"), std::nullopt;
   }
-  auto outSize = unflatten->args[1].asIntList();
-  const int64_t n = g.constants()[static_cast<size_t>(lin.args[1].i)].sizes[0];
+  auto outSize = viewSize(*unflatten).asIntList();
+  const int64_t n = g.constants()[static_cast<size_t>(operand(lin, FusedLinear::weight).i)].sizes[0];
   std::vector<int64_t> expected(xShape->begin(), xShape->end() - 1);
   expected.push_back(n);
   if (!outSize.isOk() || *outSize != expected) {
@@ -374,13 +437,13 @@ std::optional<Match> matchLinearViewPair(const Graph& g, NodeId id, std::string*
 
 Status rewriteLinearViewPair(Graph& g, const Match& m, FusionRecord&) {
   const Node& lin = g.node(m.anchor);
-  const ValueId x = u::valueOf(u::producerOf(g, lin.args[0])->args[0]);
+  const ValueId x = u::valueOf(ir::selfOperand(*u::producerOf(g, operand(lin, FusedLinear::x))));
   const Node& unflatten = g.node(m.consumer);
-  auto outSize = unflatten.args[1].asIntList();
+  auto outSize = viewSize(unflatten).asIntList();
   if (!outSize.isOk()) return internalError("view pair no longer matches");
   const ValueId unflattened = unflatten.outputs[0];
   Node& n = g.mutableNode(m.anchor);
-  n.args[0] = Arg::value(x);
+  operand(n, FusedLinear::x) = Arg::value(x);
   g.mutableValue(n.outputs[0]).setShape(*outSize);
   g.replaceAllUses(unflattened, n.outputs[0]);
   g.eraseNode(m.consumer);

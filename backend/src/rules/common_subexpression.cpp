@@ -64,10 +64,7 @@ bool sameCall(const Node& a, const Node& b) {
       a.outputs.size() != b.outputs.size()) {
     return false;
   }
-  for (size_t k = 0; k < a.args.size(); ++k) {
-    if (!sameBits(a.args[k], b.args[k])) return false;
-  }
-  return true;
+  return std::equal(a.args.begin(), a.args.end(), b.args.begin(), sameBits);  // every operand, pairwise
 }
 
 std::optional<Match> matchRepeat(const Graph& g, NodeId id, std::string* whyNot) {

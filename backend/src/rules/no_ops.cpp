@@ -26,6 +26,9 @@ using ir::Arg;
 using ir::Graph;
 using ir::Node;
 using ir::NodeId;
+using ir::hasOperands;
+using ir::operand;
+using ir::selfOperand;
 using ir::ValueId;
 using verify::Expr;
 using verify::Obligation;
@@ -37,8 +40,10 @@ namespace u = util;
 
 const std::vector<std::string> kViewOps = {"aten::view", "aten::reshape", "aten::_unsafe_view"};
 
-/// The common shape of a no-op: one output and a value first argument.
-bool unary(const Node& n) { return n.outputs.size() == 1 && !n.args.empty() && n.args[0].isValue(); }
+/// The common shape of a no-op: one output and a value first operand (self; dropout's input).
+bool unary(const Node& n) {
+  return n.outputs.size() == 1 && ir::hasAtLeastOperands<ir::Unary>(n) && selfOperand(n).isValue();
+}
 
 /// The guard every no-op rule shares: a graph output must stay a fresh tensor.
 bool notGraphOutput(const Graph& g, const Node& n, std::string* whyNot) {
@@ -46,10 +51,16 @@ bool notGraphOutput(const Graph& g, const Node& n, std::string* whyNot) {
   return true;
 }
 
-bool isView(const Node* n) {
-  return n && (n->op == "aten::view" || n->op == "aten::reshape" || n->op == "aten::_unsafe_view") &&
-         n->args.size() == 2 && n->args[0].isValue();
+/// The target shape of view and _unsafe_view (size) or reshape (shape); null for another op or
+/// another number of operands.
+const Arg* viewShape(const Node& n) {
+  if (n.op == "aten::view") return hasOperands<ir::View>(n) ? &operand(n, ir::View::size) : nullptr;
+  if (n.op == "aten::reshape") return hasOperands<ir::Reshape>(n) ? &operand(n, ir::Reshape::shape) : nullptr;
+  if (n.op == "aten::_unsafe_view") return hasOperands<ir::UnsafeView>(n) ? &operand(n, ir::UnsafeView::size) : nullptr;
+  return nullptr;
 }
+
+bool isView(const Node* n) { return n && viewShape(*n) && selfOperand(*n).isValue(); }
 
 /// Replaces the one-output node's uses by \p replacement and erases it.
 Status replaceBy(Graph& g, NodeId id, ValueId replacement) {
@@ -59,7 +70,7 @@ Status replaceBy(Graph& g, NodeId id, ValueId replacement) {
 }
 
 Status replaceByInput(Graph& g, const Match& m, FusionRecord&) {
-  return replaceBy(g, m.anchor, u::valueOf(g.node(m.anchor).args[0]));
+  return replaceBy(g, m.anchor, u::valueOf(selfOperand(g.node(m.anchor))));
 }
 
 // ---- remove-alias ------------------------------------------------------------------------------------
@@ -89,14 +100,12 @@ Obligation aliasIdentity(bool permuteTaken) {
 /// (T5 makes its permuted position bias contiguous once for all six layers) costs less: measured at
 /// T5-small's batch 8 bf16 attention, 1.56 ms per layer with the dense mask, 1.97 with the gather.
 bool readsAsKeysOrValues(const Node& n, ValueId v) {
-  if (n.op != "aten::_scaled_dot_product_flash_attention_for_cpu" || n.args.size() != 7) return false;
-  bool read = false;
-  for (size_t i = 0; i < n.args.size(); ++i) {
-    const bool here = n.args[i].isValue() && n.args[i].i == v;
-    if (here && i != 1 && i != 2) return false;
-    read = read || here;
-  }
-  return read;
+  using A = ir::FlashAttentionCpu;
+  if (n.op != A::kOp || !hasOperands<A>(n)) return false;
+  auto readsV = [v](const Arg& a) { return a.isValue() && a.i == v; };
+  const auto asKeysOrValues = static_cast<size_t>(readsV(operand(n, A::key))) + readsV(operand(n, A::value));
+  const auto anywhere = static_cast<size_t>(std::count_if(n.args.begin(), n.args.end(), readsV));
+  return asKeysOrValues > 0 && anywhere == asKeysOrValues;  // not read as the query, mask, ...
 }
 
 std::optional<Match> matchClone(const Graph& g, NodeId id, std::string* whyNot) {
@@ -149,11 +158,12 @@ bool producesDenseTensor(const Node& p) {
 std::optional<Match> matchDenseClone(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
   if (!unary(n)) return std::nullopt;
-  const bool preserve = n.args.size() < 2 || n.args[1].kind == Arg::Kind::None ||
-                        (n.args[1].kind == Arg::Kind::MemoryFormat && n.args[1].i == 1);
+  const Arg* format = ir::hasAtLeastOperands<ir::Clone>(n) ? &operand(n, ir::Clone::memory_format) : nullptr;
+  const bool preserve = !format || format->kind == Arg::Kind::None ||
+                        (format->kind == Arg::Kind::MemoryFormat && format->i == 1);
   if (!preserve) return std::nullopt;  // a contiguous clone: remove-clone's case
   if (!notGraphOutput(g, n, whyNot)) return std::nullopt;
-  const Node* p = u::producerOf(g, n.args[0]);
+  const Node* p = u::producerOf(g, selfOperand(n));
   // The first output of the producer (layer norm's statistics are outputs 1 and 2, dense as well).
   if (!p || !producesDenseTensor(*p)) {
     return u::why(whyNot, "the clone's input is not known to be a fresh dense tensor (a view may rely on the copy's layout)"),
@@ -185,7 +195,8 @@ Obligation denseCloneIdentity(bool overlappingInput) {
 std::optional<Match> matchDropout(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
   if (!unary(n) || !notGraphOutput(g, n, whyNot)) return std::nullopt;
-  if (n.args.size() != 3 || n.args[2].kind != Arg::Kind::Bool || n.args[2].i != 0) {
+  if (!hasOperands<ir::Dropout>(n) || operand(n, ir::Dropout::train).kind != Arg::Kind::Bool ||
+      operand(n, ir::Dropout::train).i != 0) {
     return u::why(whyNot, "dropout in training mode (or train flag not a constant)"), std::nullopt;
   }
   return Match{id, id, 0};
@@ -206,9 +217,9 @@ Obligation dropout(bool training) {
 std::optional<Match> matchIdentityView(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
   if (!isView(&n) || !unary(n)) return std::nullopt;
-  auto size = n.args[1].asIntList();
+  auto size = viewShape(n)->asIntList();
   if (!size.isOk()) return std::nullopt;
-  const auto* inShape = u::staticShape(g, u::valueOf(n.args[0]));
+  const auto* inShape = u::staticShape(g, u::valueOf(selfOperand(n)));
   if (!inShape || *inShape != *size) return std::nullopt;  // a reshaping view: not this rule's pattern
   if (!notGraphOutput(g, n, whyNot)) return std::nullopt;
   return Match{id, id, 0};
@@ -225,20 +236,20 @@ Obligation identityView(bool numelOnly) {
 std::optional<Match> matchViewPair(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
   if (!isView(&n) || !unary(n)) return std::nullopt;
-  auto size = n.args[1].asIntList();
+  auto size = viewShape(n)->asIntList();
   if (!size.isOk()) return std::nullopt;
-  const Node* p = u::producerOf(g, n.args[0]);
+  const Node* p = u::producerOf(g, selfOperand(n));
   if (!isView(p)) return std::nullopt;
-  const auto* srcShape = u::staticShape(g, u::valueOf(p->args[0]));
+  const auto* srcShape = u::staticShape(g, u::valueOf(selfOperand(*p)));
   if (!srcShape || *srcShape != *size) return std::nullopt;  // not back to the original shape
   if (!notGraphOutput(g, n, whyNot)) return std::nullopt;
   return Match{id, id, 0};
 }
 
 Status rewriteViewPair(Graph& g, const Match& m, FusionRecord&) {
-  const Node* inner = u::producerOf(g, g.node(m.anchor).args[0]);
+  const Node* inner = u::producerOf(g, selfOperand(g.node(m.anchor)));
   if (!inner) return internalError("view pair no longer matches");
-  return replaceBy(g, m.anchor, u::valueOf(inner->args[0]));
+  return replaceBy(g, m.anchor, u::valueOf(selfOperand(*inner)));
 }
 
 // view/reshape/_unsafe_view have reshape's values wherever they are defined:
@@ -272,8 +283,9 @@ bool legacyEmpty(const Graph& g, const Arg& a) {
 
 std::optional<Match> matchEmptyInCat(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
-  if (n.outputs.size() != 1 || n.args.empty() || n.args[0].kind != Arg::Kind::List) return std::nullopt;
-  const std::vector<Arg>& items = n.args[0].list;
+  const Arg* tensors = ir::namedOperand(n, "tensors");  // cat(tensors, dim)
+  if (n.outputs.size() != 1 || !tensors || tensors->kind != Arg::Kind::List) return std::nullopt;
+  const std::vector<Arg>& items = tensors->list;
   size_t empties = 0;
   for (const Arg& item : items) empties += legacyEmpty(g, item);
   if (empties == 0 || empties == items.size()) return std::nullopt;
@@ -291,11 +303,11 @@ std::optional<Match> matchEmptyInCat(const Graph& g, NodeId id, std::string* why
 
 Status dropEmptyInputs(Graph& g, const Match& m, FusionRecord&) {
   std::vector<Arg> kept;
-  for (const Arg& item : g.node(m.anchor).args[0].list) {
+  for (const Arg& item : operand(g.node(m.anchor), ir::Cat::tensors).list) {
     if (!legacyEmpty(g, item)) kept.push_back(item);
   }
   if (kept.size() == 1 && kept[0].isValue()) return replaceBy(g, m.anchor, u::valueOf(kept[0]));
-  g.mutableNode(m.anchor).args[0] = Arg::makeList(std::move(kept));
+  operand(g.mutableNode(m.anchor), ir::Cat::tensors) = Arg::makeList(std::move(kept));
   return Status::ok();
 }
 

@@ -12,9 +12,11 @@ namespace verifuse::rules::families {
 namespace {
 
 using ir::Arg;
+using ir::Binary;
 using ir::Graph;
 using ir::Node;
 using ir::NodeId;
+using ir::operand;
 using verify::Expr;
 using verify::Obligation;
 using verify::ObligationBuilder;
@@ -32,7 +34,8 @@ std::optional<std::vector<double>> channelFactors(const Graph& g, const Node& fu
   const int64_t channels = u::outChannels(g, fused);
   if (auto v = u::numberArg(operand)) return std::vector<double>(static_cast<size_t>(channels), *v);
   // A bf16 producer's bf16 operand (the guard in matchChannelFold) is widened exactly (toDoubles).
-  const bool bf16Producer = g.constants().at(static_cast<size_t>(fused.args[1].i)).dtype == ir::DType::BFloat16;
+  const bool bf16Producer =
+      g.constants().at(static_cast<size_t>(u::fusedWeight(fused).i)).dtype == ir::DType::BFloat16;
   const ir::ConstantTensor* c = bf16Producer ? u::floatConstant(g, operand) : u::f32Constant(g, operand);
   if (!c) {
     if (operand.isConstant()) u::why(whyNot, "the constant is not a contiguous float32 (or a bf16 model's bfloat16) tensor");
@@ -65,6 +68,10 @@ std::optional<std::vector<double>> channelFactors(const Graph& g, const Node& fu
   return vals;
 }
 
+/// mul/add/div(self, other): the operand on side \p k (0: self, 1: other) and the one opposite.
+const Arg& sideOperand(const Node& n, int k) { return operand(n, k == 0 ? Binary::self : Binary::other); }
+const Arg& oppositeOperand(const Node& n, int k) { return operand(n, k == 0 ? Binary::other : Binary::self); }
+
 MatchFn matchChannelFold(ChannelOp op) {
   return [op](const Graph& g, NodeId id, std::string* whyNot) -> std::optional<Match> {
     const Node& n = g.node(id);
@@ -74,12 +81,12 @@ MatchFn matchChannelFold(ChannelOp op) {
     if (!isMul && !isAdd && !isDiv) return std::nullopt;
     for (int k = 0; k < 2; ++k) {
       if (isDiv && k == 1) break;  // c / y is not a per-channel scale of y
-      const Node* p = u::singleUseFusedProducer(g, n.args[static_cast<size_t>(k)]);
+      const Node* p = u::singleUseFusedProducer(g, sideOperand(n, k));
       if (!p) continue;
       // The other operand must be a number or a constant (a tensor is the residual add's case).
-      const Arg& other = n.args[static_cast<size_t>(1 - k)];
+      const Arg& other = oppositeOperand(n, k);
       if (!u::numberArg(other) && !other.isConstant()) continue;
-      if (!u::hasNoPostOps(*p)) return u::why(whyNot, "producer has post-ops"), std::nullopt;
+      if (!hasNoFusedPostOps(*p)) return u::why(whyNot, "producer has post-ops"), std::nullopt;
       if (std::string problem = u::foldableWeightProblem(g, *p); !problem.empty()) {
         return u::why(whyNot, problem), std::nullopt;
       }
@@ -87,7 +94,7 @@ MatchFn matchChannelFold(ChannelOp op) {
       // would stay bf16. Numbers and bf16 tensors (a bf16 model's own parameters: ConvNeXt's
       // layer scale) keep the bf16 result, as eager does.
       const bool bf16Producer =
-          g.constants()[static_cast<size_t>(p->args[1].i)].dtype == ir::DType::BFloat16;
+          g.constants()[static_cast<size_t>(u::fusedWeight(*p).i)].dtype == ir::DType::BFloat16;
       const bool bf16Operand =
           other.isConstant() && g.constants()[static_cast<size_t>(other.i)].dtype == ir::DType::BFloat16;
       if (bf16Producer && !u::numberArg(other) && !bf16Operand) {
@@ -95,7 +102,7 @@ MatchFn matchChannelFold(ChannelOp op) {
                std::nullopt;
       }
       if (isAdd) {
-        auto alpha = u::numberArg(n.args[2]);
+        auto alpha = u::numberArg(operand(n, ir::Add::alpha));
         if (!alpha) return u::why(whyNot, "add's alpha is not a number"), std::nullopt;
         if (k == 1 && *alpha != 1.0) {
           return u::why(whyNot, "c + alpha*y with alpha != 1 scales the output, not a shift"), std::nullopt;
@@ -111,44 +118,27 @@ MatchFn matchChannelFold(ChannelOp op) {
 RewriteFn rewriteChannelFold(ChannelOp op) {
   return [op](Graph& g, const Match& m, FusionRecord& rec) -> Status {
     const Node& n = g.node(m.consumer);
-    const Arg operand = n.args[static_cast<size_t>(1 - m.operand)];
-    auto factors = channelFactors(g, g.node(m.anchor), operand, nullptr);
+    const Arg other = oppositeOperand(n, m.operand);
+    auto factors = channelFactors(g, g.node(m.anchor), other, nullptr);
     if (!factors) return internalError("channel fold no longer matches");
-    const size_t channels = factors->size();
-    std::vector<double> ones(channels, 1.0), zeros(channels, 0.0), scale, shift, biasScale;
-    double alpha = 1.0;
-    switch (op) {
-      case ChannelOp::kMul: scale = *factors; shift = zeros; biasScale = *factors; break;
-      case ChannelOp::kDiv:
-        scale.resize(channels);
-        for (size_t o = 0; o < channels; ++o) scale[o] = 1.0 / (*factors)[o];
-        shift = zeros;
-        biasScale = scale;
-        break;
-      case ChannelOp::kAdd:
-        alpha = *u::numberArg(n.args[2]);
-        scale = ones;
-        biasScale = ones;
-        shift.resize(channels);
-        for (size_t o = 0; o < channels; ++o) shift[o] = alpha * (*factors)[o];
-        break;
-    }
+    const FoldRecord::Kind kind = op == ChannelOp::kMul   ? FoldRecord::Kind::kChannelMul
+                                  : op == ChannelOp::kAdd ? FoldRecord::Kind::kChannelAdd
+                                                          : FoldRecord::Kind::kChannelDiv;
+    const double alpha = op == ChannelOp::kAdd ? *u::numberArg(operand(n, ir::Add::alpha)) : 1.0;
     const Node& p = g.node(m.anchor);
     const bool makeBias = op == ChannelOp::kAdd;
-    u::FoldedConstants folded = u::foldPerChannel(g, p, scale, shift, biasScale, makeBias);
+    u::FoldedConstants folded = u::foldPerChannel(g, p, channelOpFold(kind, *factors, alpha), makeBias);
     Node& pm = g.mutableNode(m.anchor);
-    rec.fold.kind = op == ChannelOp::kMul ? FoldRecord::Kind::kChannelMul
-                    : op == ChannelOp::kAdd ? FoldRecord::Kind::kChannelAdd
-                                            : FoldRecord::Kind::kChannelDiv;
-    rec.fold.weight = u::argConstant(pm.args[1]);
-    rec.fold.bias = u::argConstant(pm.args[2]);
-    rec.fold.operand = u::argConstant(operand);
-    rec.fold.scalar = operand.isConstant() ? alpha : *u::numberArg(operand);
-    if (op == ChannelOp::kAdd && !operand.isConstant()) rec.fold.scalar = alpha * *u::numberArg(operand);
+    rec.fold.kind = kind;
+    rec.fold.weight = u::argConstant(u::fusedWeight(pm));
+    rec.fold.bias = u::argConstant(u::fusedBias(pm));
+    rec.fold.operand = u::argConstant(other);
+    rec.fold.scalar = other.isConstant() ? alpha : *u::numberArg(other);
+    if (op == ChannelOp::kAdd && !other.isConstant()) rec.fold.scalar = alpha * *u::numberArg(other);
     rec.fold.foldedWeight = folded.weight;
     rec.fold.foldedBias = folded.bias;
-    pm.args[1] = Arg::constant(folded.weight);
-    if (folded.bias >= 0) pm.args[2] = Arg::constant(folded.bias);
+    u::fusedWeight(pm) = Arg::constant(folded.weight);
+    if (folded.bias >= 0) u::fusedBias(pm) = Arg::constant(folded.bias);
     return u::replaceWithProducer(g, m);
   };
 }

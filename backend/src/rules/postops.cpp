@@ -22,6 +22,10 @@ size_t expectedParams(const std::string& kind) {
   return 0;
 }
 
+/// "sum" takes its scale (verifuse::conv/linear: + scale * residual) or none (verifuse::qconv/
+/// qlinear: the residual is dequantized with their own r_scale and r_zp operands).
+bool paramsFit(const std::string& kind, size_t n) { return n == expectedParams(kind) || (kind == "sum" && n == 0); }
+
 std::string formatNumber(double v) {
   // %.9g round-trips float32 parameters; infinities print as inf/-inf and parse back with strtod.
   char buf[40];
@@ -33,7 +37,6 @@ std::string formatNumber(double v) {
 
 bool isFusedOp(const ir::Node& n) { return n.op == kConvOp || n.op == kLinearOp; }
 
-size_t postOpsArgIndex(const ir::Node& n) { return n.op == kConvOp ? kConvPostOpsArg : kLinearPostOpsArg; }
 
 std::string formatPostOps(const std::vector<PostOpSpec>& ops) {
   std::string out;
@@ -77,7 +80,7 @@ StatusOr<std::vector<PostOpSpec>> parsePostOps(std::string_view text) {
       }
       pos = close + 1;
     }
-    if (op.params.size() != expectedParams(op.kind)) {
+    if (!paramsFit(op.kind, op.params.size())) {
       return invalidArgument("post-op " + op.kind + " takes " + std::to_string(expectedParams(op.kind)) + " parameters");
     }
     ops.push_back(std::move(op));

@@ -35,6 +35,7 @@ using ir::ConstantId;
 using ir::Graph;
 using ir::Node;
 using ir::NodeId;
+using ir::operand;
 using ir::ValueId;
 using verify::Expr;
 using verify::Obligation;
@@ -43,12 +44,14 @@ using verify::sem::DotModel;
 using verify::sem::TensorTerm;
 namespace sem = verify::sem;
 namespace u = util;
+using Linear = ir::FusedLinear;  // kLinearOp's operands
 
 /// The 2-D weight constant of a linear: float32, or a bf16 model's bfloat16 (with its data: the
 /// bf16 concatenation is copied when the rule applies).
 const ir::ConstantTensor* weightOf(const Graph& g, const Node& n) {
-  if (!n.args[1].isConstant()) return nullptr;
-  const ir::ConstantTensor& c = g.constants()[static_cast<size_t>(n.args[1].i)];
+  const Arg& weight = operand(n, Linear::weight);
+  if (!weight.isConstant()) return nullptr;
+  const ir::ConstantTensor& c = g.constants()[static_cast<size_t>(weight.i)];
   const bool bf16 = c.dtype == ir::DType::BFloat16 && c.data != nullptr;
   return (c.dtype == ir::DType::Float32 || bf16) && c.sizes.size() == 2 && c.strides.size() == 2 ? &c : nullptr;
 }
@@ -68,14 +71,15 @@ bool isHeadSplit(const Graph& g, const Node& lin) {
 
 /// A linear that may join a concatenation (nullopt) or why not.
 std::optional<std::string> memberProblem(const Graph& g, const Node& n) {
-  if (n.op != kLinearOp || n.args.size() != 4 || !n.args[kLinearPostOpsArg].s.empty()) {
+  if (n.op != kLinearOp || !ir::hasOperands<Linear>(n) || !hasNoFusedPostOps(n)) {
     return "has post-ops or extra arguments";
   }
   const ir::ConstantTensor* w = weightOf(g, n);
   if (!w) return "its weight is not a 2-D float32 (or bf16 with data) constant";
-  if (n.args[2].kind != Arg::Kind::None) {
-    if (!n.args[2].isConstant()) return "its bias is not a constant";
-    const ir::ConstantTensor& b = g.constants()[static_cast<size_t>(n.args[2].i)];
+  const Arg& bias = operand(n, Linear::bias);
+  if (bias.kind != Arg::Kind::None) {
+    if (!bias.isConstant()) return "its bias is not a constant";
+    const ir::ConstantTensor& b = g.constants()[static_cast<size_t>(bias.i)];
     if (b.dtype != w->dtype || b.sizes.size() != 1 || !b.isContiguous() ||
         (b.dtype == ir::DType::BFloat16 && !b.data)) {
       return "its bias is not a [N] constant of the weight's dtype";
@@ -92,16 +96,18 @@ struct Group {
 };
 
 std::optional<Group> findGroup(const Graph& g, NodeId id, std::string* whyNot) {
-  const Node& n = g.node(id);
-  if (n.args.empty() || !n.args[0].isValue() || memberProblem(g, n)) return std::nullopt;
-  const ValueId x = u::valueOf(n.args[0]);
+  const Node& n = g.node(id);  // the anchor: a verifuse::linear
+  if (n.args.empty() || !operand(n, Linear::x).isValue() || memberProblem(g, n)) return std::nullopt;
+  const ValueId x = u::valueOf(operand(n, Linear::x));
   Group group;
   const ir::ConstantTensor* w0 = weightOf(g, n);
-  const bool biased = n.args[2].kind != Arg::Kind::None;
+  const bool biased = operand(n, Linear::bias).kind != Arg::Kind::None;
   std::string excluded;
   for (NodeId user : g.users(x)) {
     const Node& m = g.node(user);
-    if (m.op != kLinearOp || m.args.empty() || !(m.args[0].isValue() && u::valueOf(m.args[0]) == x)) continue;
+    if (m.op != kLinearOp || m.args.empty()) continue;
+    const Arg& input = operand(m, Linear::x);
+    if (!(input.isValue() && u::valueOf(input) == x)) continue;
     if (auto problem = memberProblem(g, m)) {
       excluded = "a linear of the same input " + *problem;
       continue;
@@ -111,7 +117,7 @@ std::optional<Group> findGroup(const Graph& g, NodeId id, std::string* whyNot) {
       excluded = "the projections of one input mix float32 and bf16 weights";
       continue;
     }
-    if ((m.args[2].kind != Arg::Kind::None) != biased) {
+    if ((operand(m, Linear::bias).kind != Arg::Kind::None) != biased) {
       excluded = "the projections of one input mix biased and unbiased linears";
       continue;
     }
@@ -189,13 +195,14 @@ Status rewriteQkv(Graph& g, const Match& m, FusionRecord& rec) {
   auto group = findGroup(g, m.anchor, nullptr);
   if (!group) return internalError("qkv-concat no longer matches");
   const Node& first = g.node(group->members.front());
-  const bool biased = first.args[2].kind != Arg::Kind::None;
+  const bool biased = operand(first, Linear::bias).kind != Arg::Kind::None;
   const ir::ConstantTensor& w0 = *weightOf(g, first);
   const int64_t k = w0.sizes[1];
   const std::string base = w0.name;
   for (NodeId id : group->members) {
-    rec.fold.parts.push_back(static_cast<ConstantId>(g.node(id).args[1].i));
-    if (biased) rec.fold.partBiases.push_back(static_cast<ConstantId>(g.node(id).args[2].i));
+    const Node& projection = g.node(id);
+    rec.fold.parts.push_back(static_cast<ConstantId>(operand(projection, Linear::weight).i));
+    if (biased) rec.fold.partBiases.push_back(static_cast<ConstantId>(operand(projection, Linear::bias).i));
   }
   rec.fold.kind = FoldRecord::Kind::kConcat;
   if (w0.dtype == ir::DType::BFloat16) {
@@ -257,25 +264,35 @@ Status placeConcatenation(Graph& g, const Group& group, ConstantId wcat, Constan
   const int64_t total = g.constants()[static_cast<size_t>(wcat)].sizes[0];
   // The concatenated linear, in the free slot before the first projection.
   const Node& first = g.node(group.members.front());
-  const Arg x = first.args[0];
+  const Arg x = operand(first, Linear::x);
   const ir::DType outType = g.value(first.outputs[0]).dtype;
   std::vector<int64_t> outShape = *u::staticShape(g, first.outputs[0]);
   outShape.back() = total;
   const int64_t lastDim = static_cast<int64_t>(outShape.size()) - 1;
-  VF_ASSIGN_OR_RETURN(ValueId cat, ir::placeInSlot(g, group.slot, kLinearOp, "",
-                                                    {x, Arg::constant(wcat), biased ? Arg::constant(bcat) : Arg::none(),
-                                                     Arg::string("")},
-                                                    ir::ValueType::Tensor));
+  std::vector<Arg> catOperands = ir::OperandsOf<Linear>()
+                                     .set(Linear::x, x)
+                                     .set(Linear::weight, Arg::constant(wcat))
+                                     .set(Linear::bias, biased ? Arg::constant(bcat) : Arg::none())
+                                     .set(Linear::post_ops, Arg::string(""))
+                                     .take();
+  VF_ASSIGN_OR_RETURN(ValueId cat,
+                      ir::placeInSlot(g, group.slot, kLinearOp, "", std::move(catOperands), ir::ValueType::Tensor));
   g.mutableValue(cat).setShape(outShape);
   g.mutableValue(cat).dtype = outType;
   // Each projection: a slice of the last dim, keeping its output value.
   int64_t offset = 0;
   for (NodeId id : group.members) {
     Node& n = g.mutableNode(id);
-    const int64_t rows = g.constants()[static_cast<size_t>(n.args[1].i)].sizes[0];
+    const int64_t rows = g.constants()[static_cast<size_t>(operand(n, Linear::weight).i)].sizes[0];
     n.op = "aten::slice";
     n.overload = "Tensor";
-    n.args = {Arg::value(cat), Arg::integer(lastDim), Arg::integer(offset), Arg::integer(offset + rows), Arg::integer(1)};
+    n.args = ir::OperandsOf<ir::Slice>()
+                 .set(ir::Slice::self, Arg::value(cat))
+                 .set(ir::Slice::dim, Arg::integer(lastDim))
+                 .set(ir::Slice::start, Arg::integer(offset))
+                 .set(ir::Slice::end, Arg::integer(offset + rows))
+                 .set(ir::Slice::step, Arg::integer(1))
+                 .take();
     offset += rows;
   }
   return Status::ok();

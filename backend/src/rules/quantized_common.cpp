@@ -1,6 +1,8 @@
 // The int8 rules' shared pieces (see quantized_common.h).
 #include "rules/quantized_common.h"
 
+#include <stdexcept>
+
 namespace verifuse::rules::families::quantized {
 
 std::optional<std::pair<int64_t, int64_t>> int8Range(DType t) {
@@ -9,22 +11,49 @@ std::optional<std::pair<int64_t, int64_t>> int8Range(DType t) {
   return std::nullopt;
 }
 
-std::optional<TensorQParams> tensorQParams(const Node& n, std::string* whyNot) {
-  if (n.args.size() < 6) return std::nullopt;
-  if (n.args.size() == 7 && n.args[6].kind != Arg::Kind::None) {
+namespace {
+
+template <class N>  // Node or const Node
+auto& int8OperandOf(N& n, std::string_view name) {
+  auto* a = isInt8Op(n) ? namedOperand(n, name) : nullptr;
+  if (!a) throw std::logic_error(n.op + " has no int8 operand " + std::string(name));
+  return *a;
+}
+
+}  // namespace
+
+const Arg& int8Operand(const Node& n, std::string_view name) { return int8OperandOf(n, name); }
+Arg& int8Operand(Node& n, std::string_view name) { return int8OperandOf(n, name); }
+
+DType quantizedDType(const Node& quantize) {
+  return static_cast<DType>(operand(quantize, ir::QuantizePerTensor::dtype).i);
+}
+
+namespace {
+
+/// quantize_per_tensor (Q = ir::QuantizePerTensor) and dequantize_per_tensor (Q =
+/// ir::DequantizePerTensor) share their operands up to dtype; a dequantize's out_dtype may be
+/// left out.
+template <class Q>
+std::optional<TensorQParams> tensorQParamsOf(const Node& n, std::string* whyNot) {
+  if (n.args.size() <= Q::dtype) return std::nullopt;
+  const Arg* outDtype = namedOperand(n, "out_dtype");  // dequantize only
+  if (outDtype && outDtype->kind != Arg::Kind::None) {
     return u::why(whyNot, "out_dtype given: only float32 results are lowered to int8 kernels"), std::nullopt;
   }
+  const Arg &scale = operand(n, Q::scale), &zeroPoint = operand(n, Q::zero_point);
+  const Arg &qmin = operand(n, Q::quant_min), &qmax = operand(n, Q::quant_max), &dtype = operand(n, Q::dtype);
   TensorQParams p;
-  p.input = n.args[0];
-  if (n.args[1].kind != Arg::Kind::Double || n.args[2].kind != Arg::Kind::Int || n.args[3].kind != Arg::Kind::Int ||
-      n.args[4].kind != Arg::Kind::Int || n.args[5].kind != Arg::Kind::DTypeTag) {
+  p.input = operand(n, Q::input);
+  if (scale.kind != Arg::Kind::Double || zeroPoint.kind != Arg::Kind::Int || qmin.kind != Arg::Kind::Int ||
+      qmax.kind != Arg::Kind::Int || dtype.kind != Arg::Kind::DTypeTag) {
     return u::why(whyNot, "scale / zero point / range not static numbers (a tensor-valued scale)"), std::nullopt;
   }
-  p.scale = n.args[1].d;
-  p.zeroPoint = n.args[2].i;
-  p.qmin = n.args[3].i;
-  p.qmax = n.args[4].i;
-  p.dtype = static_cast<DType>(n.args[5].i);
+  p.scale = scale.d;
+  p.zeroPoint = zeroPoint.i;
+  p.qmin = qmin.i;
+  p.qmax = qmax.i;
+  p.dtype = static_cast<DType>(dtype.i);
   if (!goodScale(p.scale)) {
     return u::why(whyNot, "scale " + std::to_string(p.scale) + " is zero, negative, NaN or infinite: no integer meaning"),
            std::nullopt;
@@ -36,6 +65,13 @@ std::optional<TensorQParams> tensorQParams(const Node& n, std::string* whyNot) {
     return u::why(whyNot, "zero point or range outside the dtype"), std::nullopt;
   }
   return p;
+}
+
+}  // namespace
+
+std::optional<TensorQParams> tensorQParams(const Node& n, std::string* whyNot) {
+  return n.op == kDequantize ? tensorQParamsOf<ir::DequantizePerTensor>(n, whyNot)
+                             : tensorQParamsOf<ir::QuantizePerTensor>(n, whyNot);
 }
 
 std::optional<TensorQParams> dequantizedInput(const Graph& g, const Arg& a, std::string* whyNot) {
@@ -53,7 +89,7 @@ const ConstantTensor* constantOf(const Graph& g, const Arg& a) {
 const Node* floatInt8Producer(const Graph& g, const Arg& a) {
   const Node* p = u::producerOf(g, a);
   if (!p || !isInt8Op(*p) || !u::hasSingleUse(g, u::valueOf(a))) return nullptr;
-  if (p->args[requantIndex(*p) + 4].kind != Arg::Kind::None) return nullptr;
+  if (int8Operand(*p, "y_dtype").kind != Arg::Kind::None) return nullptr;  // requantized already
   return p;
 }
 
@@ -61,8 +97,8 @@ const Node* floatInt8ProducerThroughView(const Graph& g, const Arg& a, const Nod
   *view = nullptr;
   if (const Node* p = floatInt8Producer(g, a)) return p;
   const Node* v = u::producerOf(g, a);
-  if (!v || v->op != "aten::view" || v->args.size() != 2 || !u::hasSingleUse(g, u::valueOf(a))) return nullptr;
-  const Node* p = floatInt8Producer(g, v->args[0]);
+  if (!v || v->op != "aten::view" || !hasOperands<ir::View>(*v) || !u::hasSingleUse(g, u::valueOf(a))) return nullptr;
+  const Node* p = floatInt8Producer(g, operand(*v, ir::View::self));
   if (p) *view = v;
   return p;
 }

@@ -1,5 +1,5 @@
 // The int8 rules' shared pieces (internal header): the op names, quantize/dequantize parameters,
-// the int8 ops' argument layout, their float32 results, and the rounding of the obligations.
+// the int8 ops' operands by name, their float32 results, and the rounding of the obligations.
 // quantized.cpp describes the rules and their integer semantics and lists them in pipeline order;
 // each rule (pattern, guards, rewrite, obligation, mutants, declaration) is in one of
 // quantized_{folds,postops,requantize,kernels}.cpp.
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "rules/families.h"
@@ -21,8 +22,13 @@ using ir::Arg;
 using ir::ConstantTensor;
 using ir::DType;
 using ir::Graph;
+using ir::hasOperands;
+using ir::namedOperand;
 using ir::Node;
 using ir::NodeId;
+using ir::operand;
+using ir::OperandsOf;
+using ir::selfOperand;
 using ir::ValueId;
 using verify::Expr;
 using verify::Obligation;
@@ -38,20 +44,25 @@ constexpr const char* kDequantizeChannel = "quantized_decomposed::dequantize_per
 constexpr const char* kQConv = "verifuse::qconv";
 constexpr const char* kQLinear = "verifuse::qlinear";
 
-// qconv(x, W, b, stride, padding, dilation, groups, post_ops, x_scale, x_zp, w_scales, w_zps,
-//       y_scale, y_zp, y_qmin, y_qmax, y_dtype, residual, r_scale, r_zp)
-// qlinear(x, W, b, post_ops, x_scale, x_zp, w_scales, w_zps, y_scale, y_zp, y_qmin, y_qmax, y_dtype,
-//         residual, r_scale, r_zp)
-inline size_t postOpsIndex(const Node& n) { return n.op == kQConv ? 7 : 3; }
-inline size_t requantIndex(const Node& n) { return n.op == kQConv ? 12 : 8; }
+// The int8 ops' operands are ir::QConv's and ir::QLinear's (ir/op_schema.h).
 inline bool isInt8Op(const Node& n) { return n.op == kQConv || n.op == kQLinear; }
+
+/// An operand of an int8 op by name: qconv and qlinear share the names after their geometry
+/// (post_ops, x_scale, ..., y_scale, y_zp, y_qmin, y_qmax, y_dtype, residual, r_scale, r_zp), at
+/// different positions. Throws std::logic_error when \p n has no such operand (not an int8 op).
+const Arg& int8Operand(const Node& n, std::string_view name);
+Arg& int8Operand(Node& n, std::string_view name);
+
+/// quantize_per_tensor's dtype (the u8/s8 of its codes).
+DType quantizedDType(const Node& quantize);
 
 inline bool goodScale(double s) { return std::isfinite(s) && s > 0; }
 
 /// The dtype's full range for u8/s8 (what oneDNN saturates to).
 std::optional<std::pair<int64_t, int64_t>> int8Range(DType t);
 
-/// quantize_per_tensor / dequantize_per_tensor parameters: (input, scale, zp, qmin, qmax, dtype[, out_dtype]).
+/// quantize_per_tensor / dequantize_per_tensor parameters (their shared operands input, scale,
+/// zero_point, quant_min, quant_max, dtype; a dequantize's out_dtype must be None).
 struct TensorQParams {
   Arg input;
   double scale = 0;
@@ -59,6 +70,7 @@ struct TensorQParams {
   DType dtype = DType::Undefined;
 };
 
+/// Of \p n, a quantize_per_tensor or dequantize_per_tensor (another operator is a logic_error).
 std::optional<TensorQParams> tensorQParams(const Node& n, std::string* whyNot);
 
 /// dequantize_per_tensor(xq, ...) feeding \p a: its parameters (input = the quantized value).

@@ -45,19 +45,26 @@ struct ChannelWeight {
   Arg weight, scales, zeroPoints;
 };
 
+using DQC = ir::DequantizePerChannel;
+
 std::optional<ChannelWeight> dequantizedWeight(const Graph& g, const Arg& a, int64_t outChannels, std::string* whyNot) {
   const Node* dq = u::producerOf(g, a);
-  if (!dq || dq->op != kDequantizeChannel || dq->args.size() < 7) return std::nullopt;
-  const ConstantTensor* w = constantOf(g, dq->args[0]);
-  const ConstantTensor* s = constantOf(g, dq->args[1]);
-  const ConstantTensor* z = constantOf(g, dq->args[2]);
+  // Every operand up to dtype; out_dtype may be left out.
+  if (!dq || dq->op != kDequantizeChannel || dq->args.size() <= DQC::dtype) return std::nullopt;
+  const Arg &weight = operand(*dq, DQC::input), &scales = operand(*dq, DQC::scales);
+  const Arg& zeroPoints = operand(*dq, DQC::zero_points);
+  const ConstantTensor* w = constantOf(g, weight);
+  const ConstantTensor* s = constantOf(g, scales);
+  const ConstantTensor* z = constantOf(g, zeroPoints);
   if (!w || w->dtype != DType::Int8 || !w->isContiguous()) {
     return u::why(whyNot, "the weight is not a frozen contiguous s8 constant"), std::nullopt;
   }
-  if (dq->args[3].kind != Arg::Kind::Int || dq->args[3].i != 0 || dq->args[4].kind != Arg::Kind::Int ||
-      dq->args[4].i != -128 || dq->args[5].kind != Arg::Kind::Int || dq->args[5].i != 127 ||
-      dq->args[6].kind != Arg::Kind::DTypeTag || static_cast<DType>(dq->args[6].i) != DType::Int8 ||
-      (dq->args.size() == 8 && dq->args[7].kind != Arg::Kind::None)) {
+  auto isInt = [](const Arg& x, int64_t v) { return x.kind == Arg::Kind::Int && x.i == v; };
+  const Arg& dtype = operand(*dq, DQC::dtype);
+  const Arg* outDtype = namedOperand(*dq, "out_dtype");
+  if (!isInt(operand(*dq, DQC::axis), 0) || !isInt(operand(*dq, DQC::quant_min), -128) ||
+      !isInt(operand(*dq, DQC::quant_max), 127) || dtype.kind != Arg::Kind::DTypeTag ||
+      static_cast<DType>(dtype.i) != DType::Int8 || (outDtype && outDtype->kind != Arg::Kind::None)) {
     return u::why(whyNot, "weight quantization is not s8 [-128, 127] per output channel (axis 0)"), std::nullopt;
   }
   if (!s || s->numel() != outChannels || s->sizes.size() != 1) {
@@ -69,27 +76,29 @@ std::optional<ChannelWeight> dequantizedWeight(const Graph& g, const Arg& a, int
   if (!z || z->numel() != outChannels || !allElements(*z, [](double v) { return v == 0; })) {
     return u::why(whyNot, "weight zero points are not all 0 (oneDNN's s8 weights are symmetric)"), std::nullopt;
   }
-  return ChannelWeight{dq->args[0], dq->args[1], dq->args[2]};
+  return ChannelWeight{weight, scales, zeroPoints};
 }
 
 /// The bias: None or a float32 constant.
 bool biasOk(const Graph& g, const Arg& b) { return b.kind == Arg::Kind::None || u::f32Constant(g, b) != nullptr; }
 
-/// Arguments shared by qconv and qlinear after their own geometry: the float32 form (no requant).
-void appendQuantArgs(std::vector<Arg>& args, const TensorQParams& x, const ChannelWeight& w) {
-  args.push_back(Arg::string(""));
-  args.push_back(Arg::real(x.scale));
-  args.push_back(Arg::integer(x.zeroPoint));
-  args.push_back(w.scales);
-  args.push_back(w.zeroPoints);
-  args.push_back(Arg::real(1.0));
-  args.push_back(Arg::integer(0));
-  args.push_back(Arg::integer(0));
-  args.push_back(Arg::integer(0));
-  args.push_back(Arg::none());
-  args.push_back(Arg::none());  // residual, r_scale, r_zp (int8-residual-sum)
-  args.push_back(Arg::real(0.0));
-  args.push_back(Arg::integer(0));
+/// The operands qconv and qlinear (Q = ir::QConv, ir::QLinear) share after their own geometry: the
+/// float32 form (no post-ops, no requantization: y_dtype None; no residual).
+template <class Q>
+void setQuantOperands(OperandsOf<Q>& ops, const TensorQParams& x, const ChannelWeight& w) {
+  ops.set(Q::post_ops, Arg::string(""))
+      .set(Q::x_scale, Arg::real(x.scale))
+      .set(Q::x_zp, Arg::integer(x.zeroPoint))
+      .set(Q::w_scales, w.scales)
+      .set(Q::w_zps, w.zeroPoints)
+      .set(Q::y_scale, Arg::real(1.0))
+      .set(Q::y_zp, Arg::integer(0))
+      .set(Q::y_qmin, Arg::integer(0))
+      .set(Q::y_qmax, Arg::integer(0))
+      .set(Q::y_dtype, Arg::none())
+      .set(Q::residual, Arg::none())  // residual, r_scale, r_zp (int8-residual-sum)
+      .set(Q::r_scale, Arg::real(0.0))
+      .set(Q::r_zp, Arg::integer(0));
 }
 
 enum class FoldBug { None, DroppedZeroPoint, WeightScaleOfInputChannel, InputScaleMissing, WeightZeroPointUnchecked };
@@ -136,25 +145,27 @@ verify::Mutant foldMutant(const std::string& rule, const char* name, const char*
 
 namespace {
 
-// aten::convolution(x, W, b, stride, padding, dilation, transposed, output_padding, groups)
+using C = ir::Convolution;
+
 std::optional<Match> matchConvDequant(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
-  if (n.args.size() != 9) return std::nullopt;
-  auto x = dequantizedInput(g, n.args[0], whyNot);
+  if (!hasOperands<C>(n)) return std::nullopt;
+  auto x = dequantizedInput(g, operand(n, C::input), whyNot);
   if (!x) return std::nullopt;
-  const Node* wdq = u::producerOf(g, n.args[1]);
+  const Node* wdq = u::producerOf(g, operand(n, C::weight));
   if (!wdq || wdq->op != kDequantizeChannel || wdq->args.empty()) return std::nullopt;
-  const ConstantTensor* wq = constantOf(g, wdq->args[0]);
+  const ConstantTensor* wq = constantOf(g, operand(*wdq, DQC::input));
   if (!wq || wq->sizes.size() < 3) return u::why(whyNot, "the weight is not a constant conv weight"), std::nullopt;
-  auto w = dequantizedWeight(g, n.args[1], wq->sizes[0], whyNot);
+  auto w = dequantizedWeight(g, operand(n, C::weight), wq->sizes[0], whyNot);
   if (!w) return std::nullopt;
-  if (!biasOk(g, n.args[2])) return u::why(whyNot, "the bias is not a float32 constant"), std::nullopt;
-  if (n.args[6].kind != Arg::Kind::Bool || n.args[6].i != 0) {
+  if (!biasOk(g, operand(n, C::bias))) return u::why(whyNot, "the bias is not a float32 constant"), std::nullopt;
+  const Arg& transposed = operand(n, C::transposed);
+  if (transposed.kind != Arg::Kind::Bool || transposed.i != 0) {
     return u::why(whyNot, "transposed convolution: no int8 kernel"), std::nullopt;
   }
-  if (n.args[8].kind != Arg::Kind::Int) return u::why(whyNot, "groups not a static number"), std::nullopt;
-  for (size_t k : {3, 4, 5}) {
-    if (!n.args[k].asIntList().isOk()) return u::why(whyNot, "stride/padding/dilation not static"), std::nullopt;
+  if (operand(n, C::groups).kind != Arg::Kind::Int) return u::why(whyNot, "groups not a static number"), std::nullopt;
+  for (C::Operand k : {C::stride, C::padding, C::dilation}) {
+    if (!operand(n, k).asIntList().isOk()) return u::why(whyNot, "stride/padding/dilation not static"), std::nullopt;
   }
   return Match{id, id, 0};
 }
@@ -171,16 +182,25 @@ void recordScales(FusionRecord& record, const TensorQParams& x, const ChannelWei
 
 Status rewriteConvDequant(Graph& g, const Match& m, FusionRecord& record) {
   Node& n = g.mutableNode(m.anchor);
-  auto x = dequantizedInput(g, n.args[0], nullptr);
-  const Node* wdq = u::producerOf(g, n.args[1]);
-  auto w = dequantizedWeight(g, n.args[1], g.constants().at(static_cast<size_t>(wdq->args[0].i)).sizes[0], nullptr);
+  auto x = dequantizedInput(g, operand(n, C::input), nullptr);
+  const Node* wdq = u::producerOf(g, operand(n, C::weight));
+  const int64_t outChannels = g.constants().at(static_cast<size_t>(operand(*wdq, DQC::input).i)).sizes[0];
+  auto w = dequantizedWeight(g, operand(n, C::weight), outChannels, nullptr);
   if (!x || !w) return internalError("int8-conv-dequant: match no longer holds");
   recordScales(record, *x, *w);
-  std::vector<Arg> args = {x->input, w->weight, n.args[2], n.args[3], n.args[4], n.args[5], n.args[8]};
-  appendQuantArgs(args, *x, *w);
+  using Q = ir::QConv;
+  OperandsOf<Q> ops;
+  ops.set(Q::x, x->input)
+      .set(Q::weight, w->weight)
+      .set(Q::bias, operand(n, C::bias))
+      .set(Q::stride, operand(n, C::stride))
+      .set(Q::padding, operand(n, C::padding))
+      .set(Q::dilation, operand(n, C::dilation))
+      .set(Q::groups, operand(n, C::groups));
+  setQuantOperands(ops, *x, *w);
   n.op = kQConv;
   n.overload = "";
-  n.args = std::move(args);
+  n.args = ops.take();
   return Status::ok();
 }
 
@@ -221,8 +241,10 @@ std::optional<TensorQParams> linearInput(const Graph& g, const Arg& a, const Nod
   *view = nullptr;
   if (auto x = dequantizedInput(g, a, whyNot)) return x;
   const Node* v = u::producerOf(g, a);
-  if (!v || v->op != "aten::view" || v->args.size() != 2 || !u::hasSingleUse(g, v->outputs[0])) return std::nullopt;
-  auto x = dequantizedInput(g, v->args[0], whyNot);
+  if (!v || v->op != "aten::view" || !hasOperands<ir::View>(*v) || !u::hasSingleUse(g, v->outputs[0])) {
+    return std::nullopt;
+  }
+  auto x = dequantizedInput(g, operand(*v, ir::View::self), whyNot);
   if (x) *view = v;
   return x;
 }
@@ -233,8 +255,13 @@ struct LinearOperands {
 };
 
 std::optional<LinearOperands> linearOperands(const Node& n) {
-  if (n.op == "aten::addmm" && n.args.size() == 5) return LinearOperands{n.args[1], n.args[2], n.args[0]};
-  if (n.op == "aten::mm" && n.args.size() == 2) return LinearOperands{n.args[0], n.args[1], Arg::none()};
+  using ir::Addmm, ir::Mm;
+  if (n.op == "aten::addmm" && hasOperands<Addmm>(n)) {
+    return LinearOperands{operand(n, Addmm::mat1), operand(n, Addmm::mat2), operand(n, Addmm::self)};
+  }
+  if (n.op == "aten::mm" && hasOperands<Mm>(n)) {
+    return LinearOperands{operand(n, Mm::self), operand(n, Mm::mat2), Arg::none()};
+  }
   return std::nullopt;
 }
 
@@ -246,18 +273,19 @@ std::optional<Match> matchLinearDequant(const Graph& g, NodeId id, std::string* 
   auto x = linearInput(g, ops->x, &view, whyNot);
   if (!x) return std::nullopt;
   const Node* perm = u::producerOf(g, ops->wt);
-  if (!perm || perm->op != "aten::permute" || perm->args.size() != 2) return std::nullopt;
-  auto dims = perm->args[1].asIntList();
+  if (!perm || perm->op != "aten::permute" || !hasOperands<ir::Permute>(*perm)) return std::nullopt;
+  auto dims = operand(*perm, ir::Permute::dims).asIntList();
   if (!dims.isOk() || *dims != std::vector<int64_t>{1, 0}) return std::nullopt;
-  const Node* wdq = u::producerOf(g, perm->args[0]);
+  const Arg& permuted = operand(*perm, ir::Permute::self);
+  const Node* wdq = u::producerOf(g, permuted);
   if (!wdq || wdq->op != kDequantizeChannel || wdq->args.empty()) return std::nullopt;
-  const ConstantTensor* wq = constantOf(g, wdq->args[0]);
+  const ConstantTensor* wq = constantOf(g, operand(*wdq, DQC::input));
   if (!wq || wq->sizes.size() != 2) return u::why(whyNot, "the weight is not a 2-D constant"), std::nullopt;
-  auto w = dequantizedWeight(g, perm->args[0], wq->sizes[0], whyNot);
+  auto w = dequantizedWeight(g, permuted, wq->sizes[0], whyNot);
   if (!w) return std::nullopt;
   if (!biasOk(g, ops->bias)) return u::why(whyNot, "the bias is not a float32 constant"), std::nullopt;
   if (n.op == "aten::addmm") {
-    auto beta = u::numberArg(n.args[3]), alpha = u::numberArg(n.args[4]);
+    auto beta = u::numberArg(operand(n, ir::Addmm::beta)), alpha = u::numberArg(operand(n, ir::Addmm::alpha));
     if (!beta || !alpha || *beta != 1.0 || *alpha != 1.0) return u::why(whyNot, "addmm with beta/alpha != 1"), std::nullopt;
   }
   const ConstantTensor* b = u::f32Constant(g, ops->bias);
@@ -274,24 +302,27 @@ Status rewriteLinearDequant(Graph& g, const Match& m, FusionRecord& record) {
   const Node* view = nullptr;
   auto x = linearInput(g, ops->x, &view, nullptr);
   const Node* perm = u::producerOf(g, ops->wt);
-  const Node* wdq = perm ? u::producerOf(g, perm->args[0]) : nullptr;
+  const Node* wdq = perm ? u::producerOf(g, operand(*perm, ir::Permute::self)) : nullptr;
   if (!x || !wdq) return internalError("int8-linear-dequant: match no longer holds");
-  auto w = dequantizedWeight(g, perm->args[0], g.constants().at(static_cast<size_t>(wdq->args[0].i)).sizes[0], nullptr);
+  const int64_t outFeatures = g.constants().at(static_cast<size_t>(operand(*wdq, DQC::input).i)).sizes[0];
+  auto w = dequantizedWeight(g, operand(*perm, ir::Permute::self), outFeatures, nullptr);
   if (!w) return internalError("int8-linear-dequant: match no longer holds");
   recordScales(record, *x, *w);
   Arg input = x->input;
   if (view) {
     // The view now reads the codes (same sizes and strides as their dequantized values).
     Node& v = g.mutableNode(view->id);
-    v.args[0] = x->input;
+    operand(v, ir::View::self) = x->input;
     g.mutableValue(v.outputs[0]).dtype = x->dtype;
     input = Arg::value(v.outputs[0]);
   }
-  std::vector<Arg> args = {input, w->weight, ops->bias};
-  appendQuantArgs(args, *x, *w);
+  using Q = ir::QLinear;
+  OperandsOf<Q> qops;
+  qops.set(Q::x, input).set(Q::weight, w->weight).set(Q::bias, ops->bias);
+  setQuantOperands(qops, *x, *w);
   n.op = kQLinear;
   n.overload = "";
-  n.args = std::move(args);
+  n.args = qops.take();
   return Status::ok();
 }
 

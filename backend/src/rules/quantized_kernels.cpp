@@ -27,18 +27,21 @@ namespace {
 // past it, eager's wrap-around and oneDNN's saturation could differ.
 constexpr int64_t kMaxExactK = 65535;
 
+using ir::IntMm;
+using ir::Permute;
+
 std::optional<Match> matchIntMm(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
-  if (n.args.size() != 2 || !n.args[0].isValue()) return std::nullopt;
-  const ir::Value& a = g.value(u::valueOf(n.args[0]));
+  if (!hasOperands<IntMm>(n) || !operand(n, IntMm::self).isValue()) return std::nullopt;
+  const ir::Value& a = g.value(u::valueOf(operand(n, IntMm::self)));
   if (a.dtype != DType::UInt8 && a.dtype != DType::Int8) return u::why(whyNot, "the activation is not u8/s8"), std::nullopt;
-  const Node* perm = u::producerOf(g, n.args[1]);
-  if (!perm || perm->op != "aten::permute" || perm->args.size() != 2) {
+  const Node* perm = u::producerOf(g, operand(n, IntMm::mat2));
+  if (!perm || perm->op != "aten::permute" || !hasOperands<Permute>(*perm)) {
     return u::why(whyNot, "the weight is not a transposed constant"), std::nullopt;
   }
-  auto dims = perm->args[1].asIntList();
+  auto dims = operand(*perm, Permute::dims).asIntList();
   if (!dims.isOk() || *dims != std::vector<int64_t>{1, 0}) return std::nullopt;
-  const ConstantTensor* w = constantOf(g, perm->args[0]);
+  const ConstantTensor* w = constantOf(g, operand(*perm, Permute::self));
   if (!w || w->dtype != DType::Int8 || w->sizes.size() != 2 || !w->isContiguous()) {
     return u::why(whyNot, "the weight is not a contiguous 2-d s8 constant"), std::nullopt;
   }
@@ -48,12 +51,17 @@ std::optional<Match> matchIntMm(const Graph& g, NodeId id, std::string* whyNot) 
 
 Status rewriteIntMm(Graph& g, const Match& m, FusionRecord&) {
   Node& n = g.mutableNode(m.anchor);
-  const Node* perm = u::producerOf(g, n.args[1]);
+  const Node* perm = u::producerOf(g, operand(n, IntMm::mat2));
   if (!perm) return internalError("int8-int-mm: match no longer holds");
-  const Arg weight = perm->args[0];
+  using ir::FusedIntMm;
+  // The permute stays while others read it (torchao's column sums).
+  std::vector<Arg> operands = OperandsOf<FusedIntMm>()
+                                  .set(FusedIntMm::a, operand(n, IntMm::self))
+                                  .set(FusedIntMm::weight, operand(*perm, Permute::self))
+                                  .take();
   n.op = "verifuse::int_mm";
   n.overload = "";
-  n.args = {n.args[0], weight};  // the permute stays while others read it (torchao's column sums)
+  n.args = std::move(operands);
   return Status::ok();
 }
 
@@ -101,8 +109,9 @@ namespace {
 // runtime's one-pass kernel (verifuse::quantize) instead of torch's Python composition.
 std::optional<Match> matchQuantizeKernel(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
-  if (n.args.size() != 6 || !n.args[0].isValue()) return std::nullopt;
-  if (g.value(u::valueOf(n.args[0])).dtype != DType::Float32) {
+  using Q = ir::QuantizePerTensor;
+  if (!hasOperands<Q>(n) || !operand(n, Q::input).isValue()) return std::nullopt;
+  if (g.value(u::valueOf(operand(n, Q::input))).dtype != DType::Float32) {
     return u::why(whyNot, "input not known to be float32"), std::nullopt;
   }
   if (!tensorQParams(n, whyNot)) return std::nullopt;

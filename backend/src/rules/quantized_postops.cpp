@@ -27,15 +27,15 @@ namespace {
 
 std::optional<Match> matchReluPostOp(const Graph& g, NodeId id, std::string*) {
   const Node& n = g.node(id);
-  if (n.args.size() != 1 || !n.overload.empty()) return std::nullopt;
-  const Node* p = floatInt8Producer(g, n.args[0]);
-  if (!p || p->args[postOpsIndex(*p)].s != "") return std::nullopt;
+  if (!hasOperands<ir::Unary>(n) || !n.overload.empty()) return std::nullopt;
+  const Node* p = floatInt8Producer(g, selfOperand(n));
+  if (!p || !hasNoFusedPostOps(*p)) return std::nullopt;
   return Match{p->id, id, 0};
 }
 
 Status rewriteReluPostOp(Graph& g, const Match& m, FusionRecord&) {
   Node& p = g.mutableNode(m.anchor);
-  p.args[postOpsIndex(p)] = Arg::string("relu");
+  if (!setFusedPostOps(p, {PostOpSpec{"relu", {}}})) return internalError("int8-relu-postop: no post_ops operand");
   return u::replaceWithProducer(g, m);
 }
 
@@ -74,13 +74,15 @@ namespace {
 
 /// hardtanh(y, lo, hi) or clamp(y, lo?, hi?) (a missing bound is infinite) with number bounds.
 std::optional<std::pair<double, double>> clampBounds(const Node& n, std::string* whyNot) {
-  if (n.args.size() != 3 || !n.overload.empty()) return std::nullopt;
+  const bool clamp = n.op == "aten::clamp";
+  if (!(clamp ? hasOperands<ir::Clamp>(n) : hasOperands<ir::Hardtanh>(n)) || !n.overload.empty()) return std::nullopt;
   const double inf = std::numeric_limits<double>::infinity();
   auto bound = [&](const Arg& a, double missing) -> std::optional<double> {
-    if (n.op == "aten::clamp" && a.kind == Arg::Kind::None) return missing;
+    if (clamp && a.kind == Arg::Kind::None) return missing;
     return u::numberArg(a);
   };
-  auto lo = bound(n.args[1], -inf), hi = bound(n.args[2], inf);
+  auto lo = clamp ? bound(operand(n, ir::Clamp::min), -inf) : bound(operand(n, ir::Hardtanh::min_val), -inf);
+  auto hi = clamp ? bound(operand(n, ir::Clamp::max), inf) : bound(operand(n, ir::Hardtanh::max_val), inf);
   if (!lo || !hi) return u::why(whyNot, "clamp bounds are not numbers"), std::nullopt;
   // torch's clamp with lo > hi gives hi everywhere, oneDNN's clip gives lo; NaN bounds neither.
   if (!(*lo <= *hi)) return u::why(whyNot, "clamp with min > max (or a NaN bound)"), std::nullopt;
@@ -90,8 +92,8 @@ std::optional<std::pair<double, double>> clampBounds(const Node& n, std::string*
 std::optional<Match> matchClampPostOp(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
   if (n.args.empty()) return std::nullopt;
-  const Node* p = floatInt8Producer(g, n.args[0]);
-  if (!p || p->args[postOpsIndex(*p)].s != "") return std::nullopt;
+  const Node* p = floatInt8Producer(g, selfOperand(n));
+  if (!p || !hasNoFusedPostOps(*p)) return std::nullopt;
   if (!clampBounds(n, whyNot)) return std::nullopt;
   return Match{p->id, id, 0};
 }
@@ -100,7 +102,9 @@ Status rewriteClampPostOp(Graph& g, const Match& m, FusionRecord&) {
   auto bounds = clampBounds(g.node(m.consumer), nullptr);
   if (!bounds) return internalError("int8-clamp-postop: match no longer holds");
   Node& p = g.mutableNode(m.anchor);
-  p.args[postOpsIndex(p)] = Arg::string(formatPostOps({PostOpSpec{"clamp", {bounds->first, bounds->second}}}));
+  if (!setFusedPostOps(p, {PostOpSpec{"clamp", {bounds->first, bounds->second}}})) {
+    return internalError("int8-clamp-postop: no post_ops operand");
+  }
   return u::replaceWithProducer(g, m);
 }
 
@@ -144,11 +148,13 @@ namespace {
 
 std::optional<Match> matchGeluPostOp(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
-  if (n.args.size() != 2 || n.args[1].kind != Arg::Kind::String) return std::nullopt;
+  if (!hasOperands<ir::Gelu>(n)) return std::nullopt;
+  const Arg& approximate = operand(n, ir::Gelu::approximate);
+  if (approximate.kind != Arg::Kind::String) return std::nullopt;
   const Node* view = nullptr;
-  const Node* p = floatInt8ProducerThroughView(g, n.args[0], &view);
-  if (!p || p->args[postOpsIndex(*p)].s != "") return std::nullopt;
-  if (n.args[1].s != "none" && n.args[1].s != "tanh") {
+  const Node* p = floatInt8ProducerThroughView(g, operand(n, ir::Gelu::self), &view);
+  if (!p || !hasNoFusedPostOps(*p)) return std::nullopt;
+  if (approximate.s != "none" && approximate.s != "tanh") {
     return u::why(whyNot, "gelu approximation is neither 'none' nor 'tanh'"), std::nullopt;
   }
   return Match{p->id, id, 0};
@@ -156,10 +162,10 @@ std::optional<Match> matchGeluPostOp(const Graph& g, NodeId id, std::string* why
 
 Status rewriteGeluPostOp(Graph& g, const Match& m, FusionRecord&) {
   const Node& gelu = g.node(m.consumer);
-  const std::string kind = gelu.args[1].s == "tanh" ? "gelu_tanh" : "gelu_erf";
-  const ValueId input = u::valueOf(gelu.args[0]);  // the int8 op's result, or its view
+  const std::string kind = operand(gelu, ir::Gelu::approximate).s == "tanh" ? "gelu_tanh" : "gelu_erf";
+  const ValueId input = u::valueOf(operand(gelu, ir::Gelu::self));  // the int8 op's result, or its view
   Node& p = g.mutableNode(m.anchor);
-  p.args[postOpsIndex(p)] = Arg::string(kind);
+  if (!setFusedPostOps(p, {PostOpSpec{kind, {}}})) return internalError("int8-gelu-postop: no post_ops operand");
   g.replaceAllUses(g.node(m.consumer).outputs[0], input);
   g.eraseNode(m.consumer);
   return Status::ok();
@@ -217,9 +223,9 @@ namespace {
 std::optional<Match> matchReluAcrossRequant(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
   if (n.args.empty()) return std::nullopt;
-  const Node* relu = u::producerOf(g, n.args[0]);
-  if (!relu || relu->op != "aten::relu" || relu->args.size() != 1) return std::nullopt;
-  auto x = dequantizedInput(g, relu->args[0], whyNot);
+  const Node* relu = u::producerOf(g, operand(n, ir::QuantizePerTensor::input));
+  if (!relu || relu->op != "aten::relu" || !hasOperands<ir::Unary>(*relu)) return std::nullopt;
+  auto x = dequantizedInput(g, selfOperand(*relu), whyNot);
   if (!x) return std::nullopt;
   auto q = tensorQParams(n, whyNot);
   if (!q) return std::nullopt;
@@ -232,12 +238,15 @@ std::optional<Match> matchReluAcrossRequant(const Graph& g, NodeId id, std::stri
 
 Status rewriteReluAcrossRequant(Graph& g, const Match& m, FusionRecord&) {
   Node& n = g.mutableNode(m.anchor);
-  const Node* relu = u::producerOf(g, n.args[0]);
-  auto x = dequantizedInput(g, relu->args[0], nullptr);
+  const Node* relu = u::producerOf(g, operand(n, ir::QuantizePerTensor::input));
+  auto x = dequantizedInput(g, selfOperand(*relu), nullptr);
   if (!x) return internalError("int8-relu-across-requant: match no longer holds");
   n.op = "aten::clamp_min";
   n.overload = "";
-  n.args = {x->input, Arg::integer(x->zeroPoint)};
+  n.args = OperandsOf<ir::ClampMin>()
+               .set(ir::ClampMin::self, x->input)
+               .set(ir::ClampMin::min, Arg::integer(x->zeroPoint))
+               .take();
   return Status::ok();
 }
 

@@ -23,6 +23,10 @@ namespace verifuse::rules::families {
 namespace {
 
 using namespace quantized;  // the shared pieces (quantized_common.h)
+using Q = ir::QuantizePerTensor;  // the quantize each rule anchors at
+
+/// The quantize's input (what it quantizes).
+const Arg& quantizeInput(const Node& q) { return operand(q, Q::input); }
 
 }  // namespace
 
@@ -36,18 +40,27 @@ bool fullRange(const TensorQParams& q) {
   return range && q.qmin == range->first && q.qmax == range->second;
 }
 
+/// The int8 op \p p's requantization (y_scale, y_zp, y_qmin, y_qmax, y_dtype) becomes quantize \p q's
+/// (scale, zero_point, quant_min, quant_max, dtype). Its output's dtype is the caller's to set.
+void takeRequantization(Node& p, const Node& q) {
+  int8Operand(p, "y_scale") = operand(q, Q::scale);
+  int8Operand(p, "y_zp") = operand(q, Q::zero_point);
+  int8Operand(p, "y_qmin") = operand(q, Q::quant_min);
+  int8Operand(p, "y_qmax") = operand(q, Q::quant_max);
+  int8Operand(p, "y_dtype") = operand(q, Q::dtype);
+}
+
 /// The int8 op \p producer takes quantize \p q's requantization (its u8/s8 output) where it stands.
 void requantizeInPlace(Graph& g, NodeId producer, const Node& q) {
   Node& p = g.mutableNode(producer);
-  const size_t r = requantIndex(p);
-  for (size_t k = 0; k < 5; ++k) p.args[r + k] = q.args[1 + k];
-  g.mutableValue(p.outputs[0]).dtype = static_cast<DType>(q.args[5].i);
+  takeRequantization(p, q);
+  g.mutableValue(p.outputs[0]).dtype = quantizedDType(q);
 }
 
 std::optional<Match> matchRequantize(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
   const Node* view = nullptr;
-  const Node* p = floatInt8ProducerThroughView(g, n.args.empty() ? Arg::none() : n.args[0], &view);
+  const Node* p = floatInt8ProducerThroughView(g, n.args.empty() ? Arg::none() : quantizeInput(n), &view);
   if (!p) return std::nullopt;
   auto q = tensorQParams(n, whyNot);
   if (!q) return std::nullopt;
@@ -61,7 +74,7 @@ std::optional<Match> matchRequantize(const Graph& g, NodeId id, std::string* why
 
 Status rewriteRequantize(Graph& g, const Match& m, FusionRecord&) {
   const Node* view = nullptr;
-  if (!floatInt8ProducerThroughView(g, g.node(m.consumer).args[0], &view)) {
+  if (!floatInt8ProducerThroughView(g, quantizeInput(g.node(m.consumer)), &view)) {
     return internalError("int8-requantize: match no longer holds");
   }
   if (view) {
@@ -69,7 +82,7 @@ Status rewriteRequantize(Graph& g, const Match& m, FusionRecord&) {
     // codes, and the quantize's readers read the view.
     const Node q = g.node(m.consumer);
     requantizeInPlace(g, m.anchor, q);
-    g.mutableValue(view->outputs[0]).dtype = static_cast<DType>(q.args[5].i);
+    g.mutableValue(view->outputs[0]).dtype = quantizedDType(q);
     g.replaceAllUses(q.outputs[0], view->outputs[0]);
     g.eraseNode(m.consumer);
     return Status::ok();
@@ -77,12 +90,7 @@ Status rewriteRequantize(Graph& g, const Match& m, FusionRecord&) {
   // The int8 op moves to the quantize's position and takes its output (the u8/s8 value).
   Node producer = g.node(m.anchor);
   Node& q = g.mutableNode(m.consumer);
-  const size_t r = requantIndex(producer);
-  producer.args[r] = q.args[1];
-  producer.args[r + 1] = q.args[2];
-  producer.args[r + 2] = q.args[3];
-  producer.args[r + 3] = q.args[4];
-  producer.args[r + 4] = q.args[5];
+  takeRequantization(producer, q);
   q.op = producer.op;
   q.overload = producer.overload;
   q.args = std::move(producer.args);
@@ -165,24 +173,43 @@ RuleDeclaration int8Requantize() {
 
 namespace {
 
+/// The operands of max_pool2d and max_pool2d_with_indices (the same in both).
+struct MaxPoolOperands {
+  Arg self, kernelSize, stride, padding, dilation, ceilMode;
+};
+
+template <class Pool>  // ir::MaxPool2d or ir::MaxPool2dWithIndices
+MaxPoolOperands maxPoolOperandsOf(const Node& pool) {
+  return {operand(pool, Pool::self),    operand(pool, Pool::kernel_size), operand(pool, Pool::stride),
+          operand(pool, Pool::padding), operand(pool, Pool::dilation),    operand(pool, Pool::ceil_mode)};
+}
+
+/// max_pool2d[_with_indices]'s operands, or nullopt for another operator or another arity.
+std::optional<MaxPoolOperands> maxPoolOperands(const Node& pool) {
+  if (pool.op == "aten::max_pool2d" && hasOperands<ir::MaxPool2d>(pool)) return maxPoolOperandsOf<ir::MaxPool2d>(pool);
+  if (pool.op == "aten::max_pool2d_with_indices" && hasOperands<ir::MaxPool2dWithIndices>(pool)) {
+    return maxPoolOperandsOf<ir::MaxPool2dWithIndices>(pool);
+  }
+  return std::nullopt;
+}
+
 /// The max_pool2d[_with_indices](y, kernel, stride, padding, dilation, ceil_mode) quantize \p q
 /// reads: its values read by q alone, the indices unused, the geometry static, y 4-d.
 const Node* maxPoolReadBy(const Graph& g, const Node& q, std::string* whyNot) {
   if (q.args.empty()) return nullptr;
-  const Node* pool = u::producerOf(g, q.args[0]);
-  if (!pool || (pool->op != "aten::max_pool2d_with_indices" && pool->op != "aten::max_pool2d") ||
-      pool->args.size() != 6 || u::valueOf(q.args[0]) != pool->outputs[0]) {
-    return nullptr;
-  }
+  const Node* pool = u::producerOf(g, quantizeInput(q));
+  if (!pool) return nullptr;
+  auto ops = maxPoolOperands(*pool);
+  if (!ops || u::valueOf(quantizeInput(q)) != pool->outputs[0]) return nullptr;
   if (!u::hasSingleUse(g, pool->outputs[0]) ||
       (pool->outputs.size() > 1 && (!g.users(pool->outputs[1]).empty() || g.isGraphOutput(pool->outputs[1])))) {
     return u::why(whyNot, "the pooled values have other readers, or the indices are used"), nullptr;
   }
-  const ir::Value& in = g.value(u::valueOf(pool->args[0]));
+  const ir::Value& in = g.value(u::valueOf(ops->self));
   if (!in.hasShape || in.shape.size() != 4) return u::why(whyNot, "not a 4-d input of known rank"), nullptr;
-  if (pool->args[5].kind != Arg::Kind::Bool) return u::why(whyNot, "ceil_mode not static"), nullptr;
-  for (size_t k = 1; k <= 4; ++k) {
-    if (!pool->args[k].asIntList().isOk()) return u::why(whyNot, "kernel/stride/padding/dilation not static"), nullptr;
+  if (ops->ceilMode.kind != Arg::Kind::Bool) return u::why(whyNot, "ceil_mode not static"), nullptr;
+  for (const Arg* geometry : {&ops->kernelSize, &ops->stride, &ops->padding, &ops->dilation}) {
+    if (!geometry->asIntList().isOk()) return u::why(whyNot, "kernel/stride/padding/dilation not static"), nullptr;
   }
   return pool;
 }
@@ -190,12 +217,20 @@ const Node* maxPoolReadBy(const Graph& g, const Node& q, std::string* whyNot) {
 /// Quantize \p qId becomes verifuse::qmax_pool(codes, the pool's geometry), keeping its u8/s8
 /// output of the pooled shape; the pool goes.
 void poolCodesAt(Graph& g, NodeId qId, NodeId poolId, const Arg& codes) {
-  std::vector<Arg> args = {codes};
-  for (size_t k = 1; k <= 5; ++k) args.push_back(g.node(poolId).args[k]);
+  const MaxPoolOperands pool = *maxPoolOperands(g.node(poolId));
+  using ir::QMaxPool;
+  std::vector<Arg> operands = OperandsOf<QMaxPool>()
+                                  .set(QMaxPool::codes, codes)
+                                  .set(QMaxPool::kernel_size, pool.kernelSize)
+                                  .set(QMaxPool::stride, pool.stride)
+                                  .set(QMaxPool::padding, pool.padding)
+                                  .set(QMaxPool::dilation, pool.dilation)
+                                  .set(QMaxPool::ceil_mode, pool.ceilMode)
+                                  .take();
   Node& q = g.mutableNode(qId);
   q.op = "verifuse::qmax_pool";
   q.overload = "";
-  q.args = std::move(args);
+  q.args = std::move(operands);
   g.eraseNode(poolId);
 }
 
@@ -204,7 +239,7 @@ void poolCodesAt(Graph& g, NodeId qId, NodeId poolId, const Arg& codes) {
 const Node* maxPoolOfCodes(const Graph& g, const Node& q, std::optional<TensorQParams>* x, std::string* whyNot) {
   const Node* pool = maxPoolReadBy(g, q, whyNot);
   if (!pool) return nullptr;
-  *x = dequantizedInput(g, pool->args[0], whyNot);
+  *x = dequantizedInput(g, selfOperand(*pool), whyNot);
   if (!*x) return nullptr;
   auto p = tensorQParams(q, whyNot);
   if (!p) return nullptr;
@@ -296,14 +331,15 @@ namespace {
 // scale, zero point and saturation) and the cat / pool runs on the codes.
 std::optional<std::vector<NodeId>> catOfInt8(const Graph& g, const Node& q, const Node** cat, std::string* whyNot) {
   if (q.args.empty()) return std::nullopt;
-  *cat = u::producerOf(g, q.args[0]);
+  *cat = u::producerOf(g, quantizeInput(q));
   const Node* c = *cat;
-  if (!c || c->op != "aten::cat" || c->args.size() != 2 || c->args[0].kind != Arg::Kind::List ||
-      c->args[0].list.empty() || !u::hasSingleUse(g, c->outputs[0])) {
+  if (!c || c->op != "aten::cat" || !hasOperands<ir::Cat>(*c)) return std::nullopt;
+  const Arg& tensors = operand(*c, ir::Cat::tensors);
+  if (tensors.kind != Arg::Kind::List || tensors.list.empty() || !u::hasSingleUse(g, c->outputs[0])) {
     return std::nullopt;
   }
   std::vector<NodeId> producers;
-  for (const Arg& a : c->args[0].list) {
+  for (const Arg& a : tensors.list) {
     const Node* p = floatInt8Producer(g, a);
     if (!p) return u::why(whyNot, "a cat input is not an int8 op's f32 result read only by the cat"), std::nullopt;
     producers.push_back(p->id);
@@ -327,7 +363,7 @@ Status rewriteRequantizeCat(Graph& g, const Match& m, FusionRecord&) {
   if (!producers) return internalError("int8-requantize-cat: match no longer holds");
   const ValueId catOut = cat->outputs[0];
   for (NodeId p : *producers) requantizeInPlace(g, p, q);
-  g.mutableValue(catOut).dtype = static_cast<DType>(q.args[5].i);
+  g.mutableValue(catOut).dtype = quantizedDType(q);
   g.replaceAllUses(q.outputs[0], catOut);
   g.eraseNode(m.anchor);
   return Status::ok();
@@ -380,7 +416,7 @@ namespace {
 const Node* maxPoolOfInt8(const Graph& g, const Node& q, const Node** producer, std::string* whyNot) {
   const Node* pool = maxPoolReadBy(g, q, whyNot);
   if (!pool) return nullptr;
-  *producer = floatInt8Producer(g, pool->args[0]);
+  *producer = floatInt8Producer(g, selfOperand(*pool));
   if (!*producer) return nullptr;
   auto qp = tensorQParams(q, whyNot);
   if (!qp) return nullptr;
@@ -472,13 +508,15 @@ struct SelectOfCodes {
 
 std::optional<SelectOfCodes> selectOfCodes(const Graph& g, const Node& q, std::string* whyNot) {
   if (q.args.empty()) return std::nullopt;
-  const Node* op = u::producerOf(g, q.args[0]);
-  if (!op || op->args.size() != 2 || !u::hasSingleUse(g, op->outputs[0])) return std::nullopt;
+  const Node* op = u::producerOf(g, quantizeInput(q));
+  if (!op || !u::hasSingleUse(g, op->outputs[0])) return std::nullopt;
   std::vector<Arg> inputs;
-  if (op->op == "aten::cat" && op->args[0].kind == Arg::Kind::List && !op->args[0].list.empty()) {
-    inputs = op->args[0].list;
-  } else if (op->op == "aten::view") {
-    inputs = {op->args[0]};
+  if (op->op == "aten::cat" && hasOperands<ir::Cat>(*op)) {
+    const Arg& tensors = operand(*op, ir::Cat::tensors);
+    if (tensors.kind != Arg::Kind::List || tensors.list.empty()) return std::nullopt;
+    inputs = tensors.list;
+  } else if (op->op == "aten::view" && hasOperands<ir::View>(*op)) {
+    inputs = {operand(*op, ir::View::self)};
   } else {
     return std::nullopt;
   }
@@ -516,11 +554,23 @@ std::optional<Match> matchSelectCodes(const Graph& g, NodeId id, std::string* wh
 Status rewriteSelectCodes(Graph& g, const Match& m, FusionRecord&) {
   auto sel = selectOfCodes(g, g.node(m.anchor), nullptr);
   if (!sel) return internalError("int8-select-codes: match no longer holds");
-  const NodeId opId = sel->op->id;
+  const Node& op = *sel->op;
+  std::vector<Arg> operands;
+  if (op.op == "aten::cat") {
+    using ir::Cat;
+    operands = OperandsOf<Cat>()
+                   .set(Cat::tensors, Arg::makeList(sel->codes))
+                   .set(Cat::dim, operand(op, Cat::dim))
+                   .take();
+  } else {
+    using ir::View;
+    operands = OperandsOf<View>().set(View::self, sel->codes[0]).set(View::size, operand(op, View::size)).take();
+  }
+  const NodeId opId = op.id;
   Node& q = g.mutableNode(m.anchor);  // keeps the quantize's u8/s8 output of the op's shape
-  q.op = sel->op->op;
-  q.overload = sel->op->overload;
-  q.args = {sel->op->op == "aten::cat" ? Arg::makeList(sel->codes) : sel->codes[0], sel->op->args[1]};
+  q.op = op.op;
+  q.overload = op.overload;
+  q.args = std::move(operands);
   g.eraseNode(opId);
   return Status::ok();
 }
@@ -580,20 +630,22 @@ struct ResidualMatch {
 std::optional<ResidualMatch> residualOf(const Graph& g, const Node& q, std::string* whyNot) {
   if (q.args.empty()) return std::nullopt;
   ResidualMatch m;
-  const Node* a = u::producerOf(g, q.args[0]);
-  if (a && a->op == "aten::relu" && a->args.size() == 1 && u::hasSingleUse(g, a->outputs[0])) {
+  const Node* a = u::producerOf(g, quantizeInput(q));
+  if (a && a->op == "aten::relu" && hasOperands<ir::Unary>(*a) && u::hasSingleUse(g, a->outputs[0])) {
     m.relu = true;
     m.between.push_back(a->id);
-    a = u::producerOf(g, a->args[0]);
+    a = u::producerOf(g, selfOperand(*a));
   }
-  if (!a || a->op != "aten::add" || a->overload != "Tensor" || a->args.size() != 3) return std::nullopt;
+  using ir::Add;
+  if (!a || a->op != "aten::add" || a->overload != "Tensor" || !hasOperands<Add>(*a)) return std::nullopt;
   if (!u::hasSingleUse(g, a->outputs[0])) return std::nullopt;
-  for (int k = 0; k < 2; ++k) {
-    const Node* p = floatInt8Producer(g, a->args[static_cast<size_t>(k)]);
-    if (!p || !p->args[postOpsIndex(*p)].s.empty()) continue;
-    auto r = dequantizedInput(g, a->args[static_cast<size_t>(1 - k)], whyNot);
+  // The int8 op on either side of the add, the dequantized residual on the other.
+  for (auto [int8Side, residualSide] : {std::pair{Add::self, Add::other}, std::pair{Add::other, Add::self}}) {
+    const Node* p = floatInt8Producer(g, operand(*a, int8Side));
+    if (!p || !hasNoFusedPostOps(*p)) continue;
+    auto r = dequantizedInput(g, operand(*a, residualSide), whyNot);
     if (!r) continue;
-    auto alpha = u::numberArg(a->args[2]);
+    auto alpha = u::numberArg(operand(*a, Add::alpha));
     if (!alpha || *alpha != 1.0) return u::why(whyNot, "add with alpha != 1"), std::nullopt;
     const auto* ps = u::staticShape(g, p->outputs[0]);
     const auto* rs = u::staticShape(g, u::valueOf(r->input));
@@ -628,12 +680,14 @@ Status rewriteResidualSum(Graph& g, const Match& m, FusionRecord&) {
   auto r = residualOf(g, qn, nullptr);
   if (!r) return internalError("int8-residual-sum: match no longer holds");
   Node producer = g.node(m.anchor);
-  const size_t i = requantIndex(producer);
-  producer.args[postOpsIndex(producer)] = Arg::string(r->relu ? "sum,relu" : "sum");
-  for (size_t k = 0; k < 5; ++k) producer.args[i + k] = qn.args[1 + k];
-  producer.args[i + 5] = r->residual.input;
-  producer.args[i + 6] = Arg::real(r->residual.scale);
-  producer.args[i + 7] = Arg::integer(r->residual.zeroPoint);
+  // The int8 form of sum: no scale of its own (the residual is dequantized with r_scale, r_zp).
+  std::vector<PostOpSpec> postOps = {PostOpSpec{"sum", {}}};
+  if (r->relu) postOps.push_back(PostOpSpec{"relu", {}});
+  if (!setFusedPostOps(producer, postOps)) return internalError("int8-residual-sum: no post_ops operand");
+  takeRequantization(producer, qn);
+  int8Operand(producer, "residual") = r->residual.input;
+  int8Operand(producer, "r_scale") = Arg::real(r->residual.scale);
+  int8Operand(producer, "r_zp") = Arg::integer(r->residual.zeroPoint);
   qn.op = producer.op;
   qn.overload = producer.overload;
   qn.args = std::move(producer.args);

@@ -20,10 +20,13 @@ namespace verifuse::rules::families {
 
 namespace {
 
+using ir::Add;
 using ir::Arg;
 using ir::Graph;
 using ir::Node;
 using ir::NodeId;
+using ir::operand;
+using ir::Permute;
 using ir::ValueId;
 using verify::Expr;
 using verify::Obligation;
@@ -31,12 +34,28 @@ using verify::ObligationBuilder;
 namespace sem = verify::sem;
 namespace u = util;
 
-/// One sum post-op per conv/linear: a residual already taken leaves no room for another.
+/// One sum post-op per conv/linear: a residual already taken leaves no room for another (nor do
+/// post-ops that do not parse: the rewrite would have to keep them).
 bool hasSumPostOp(const Node& fused) {
-  for (const PostOpSpec& s : u::postOpsOf(fused)) {
+  auto ops = fusedPostOps(fused);
+  if (!ops.isOk()) return true;
+  for (const PostOpSpec& s : *ops) {
     if (s.kind == "sum") return true;
   }
   return false;
+}
+
+/// add(self, other, alpha): the operand on side \p k (0: self, 1: other) and the one opposite.
+const Arg& addOperand(const Node& add, int k) { return operand(add, k == 0 ? Add::self : Add::other); }
+const Arg& otherAddOperand(const Node& add, int k) { return operand(add, k == 0 ? Add::other : Add::self); }
+
+/// aten::add.Tensor's operands, by name.
+std::vector<Arg> addOperands(Arg self, Arg other, Arg alpha) {
+  return ir::OperandsOf<Add>()
+      .set(Add::self, std::move(self))
+      .set(Add::other, std::move(other))
+      .set(Add::alpha, std::move(alpha))
+      .take();
 }
 
 // ---- add-below-permute ----------------------------------------------------------------------------
@@ -50,7 +69,8 @@ std::vector<int64_t> inversePermutation(const std::vector<int64_t>& dims) {
 
 const Node* permuteOf(const Graph& g, const Arg& a) {
   const Node* p = u::producerOf(g, a);
-  if (!p || p->op != "aten::permute" || p->args.size() != 2 || !p->args[0].isValue() || !p->args[1].asIntList().isOk()) {
+  if (!p || p->op != Permute::kOp || !ir::hasOperands<Permute>(*p) || !operand(*p, Permute::self).isValue() ||
+      !operand(*p, Permute::dims).asIntList().isOk()) {
     return nullptr;
   }
   return p;
@@ -63,17 +83,17 @@ constexpr int kBothPermuted = -1;
 
 std::optional<Match> matchAddBelowPermute(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
-  if (n.op != "aten::add" || n.overload != "Tensor" || n.args.size() != 3 || !u::numberArg(n.args[2])) {
+  if (n.op != Add::kOp || n.overload != "Tensor" || !ir::hasOperands<Add>(n) || !u::numberArg(operand(n, Add::alpha))) {
     return std::nullopt;
   }
-  const Node* pa = permuteOf(g, n.args[0]);
-  const Node* pb = permuteOf(g, n.args[1]);
+  const Node* pa = permuteOf(g, operand(n, Add::self));
+  const Node* pb = permuteOf(g, operand(n, Add::other));
   if (!pa && !pb) return std::nullopt;
   // The sum's layout becomes the permuted layout of the inner add, whatever ATen or a fused kernel
   // gives that: every reader must take any layout.
   std::string layout;
-  if (pa && pb && *pa->args[1].asIntList() == *pb->args[1].asIntList()) {
-    const ValueId a = u::valueOf(pa->args[0]), b = u::valueOf(pb->args[0]);
+  if (pa && pb && *operand(*pa, Permute::dims).asIntList() == *operand(*pb, Permute::dims).asIntList()) {
+    const ValueId a = u::valueOf(operand(*pa, Permute::self)), b = u::valueOf(operand(*pb, Permute::self));
     const auto* sa = u::staticShape(g, a);
     const auto* sb = u::staticShape(g, b);
     if (!sa || !sb || *sa != *sb) {
@@ -97,14 +117,14 @@ std::optional<Match> matchAddBelowPermute(const Graph& g, NodeId id, std::string
   for (int k = 0; k < 2; ++k) {
     const Node* p = k == 0 ? pa : pb;
     if (!p || !u::hasSingleUse(g, p->outputs[0])) continue;
-    const Node* fused = u::singleUseFusedProducer(g, p->args[0]);
+    const Node* fused = u::singleUseFusedProducer(g, operand(*p, Permute::self));
     if (!fused || hasSumPostOp(*fused)) continue;
-    const Arg& other = n.args[static_cast<size_t>(1 - k)];
+    const Arg& other = otherAddOperand(n, k);
     if (!other.isValue() || g.value(u::valueOf(other)).type != ir::ValueType::Tensor) continue;
     // The other operand a conv/linear output itself: residual-add-sum-postop takes the add as it
     // is. (Rewritten, add(permute(r, p^-1), y) would match here again the other way round.)
     if (u::singleUseFusedProducer(g, other)) continue;
-    const ValueId r = u::valueOf(other), y = u::valueOf(p->args[0]);
+    const ValueId r = u::valueOf(other), y = u::valueOf(operand(*p, Permute::self));
     const auto* sr = u::staticShape(g, r);
     const auto* sp = u::staticShape(g, p->outputs[0]);
     if (!sr || !sp || *sr != *sp) {
@@ -128,27 +148,31 @@ std::optional<Match> matchAddBelowPermute(const Graph& g, NodeId id, std::string
 
 Status rewriteAddBelowPermute(Graph& g, const Match& m, FusionRecord&) {
   const Node add = g.node(m.anchor);
-  const Arg alpha = add.args[2];
+  const Arg alpha = operand(add, Add::alpha);
   Arg dims, innerA, innerB;
   if (m.operand == kBothPermuted) {
-    const Node& pa = *u::producerOf(g, add.args[0]);
-    const Node& pb = *u::producerOf(g, add.args[1]);
-    dims = pa.args[1];
-    innerA = pa.args[0];
-    innerB = pb.args[0];
+    const Node& pa = *u::producerOf(g, operand(add, Add::self));
+    const Node& pb = *u::producerOf(g, operand(add, Add::other));
+    dims = operand(pa, Permute::dims);
+    innerA = operand(pa, Permute::self);
+    innerB = operand(pb, Permute::self);
   } else {
     const Node& p = g.node(m.consumer);
-    const bool permutedFirst = u::valueOf(add.args[0]) == p.outputs[0];
-    const Arg r = add.args[permutedFirst ? 1 : 0];
-    dims = p.args[1];
+    const bool permutedFirst = u::valueOf(operand(add, Add::self)) == p.outputs[0];
+    const Arg r = operand(add, permutedFirst ? Add::other : Add::self);
+    dims = operand(p, Permute::dims);
     const std::vector<int64_t> inverse = inversePermutation(*dims.asIntList());
-    VF_ASSIGN_OR_RETURN(ValueId rp, ir::placeInSlot(g, static_cast<NodeId>(m.operand), "aten::permute", "",
-                                                     {r, Arg::intList(inverse)}, ir::ValueType::Tensor));
-    const ValueId y = u::valueOf(p.args[0]);
-    g.mutableValue(rp).setShape(*u::staticShape(g, y));
-    g.mutableValue(rp).dtype = g.value(y).dtype;
-    innerA = permutedFirst ? p.args[0] : Arg::value(rp);
-    innerB = permutedFirst ? Arg::value(rp) : p.args[0];
+    VF_ASSIGN_OR_RETURN(ValueId rp, ir::placeInSlot(g, static_cast<NodeId>(m.operand), std::string(Permute::kOp), "",
+                                                     ir::OperandsOf<Permute>()
+                                                         .set(Permute::self, r)
+                                                         .set(Permute::dims, Arg::intList(inverse))
+                                                         .take(),
+                                                     ir::ValueType::Tensor));
+    const Arg& y = operand(p, Permute::self);
+    g.mutableValue(rp).setShape(*u::staticShape(g, u::valueOf(y)));
+    g.mutableValue(rp).dtype = g.value(u::valueOf(y)).dtype;
+    innerA = permutedFirst ? y : Arg::value(rp);
+    innerB = permutedFirst ? Arg::value(rp) : y;
   }
   const ValueId av = u::valueOf(innerA);
   const std::vector<int64_t> shape = *u::staticShape(g, av);
@@ -157,19 +181,20 @@ Status rewriteAddBelowPermute(Graph& g, const Match& m, FusionRecord&) {
   if (!ir::isFreeSlot(g, m.consumer)) {
     // A permute only the add read becomes the inner add and keeps its output value.
     Node& slot = g.mutableNode(m.consumer);
-    slot.op = "aten::add";
+    slot.op = Add::kOp;
     slot.overload = "Tensor";
-    slot.args = {innerA, innerB, alpha};
+    slot.args = addOperands(innerA, innerB, alpha);
     inner = slot.outputs[0];
   } else {
-    VF_ASSIGN_OR_RETURN(inner, ir::placeInSlot(g, m.consumer, "aten::add", "Tensor", {innerA, innerB, alpha}, ir::ValueType::Tensor));
+    VF_ASSIGN_OR_RETURN(inner, ir::placeInSlot(g, m.consumer, std::string(Add::kOp), "Tensor",
+                                               addOperands(innerA, innerB, alpha), ir::ValueType::Tensor));
   }
   g.mutableValue(inner).setShape(shape);
   g.mutableValue(inner).dtype = dtype;
   Node& outer = g.mutableNode(m.anchor);
-  outer.op = "aten::permute";
+  outer.op = Permute::kOp;
   outer.overload = "";
-  outer.args = {Arg::value(inner), dims};
+  outer.args = ir::OperandsOf<Permute>().set(Permute::self, Arg::value(inner)).set(Permute::dims, dims).take();
   return Status::ok();
 }
 
@@ -215,13 +240,13 @@ bool sameKnownShape(const Graph& g, ValueId a, ValueId b) {
 
 std::optional<Match> matchResidualAdd(const Graph& g, NodeId id, std::string* whyNot) {
   const Node& n = g.node(id);
-  if (n.op != "aten::add" || n.overload != "Tensor" || n.args.size() != 3) return std::nullopt;
-  auto alpha = u::numberArg(n.args[2]);
+  if (n.op != Add::kOp || n.overload != "Tensor" || !ir::hasOperands<Add>(n)) return std::nullopt;
+  auto alpha = u::numberArg(operand(n, Add::alpha));
   if (!alpha) return std::nullopt;
   for (int k = 0; k < 2; ++k) {
-    const Node* p = u::singleUseFusedProducer(g, n.args[static_cast<size_t>(k)]);
+    const Node* p = u::singleUseFusedProducer(g, addOperand(n, k));
     if (!p) continue;
-    const Arg& other = n.args[static_cast<size_t>(1 - k)];
+    const Arg& other = otherAddOperand(n, k);
     if (!other.isValue() || g.value(u::valueOf(other)).type != ir::ValueType::Tensor) continue;
     // y + alpha * r is a sum post-op with scale alpha; r + alpha * y only when alpha == 1.
     if (k == 1 && *alpha != 1.0) {
@@ -246,15 +271,15 @@ Status rewriteResidualAdd(Graph& g, const Match& m, FusionRecord&) {
   // and every input of the producer is defined before it, hence before the add.
   const Node producer = g.node(m.anchor);
   Node& add = g.mutableNode(m.consumer);
-  const Arg residual = add.args[static_cast<size_t>(1 - m.operand)];
-  const double scale = m.operand == 0 ? *u::numberArg(add.args[2]) : 1.0;
-  std::vector<PostOpSpec> chain = u::postOpsOf(producer);
+  const Arg residual = otherAddOperand(add, m.operand);
+  const double scale = m.operand == 0 ? *u::numberArg(operand(add, Add::alpha)) : 1.0;
+  VF_ASSIGN_OR_RETURN(std::vector<PostOpSpec> chain, fusedPostOps(producer));
   chain.push_back(PostOpSpec{"sum", {scale}});
   add.op = producer.op;
   add.overload = producer.overload;
   add.args = producer.args;
-  add.args[postOpsArgIndex(add)] = Arg::string(formatPostOps(chain));
-  add.args.push_back(residual);
+  setFusedPostOps(add, chain);
+  add.args.push_back(residual);  // the sum's residual, after the fixed operands (variadicOperands)
   g.eraseNode(m.anchor);
   return Status::ok();
 }

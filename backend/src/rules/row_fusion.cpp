@@ -121,6 +121,11 @@ RowValue emitMember(RowProgram& p, const OpSpec& s, const std::vector<RowValue>&
 namespace {
 
 using namespace row_fusion;
+using ir::hasAtLeastOperands;
+using ir::hasOperands;
+using ir::namedOperand;
+using ir::operand;
+using ir::selfOperand;
 
 // ---- matching: one op --------------------------------------------------------------------------
 
@@ -136,37 +141,44 @@ bool isLastDim(int64_t d, size_t rank) { return d == -1 || (rank > 0 && d == sta
 
 /// A slice of x over its last dim from \p start to \p end (end clipped to C); x's value.
 std::optional<ValueId> lastDimSlice(const Graph& g, const Arg& a, int64_t start, int64_t end, std::vector<NodeId>* nodes) {
+  using S = ir::Slice;
   const Node* s = u::producerOf(g, a);
-  if (!s || s->op != "aten::slice" || s->args.size() < 4 || !s->args[0].isValue()) return std::nullopt;
-  const auto* xs = u::staticShape(g, u::valueOf(s->args[0]));
-  if (!xs || xs->empty() || s->args[1].kind != Arg::Kind::Int || !isLastDim(s->args[1].i, xs->size())) return std::nullopt;
+  // The step may be left out (then it is 1): self, dim, start and end are required.
+  if (!s || s->op != "aten::slice" || !namedOperand(*s, "end") || !operand(*s, S::self).isValue()) return std::nullopt;
+  const auto* xs = u::staticShape(g, u::valueOf(operand(*s, S::self)));
+  const Arg& dim = operand(*s, S::dim);
+  if (!xs || xs->empty() || dim.kind != Arg::Kind::Int || !isLastDim(dim.i, xs->size())) return std::nullopt;
   const int64_t c = xs->back();
-  auto st = u::numberArg(s->args[2]);
-  auto en = s->args[3].kind == Arg::Kind::None ? std::optional<double>(static_cast<double>(c)) : u::numberArg(s->args[3]);
-  if (s->args.size() > 4 && !(u::numberArg(s->args[4]) && *u::numberArg(s->args[4]) == 1.0)) return std::nullopt;
+  const Arg& endArg = operand(*s, S::end);
+  auto st = u::numberArg(operand(*s, S::start));
+  auto en = endArg.kind == Arg::Kind::None ? std::optional<double>(static_cast<double>(c)) : u::numberArg(endArg);
+  const Arg* step = namedOperand(*s, "step");
+  if (step && !(u::numberArg(*step) && *u::numberArg(*step) == 1.0)) return std::nullopt;
   // The end may be INT64_MAX ("to the end"): clipped as a double, a cast would overflow.
   if (!st || !en || *st != static_cast<double>(start) || std::min(*en, static_cast<double>(c)) != static_cast<double>(end)) {
     return std::nullopt;
   }
   nodes->push_back(s->id);
-  return u::valueOf(s->args[0]);
+  return u::valueOf(operand(*s, S::self));
 }
 
 /// cat([neg(x[..., C/2:]), x[..., :C/2]], -1) -> x (rotate_half). With \p swapped (the mutant's
 /// guard) the halves are taken the other way round.
 std::optional<ValueId> rotateHalfInput(const Graph& g, const Node& cat, std::vector<NodeId>* nodes, bool swapped = false) {
-  if (cat.op != "aten::cat" || cat.args.size() != 2 || cat.args[0].kind != Arg::Kind::List || cat.args[0].list.size() != 2 ||
-      cat.args[1].kind != Arg::Kind::Int) {
-    return std::nullopt;
-  }
+  if (cat.op != "aten::cat" || !hasOperands<ir::Cat>(cat)) return std::nullopt;
+  const Arg& tensors = operand(cat, ir::Cat::tensors);
+  const Arg& dim = operand(cat, ir::Cat::dim);
+  if (tensors.kind != Arg::Kind::List || tensors.list.size() != 2 || dim.kind != Arg::Kind::Int) return std::nullopt;
   const auto* out = u::staticShape(g, cat.outputs[0]);
-  if (!out || out->empty() || !isLastDim(cat.args[1].i, out->size()) || out->back() % 2 != 0) return std::nullopt;
+  if (!out || out->empty() || !isLastDim(dim.i, out->size()) || out->back() % 2 != 0) return std::nullopt;
   const int64_t c = out->back(), h = c / 2;
-  const Node* neg = u::producerOf(g, cat.args[0].list[0]);
-  if (!neg || neg->op != "aten::neg" || neg->args.size() != 1) return std::nullopt;
+  const Arg& negatedHalf = tensors.list.front();
+  const Arg& keptHalf = tensors.list.back();
+  const Node* neg = u::producerOf(g, negatedHalf);
+  if (!neg || neg->op != "aten::neg" || !hasOperands<ir::Unary>(*neg)) return std::nullopt;
   std::vector<NodeId> found = {neg->id};
-  auto hi = lastDimSlice(g, neg->args[0], swapped ? 0 : h, swapped ? h : c, &found);
-  auto lo = lastDimSlice(g, cat.args[0].list[1], swapped ? h : 0, swapped ? c : h, &found);
+  auto hi = lastDimSlice(g, selfOperand(*neg), swapped ? 0 : h, swapped ? h : c, &found);
+  auto lo = lastDimSlice(g, keptHalf, swapped ? h : 0, swapped ? c : h, &found);
   if (!hi || !lo || *hi != *lo) return std::nullopt;
   const auto* xs = u::staticShape(g, *hi);
   if (!xs || *xs != *out) return std::nullopt;
@@ -184,11 +196,11 @@ std::optional<OpSpec> specOf(const Graph& g, const Node& n, std::string* why) {
   };
   auto binary = [&](Kind k) -> std::optional<OpSpec> {
     if (n.overload != "Tensor" && n.overload != "Scalar") return std::nullopt;
-    if (n.args.size() < 2) return std::nullopt;
+    if (!hasAtLeastOperands<ir::Binary>(n)) return std::nullopt;
     s.kind = k;
-    s.operands = {n.args[0], n.args[1]};
-    if (n.args.size() > 2 && (k == Kind::Add || k == Kind::Sub || k == Kind::Rsub)) {
-      auto alpha = u::numberArg(n.args[2]);
+    s.operands = {operand(n, ir::Binary::self), operand(n, ir::Binary::other)};
+    if (hasAtLeastOperands<ir::BinaryWithAlpha>(n) && (k == Kind::Add || k == Kind::Sub || k == Kind::Rsub)) {
+      auto alpha = u::numberArg(operand(n, ir::BinaryWithAlpha::alpha));
       if (!alpha) return fail(op + " with a non-numeric alpha");
       s.alpha = *alpha;
     }
@@ -208,94 +220,100 @@ std::optional<OpSpec> specOf(const Graph& g, const Node& n, std::string* why) {
     return binary(Kind::Div);
   }
   if (auto it = unary.find(op); it != unary.end()) {
-    if (!n.overload.empty() || n.args.size() != 1) return std::nullopt;
+    if (!n.overload.empty() || !hasOperands<ir::Unary>(n)) return std::nullopt;
     s.kind = it->second;
-    s.operands = {n.args[0]};
+    s.operands = {selfOperand(n)};
     return s;
   }
   if (op == "aten::gelu") {
-    if (n.args.empty()) return std::nullopt;
-    const std::string approx = n.args.size() > 1 && n.args[1].kind == Arg::Kind::String ? n.args[1].s : "none";
+    if (!hasAtLeastOperands<ir::Unary>(n)) return std::nullopt;
+    const Arg* approximate = namedOperand(n, "approximate");
+    const std::string approx = approximate && approximate->kind == Arg::Kind::String ? approximate->s : "none";
     if (approx != "none" && approx != "tanh") return fail("gelu with approximate='" + approx + "'");
     s.kind = approx == "none" ? Kind::GeluErf : Kind::GeluTanh;
-    s.operands = {n.args[0]};
+    s.operands = {operand(n, ir::Gelu::self)};
     return s;
   }
   if (op == "aten::pow") {
-    if (n.overload != "Tensor_Scalar" || n.args.size() != 2) return std::nullopt;
-    auto e = u::numberArg(n.args[1]);
+    if (n.overload != "Tensor_Scalar" || !hasOperands<ir::Pow>(n)) return std::nullopt;
+    auto e = u::numberArg(operand(n, ir::Pow::exponent));
     if (!e) return fail("pow with a non-numeric exponent");
     s.kind = Kind::Pow;
     s.exponent = *e;
-    s.operands = {n.args[0]};
+    s.operands = {operand(n, ir::Pow::self)};
     return s;
   }
   if (op == "aten::clamp" || op == "aten::clamp_min" || op == "aten::clamp_max") {
-    if (!n.overload.empty() || n.args.size() < 2) return std::nullopt;
+    // clamp(self, min, max), clamp_min(self, min), clamp_max(self, max): self and a bound at least.
+    if (!n.overload.empty() || !hasAtLeastOperands<ir::Binary>(n)) return std::nullopt;
     s.kind = Kind::Clamp;
-    s.operands = {n.args[0]};
-    auto bound = [&](size_t k, double* out) {
-      if (k >= n.args.size() || n.args[k].kind == Arg::Kind::None) return true;
-      auto v = u::numberArg(n.args[k]);
+    s.operands = {selfOperand(n)};
+    // A bound the op does not take (or leaves out, or passes as None) stays unbounded.
+    auto bound = [&](const Arg* b, double* out) {
+      if (!b || b->kind == Arg::Kind::None) return true;
+      auto v = u::numberArg(*b);
       if (!v) return false;
       *out = *v;
       return true;
     };
-    const bool ok = op == "aten::clamp"     ? bound(1, &s.lo) && bound(2, &s.hi)
-                    : op == "aten::clamp_min" ? bound(1, &s.lo)
-                                              : bound(1, &s.hi);
+    const bool ok = bound(namedOperand(n, "min"), &s.lo) && bound(namedOperand(n, "max"), &s.hi);
     if (!ok) return fail(op + " with tensor bounds");
     if (!(s.lo <= s.hi)) return fail("clamp with min > max");
     return s;
   }
   if (op == "aten::where") {
-    if (n.overload != "self" || n.args.size() != 3) return std::nullopt;
-    if (!isTensor(n.args[0]) || dtypeOf(g, n.args[0]) != DType::Bool) {
+    using W = ir::Where;
+    if (n.overload != "self" || !hasOperands<W>(n)) return std::nullopt;
+    if (!isTensor(operand(n, W::condition)) || dtypeOf(g, operand(n, W::condition)) != DType::Bool) {
       return fail("where whose mask is not a bool tensor (the engine reads a mask as mask != 0)");
     }
     s.kind = Kind::Where;
-    s.operands = {n.args[0], n.args[1], n.args[2]};
+    s.operands = {operand(n, W::condition), operand(n, W::self), operand(n, W::other)};
     return s;
   }
   if (op == "aten::_to_copy") {
-    if (n.args.empty() || !n.args[0].isValue()) return std::nullopt;
-    const DType from = dtypeOf(g, n.args[0]);
+    if (!hasAtLeastOperands<ir::Unary>(n) || !operand(n, ir::ToCopy::self).isValue()) return std::nullopt;
+    const DType from = dtypeOf(g, operand(n, ir::ToCopy::self));
     if (from != DType::Float32 && from != DType::BFloat16) return fail("_to_copy of a value that is not float32 or bfloat16");
     // To bf16: the member's bf16 result adds the rounding; to float32: widening, exact.
     s.kind = Kind::Identity;
-    s.operands = {n.args[0]};
+    s.operands = {operand(n, ir::ToCopy::self)};
     return s;
   }
   const bool mean = op == "aten::mean" && n.overload == "dim";
   const bool sum = op == "aten::sum" && n.overload == "dim_IntList";
   const bool amax = op == "aten::amax" && n.overload.empty();
   if (mean || sum || amax) {
-    if (n.args.size() < 3 || !n.args[0].isValue()) return std::nullopt;
-    const auto* xs = u::staticShape(g, u::valueOf(n.args[0]));
+    // mean.dim and sum.dim_IntList (self, dim, keepdim, dtype), amax (self, dim, keepdim).
+    const Arg* keepdim = namedOperand(n, "keepdim");
+    if (!keepdim || !selfOperand(n).isValue()) return std::nullopt;
+    const auto* xs = u::staticShape(g, u::valueOf(selfOperand(n)));
     if (!xs) return fail(op + " of a value without a static shape (dynamic shapes)");
-    auto dims = n.args[1].asIntList();
+    auto dims = namedOperand(n, "dim")->asIntList();
     const std::string what = op.substr(6);
     if (!dims.isOk() || dims->size() != 1) return fail(what + " over several dims (or all): the row engine reduces the last dim only");
     if (!isLastDim((*dims)[0], xs->size())) {
       return fail(what + " over dim " + std::to_string((*dims)[0]) + ", not the last dim: the row engine reduces along rows only");
     }
-    if (n.args[2].kind != Arg::Kind::Bool || n.args[2].i == 0) {
+    if (keepdim->kind != Arg::Kind::Bool || keepdim->i == 0) {
       return fail(what + " without keepdim=True: its result would broadcast along another axis");
     }
-    if (n.args.size() > 3 && n.args[3].kind != Arg::Kind::None) return fail(what + " with a dtype argument");
+    const Arg* dtype = namedOperand(n, "dtype");  // amax has none
+    if (dtype && dtype->kind != Arg::Kind::None) return fail(what + " with a dtype argument");
     s.kind = mean ? Kind::Mean : sum ? Kind::Sum : Kind::Amax;
-    s.operands = {n.args[0]};
+    s.operands = {selfOperand(n)};
     return s;
   }
   if (op == "aten::native_layer_norm") {
-    if (n.args.size() != 5 || !n.args[0].isValue()) return std::nullopt;
-    const auto* xs = u::staticShape(g, u::valueOf(n.args[0]));
+    using L = ir::NativeLayerNorm;
+    if (!hasOperands<L>(n) || !operand(n, L::input).isValue()) return std::nullopt;
+    const auto* xs = u::staticShape(g, u::valueOf(operand(n, L::input)));
     if (!xs || xs->empty()) return fail("layer norm of a value without a static shape (dynamic shapes)");
-    auto norm = n.args[1].asIntList();
+    auto norm = operand(n, L::normalized_shape).asIntList();
     if (!norm.isOk() || norm->size() != 1 || (*norm)[0] != xs->back()) {
       return fail("layer norm over more than the last dim (normalized_shape is not [C])");
     }
-    auto eps = u::numberArg(n.args[4]);
+    auto eps = u::numberArg(operand(n, L::eps));
     if (!eps) return fail("layer norm with a non-numeric eps");
     for (size_t k = 1; k < n.outputs.size(); ++k) {
       if (!g.users(n.outputs[k]).empty() || g.isGraphOutput(n.outputs[k])) {
@@ -304,15 +322,16 @@ std::optional<OpSpec> specOf(const Graph& g, const Node& n, std::string* why) {
     }
     s.kind = Kind::LayerNorm;
     s.eps = *eps;
-    s.operands = {n.args[0]};
-    for (size_t k : {size_t{2}, size_t{3}}) {
-      if (n.args[k].kind == Arg::Kind::None) continue;
-      const auto* ws = shapeOf(g, n.args[k]);
-      if (!isTensor(n.args[k]) || !ws || *ws != std::vector<int64_t>{xs->back()}) {
+    s.operands = {operand(n, L::input)};
+    for (L::Operand slot : {L::weight, L::bias}) {
+      const Arg& affine = operand(n, slot);
+      if (affine.kind == Arg::Kind::None) continue;
+      const auto* ws = shapeOf(g, affine);
+      if (!isTensor(affine) || !ws || *ws != std::vector<int64_t>{xs->back()}) {
         return fail("layer norm weight/bias that is not a [C] tensor");
       }
-      (k == 2 ? s.weight : s.bias) = true;
-      s.operands.push_back(n.args[k]);
+      (slot == L::weight ? s.weight : s.bias) = true;
+      s.operands.push_back(affine);
     }
     return s;
   }
@@ -320,15 +339,18 @@ std::optional<OpSpec> specOf(const Graph& g, const Node& n, std::string* why) {
     return fail("_safe_softmax: its fully masked rows are 0, the row engine's softmax gives NaN there");
   }
   if (op == "aten::_softmax") {
-    if (n.args.size() != 3 || !n.args[0].isValue()) return std::nullopt;
-    const auto* xs = u::staticShape(g, u::valueOf(n.args[0]));
+    using Sm = ir::Softmax;
+    if (!hasOperands<Sm>(n) || !operand(n, Sm::self).isValue()) return std::nullopt;
+    const auto* xs = u::staticShape(g, u::valueOf(operand(n, Sm::self)));
     if (!xs || xs->empty()) return fail("softmax of a value without a static shape (dynamic shapes)");
-    if (n.args[1].kind != Arg::Kind::Int || !isLastDim(n.args[1].i, xs->size())) {
-      return fail("softmax over dim " + std::to_string(n.args[1].i) + ", not the last dim");
+    const Arg& dim = operand(n, Sm::dim);
+    if (dim.kind != Arg::Kind::Int || !isLastDim(dim.i, xs->size())) {
+      return fail("softmax over dim " + std::to_string(dim.i) + ", not the last dim");
     }
-    if (n.args[2].kind != Arg::Kind::Bool || n.args[2].i != 0) return fail("softmax with half_to_float");
+    const Arg& halfToFloat = operand(n, Sm::half_to_float);
+    if (halfToFloat.kind != Arg::Kind::Bool || halfToFloat.i != 0) return fail("softmax with half_to_float");
     s.kind = Kind::Softmax;
-    s.operands = {n.args[0]};
+    s.operands = {operand(n, Sm::self)};
     return s;
   }
   if (op == "aten::cat") {

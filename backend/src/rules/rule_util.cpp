@@ -17,23 +17,29 @@ const Node* singleUseFusedProducer(const Graph& g, const Arg& a) {
   return p;
 }
 
+const Arg& fusedWeight(const Node& fused) {
+  return fused.op == kConvOp ? ir::operand(fused, ir::FusedConv::weight) : ir::operand(fused, ir::FusedLinear::weight);
+}
+Arg& fusedWeight(Node& fused) {
+  return fused.op == kConvOp ? ir::operand(fused, ir::FusedConv::weight) : ir::operand(fused, ir::FusedLinear::weight);
+}
+const Arg& fusedBias(const Node& fused) {
+  return fused.op == kConvOp ? ir::operand(fused, ir::FusedConv::bias) : ir::operand(fused, ir::FusedLinear::bias);
+}
+Arg& fusedBias(Node& fused) {
+  return fused.op == kConvOp ? ir::operand(fused, ir::FusedConv::bias) : ir::operand(fused, ir::FusedLinear::bias);
+}
+
 int64_t outChannels(const Graph& g, const Node& fused) {
-  const Arg& w = fused.args[1];
+  const Arg& w = fusedWeight(fused);
   if (!w.isConstant()) return -1;
   return g.constants()[static_cast<size_t>(w.i)].sizes.at(0);
 }
 
-std::vector<PostOpSpec> postOpsOf(const Node& n) {
-  auto parsed = parsePostOps(n.args[postOpsArgIndex(n)].s);
-  return parsed.isOk() ? *parsed : std::vector<PostOpSpec>{};
-}
-
-bool hasNoPostOps(const Node& n) { return n.args[postOpsArgIndex(n)].s.empty(); }
-
 int channelAxis(const Graph& g, const Node& fused, int* rank) {
   const auto* shape = knownShape(g, fused.outputs[0]);
   if (fused.op == kConvOp) {
-    int r = static_cast<int>(g.constants()[static_cast<size_t>(fused.args[1].i)].sizes.size());
+    int r = static_cast<int>(g.constants()[static_cast<size_t>(fusedWeight(fused).i)].sizes.size());
     if (shape && static_cast<int>(shape->size()) != r) return -1;  // unbatched conv: not folded
     *rank = r;
     return 1;
@@ -44,10 +50,10 @@ int channelAxis(const Graph& g, const Node& fused, int* rank) {
 }
 
 std::string foldableWeightProblem(const Graph& g, const Node& fused) {
-  for (size_t k : {size_t{1}, size_t{2}}) {
-    const Arg& a = fused.args[k];
-    if (k == 2 && a.kind == Arg::Kind::None) continue;
-    const char* what = k == 1 ? "weight" : "bias";
+  for (const bool isBias : {false, true}) {
+    const Arg& a = isBias ? fusedBias(fused) : fusedWeight(fused);
+    if (isBias && a.kind == Arg::Kind::None) continue;
+    const char* what = isBias ? "bias" : "weight";
     if (!a.isConstant()) return std::string("the producer's ") + what + " is not a frozen constant";
     const ir::ConstantTensor& c = g.constants().at(static_cast<size_t>(a.i));
     // bfloat16 (a bf16 model): folded from its exact float32 widening into float32 constants; the
@@ -80,26 +86,24 @@ Status replaceWithProducer(Graph& g, const Match& m) {
   return Status::ok();
 }
 
-FoldedConstants foldPerChannel(Graph& g, const Node& fused, const std::vector<double>& scale,
-                               const std::vector<double>& shiftFromBias, const std::vector<double>& biasScale,
-                               bool makeBias) {
-  // b'[o] = b[o] * biasScale[o] + shiftFromBias[o]
-  const ir::ConstantTensor& w = g.constants()[static_cast<size_t>(fused.args[1].i)];
-  const ir::ConstantTensor* b = fused.args[2].isConstant() ? &g.constants()[static_cast<size_t>(fused.args[2].i)] : nullptr;
+FoldedConstants foldPerChannel(Graph& g, const Node& fused, const ChannelFold& fold, bool makeBias) {
+  const ir::ConstantTensor& w = g.constants()[static_cast<size_t>(fusedWeight(fused).i)];
+  const Arg& biasArg = fusedBias(fused);
+  const ir::ConstantTensor* b = biasArg.isConstant() ? &g.constants()[static_cast<size_t>(biasArg.i)] : nullptr;
   const int64_t channels = w.sizes[0];
   const int64_t perChannel = channels ? w.numel() / channels : 0;
   // Row-major reads below: a strided weight is never folded (the matchers refuse it, see
   // foldableWeightProblem); should one get here, its folded constant has no data and the
   // instance check reports it Unsupported instead of validating wrong numbers.
   const bool computable = w.hasData() && w.isContiguous() && (b == nullptr || (b->data && b->isContiguous())) &&
-                          !scale.empty();
+                          !fold.scale.empty();
   FoldedConstants out;
   std::vector<float> bv;
   std::vector<double> bias = toDoubles(b);
   std::function<std::shared_ptr<std::vector<float>>()> lazyWeight;
   if (computable) {
-    // The weight is folded on demand (W'[o, i] = W[o, i] * scale[o], in double, stored as float):
-    // the source is kept alive by reference, never copied here.
+    // The weight is folded on demand (in double, stored as float): the source is kept alive by
+    // reference, never copied here.
     std::shared_ptr<void> sourceOwner = w.owner;
     const float* sourceData = w.dtype == ir::DType::Float32 ? static_cast<const float*>(w.data) : nullptr;
     auto sourceLazy = w.materialize;
@@ -112,7 +116,7 @@ FoldedConstants foldPerChannel(Graph& g, const Node& fused, const std::vector<do
       };
     }
     const int64_t numel = w.numel();
-    lazyWeight = [sourceOwner, sourceData, sourceLazy, scale, channels, perChannel, numel]() {
+    lazyWeight = [sourceOwner, sourceData, sourceLazy, fold, channels, perChannel, numel]() {
       std::shared_ptr<std::vector<float>> tmp;
       const float* src = sourceData;
       if (!src && sourceLazy) {
@@ -123,7 +127,7 @@ FoldedConstants foldPerChannel(Graph& g, const Node& fused, const std::vector<do
       for (int64_t o = 0; o < channels; ++o) {
         for (int64_t i = 0; i < perChannel; ++i) {
           size_t k = static_cast<size_t>(o * perChannel + i);
-          (*folded)[k] = static_cast<float>(static_cast<double>(src[k]) * scale[static_cast<size_t>(o)]);
+          (*folded)[k] = static_cast<float>(fold.weight(static_cast<size_t>(o), static_cast<double>(src[k])));
         }
       }
       return folded;
@@ -132,8 +136,7 @@ FoldedConstants foldPerChannel(Graph& g, const Node& fused, const std::vector<do
       bv.resize(static_cast<size_t>(channels));
       for (int64_t o = 0; o < channels; ++o) {
         double bo = bias.empty() ? 0.0 : bias[static_cast<size_t>(o)];
-        bv[static_cast<size_t>(o)] =
-            static_cast<float>(bo * biasScale[static_cast<size_t>(o)] + shiftFromBias[static_cast<size_t>(o)]);
+        bv[static_cast<size_t>(o)] = static_cast<float>(fold.bias(static_cast<size_t>(o), bo));
       }
     }
   }

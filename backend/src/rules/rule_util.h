@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "rules/fold_arithmetic.h"
 #include "rules/graph_util.h"
 #include "verifuse/rules/rules.h"
 #include "verifuse/verify/catalog.h"
@@ -19,10 +20,14 @@ inline bool why(std::string* whyNot, const std::string& reason) {
 
 /// The fused op producing \p a, if it is the only reader of that value.
 const ir::Node* singleUseFusedProducer(const ir::Graph& g, const ir::Arg& a);
+/// The weight (bias) operand of verifuse::conv or verifuse::linear (ir::FusedConv::weight,
+/// ir::FusedLinear::weight); std::logic_error on another operator.
+const ir::Arg& fusedWeight(const ir::Node& fused);
+ir::Arg& fusedWeight(ir::Node& fused);
+const ir::Arg& fusedBias(const ir::Node& fused);
+ir::Arg& fusedBias(ir::Node& fused);
 /// Output channels of a fused op (its weight's dim 0), or -1 when the weight is not a constant.
 int64_t outChannels(const ir::Graph& g, const ir::Node& fused);
-std::vector<PostOpSpec> postOpsOf(const ir::Node& n);
-bool hasNoPostOps(const ir::Node& n);
 /// Output rank and channel axis of a fused op (conv: axis 1; linear: the last axis), or -1.
 int channelAxis(const ir::Graph& g, const ir::Node& fused, int* rank);
 
@@ -38,14 +43,13 @@ ir::ConstantId argConstant(const ir::Arg& a);
 /// The consumer's uses now read the anchor's output; the consumer is erased.
 Status replaceWithProducer(ir::Graph& g, const Match& m);
 
-/// W'[o, ...] = W[o, ...] * scale[o] (folded on demand, in double, stored as float) and
-/// b'[o] = b[o] * biasScale[o] + shiftFromBias[o] (a bias is created when makeBias).
+/// The fused op's weight and bias folded by \p fold (fold_arithmetic.h), rounded to float32:
+/// W'[o, ...] = W[o, ...] * scale[o] (folded on demand) and b'[o] = b[o] * biasScale[o] + shift[o]
+/// (a bias is created when makeBias).
 struct FoldedConstants {
   ir::ConstantId weight = -1, bias = -1;
 };
-FoldedConstants foldPerChannel(ir::Graph& g, const ir::Node& fused, const std::vector<double>& scale,
-                               const std::vector<double>& shiftFromBias, const std::vector<double>& biasScale,
-                               bool makeBias);
+FoldedConstants foldPerChannel(ir::Graph& g, const ir::Node& fused, const ChannelFold& fold, bool makeBias);
 
 // ---- writing obligations ---------------------------------------------------------------------------
 

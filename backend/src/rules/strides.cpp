@@ -6,12 +6,15 @@
 #include <set>
 
 #include "rules/graph_util.h"
+#include "verifuse/ir/op_schema.h"
 
 namespace verifuse::rules::util {
 
 using ir::Arg;
 using ir::Graph;
 using ir::Node;
+using ir::operand;
+using ir::selfOperand;
 using ir::ValueId;
 
 std::vector<int64_t> contiguousStrides(const std::vector<int64_t>& sizes) {
@@ -118,7 +121,7 @@ std::optional<std::vector<int64_t>> propagate(const Graph& g, const Node& n, con
   }
   if (op == "aten::alias" || op == "aten::detach" || op == "aten::lift_fresh_copy") return strides;
   if (op == "aten::permute") {
-    auto dims = n.args.size() == 2 ? n.args[1].asIntList() : invalidArgument("permute");
+    auto dims = ir::hasOperands<ir::Permute>(n) ? operand(n, ir::Permute::dims).asIntList() : invalidArgument("permute");
     if (!dims.isOk() || dims->size() != rank) return fail(whyNot, "permute with unknown dims"), std::nullopt;
     std::vector<int64_t> out;
     for (int64_t d : *dims) out.push_back(strides[static_cast<size_t>(normDim(d, rank))]);
@@ -127,11 +130,12 @@ std::optional<std::vector<int64_t>> propagate(const Graph& g, const Node& n, con
   if (op == "aten::transpose" || op == "aten::t") {
     int64_t a = 0, b = 1;
     if (op == "aten::transpose") {
-      if (n.args.size() != 3 || n.args[1].kind != Arg::Kind::Int || n.args[2].kind != Arg::Kind::Int) {
+      if (!ir::hasOperands<ir::Transpose>(n) || operand(n, ir::Transpose::dim0).kind != Arg::Kind::Int ||
+          operand(n, ir::Transpose::dim1).kind != Arg::Kind::Int) {
         return fail(whyNot, "transpose with unknown dims"), std::nullopt;
       }
-      a = normDim(n.args[1].i, rank);
-      b = normDim(n.args[2].i, rank);
+      a = normDim(operand(n, ir::Transpose::dim0).i, rank);
+      b = normDim(operand(n, ir::Transpose::dim1).i, rank);
     }
     std::vector<int64_t> out = strides;
     if (rank >= 2) std::swap(out[static_cast<size_t>(a)], out[static_cast<size_t>(b)]);
@@ -149,8 +153,10 @@ std::optional<std::vector<int64_t>> propagate(const Graph& g, const Node& n, con
     return out;
   }
   if (op == "aten::unsqueeze") {
-    if (n.args.size() != 2 || n.args[1].kind != Arg::Kind::Int) return fail(whyNot, "unsqueeze dim unknown"), std::nullopt;
-    const int64_t d = normDim(n.args[1].i, rank + 1);
+    if (!ir::hasOperands<ir::Unsqueeze>(n) || operand(n, ir::Unsqueeze::dim).kind != Arg::Kind::Int) {
+      return fail(whyNot, "unsqueeze dim unknown"), std::nullopt;
+    }
+    const int64_t d = normDim(operand(n, ir::Unsqueeze::dim).i, rank + 1);
     std::vector<int64_t> out = strides;
     const int64_t s = d >= static_cast<int64_t>(rank) ? 1 : sizes[static_cast<size_t>(d)] * strides[static_cast<size_t>(d)];
     out.insert(out.begin() + d, s);
@@ -158,8 +164,10 @@ std::optional<std::vector<int64_t>> propagate(const Graph& g, const Node& n, con
   }
   if (op == "aten::squeeze" && (n.overload == "dim" || n.overload == "dims")) {
     std::vector<int64_t> dims;
-    if (n.overload == "dim" && n.args.size() == 2 && n.args[1].kind == Arg::Kind::Int) dims = {n.args[1].i};
-    else if (auto l = n.args.size() == 2 ? n.args[1].asIntList() : invalidArgument("squeeze"); l.isOk()) dims = *l;
+    // squeeze.dim(self, int dim) or squeeze.dims(self, int[] dim)
+    const Arg* dim = ir::hasOperands<ir::Squeeze>(n) ? &operand(n, ir::Squeeze::dim) : nullptr;
+    if (n.overload == "dim" && dim && dim->kind == Arg::Kind::Int) dims = {dim->i};
+    else if (auto l = dim ? dim->asIntList() : invalidArgument("squeeze"); l.isOk()) dims = *l;
     else return fail(whyNot, "squeeze dims unknown"), std::nullopt;
     std::vector<int64_t> out;
     for (size_t k = 0; k < rank; ++k) {
@@ -169,23 +177,28 @@ std::optional<std::vector<int64_t>> propagate(const Graph& g, const Node& n, con
     return out;
   }
   if (op == "aten::slice" && n.overload == "Tensor") {
-    if (n.args.size() != 5 || n.args[1].kind != Arg::Kind::Int || n.args[4].kind != Arg::Kind::Int) {
+    if (!ir::hasOperands<ir::Slice>(n) || operand(n, ir::Slice::dim).kind != Arg::Kind::Int ||
+        operand(n, ir::Slice::step).kind != Arg::Kind::Int) {
       return fail(whyNot, "slice with unknown dim or step"), std::nullopt;
     }
     std::vector<int64_t> out = strides;
-    out[static_cast<size_t>(normDim(n.args[1].i, rank))] *= n.args[4].i;
+    out[static_cast<size_t>(normDim(operand(n, ir::Slice::dim).i, rank))] *= operand(n, ir::Slice::step).i;
     return out;
   }
   if (op == "aten::select" && n.overload == "int") {
-    if (n.args.size() != 3 || n.args[1].kind != Arg::Kind::Int) return fail(whyNot, "select dim unknown"), std::nullopt;
+    if (!ir::hasOperands<ir::Select>(n) || operand(n, ir::Select::dim).kind != Arg::Kind::Int) {
+      return fail(whyNot, "select dim unknown"), std::nullopt;
+    }
     std::vector<int64_t> out = strides;
-    out.erase(out.begin() + normDim(n.args[1].i, rank));
+    out.erase(out.begin() + normDim(operand(n, ir::Select::dim).i, rank));
     return out;
   }
   if (op == "aten::clone") {
-    const bool preserve = n.args.size() < 2 || n.args[1].kind == Arg::Kind::None ||
-                          (n.args[1].kind == Arg::Kind::MemoryFormat && n.args[1].i == 1);
-    const bool contiguous = n.args.size() >= 2 && n.args[1].kind == Arg::Kind::MemoryFormat && n.args[1].i == 0;
+    // memory_format: absent or None (preserve), preserve_format (1) or contiguous_format (0).
+    const Arg* format = ir::hasAtLeastOperands<ir::Clone>(n) ? &operand(n, ir::Clone::memory_format) : nullptr;
+    const bool preserve = !format || format->kind == Arg::Kind::None ||
+                          (format->kind == Arg::Kind::MemoryFormat && format->i == 1);
+    const bool contiguous = format && format->kind == Arg::Kind::MemoryFormat && format->i == 0;
     if (contiguous) {
       *stop = true;
       return std::nullopt;
@@ -211,7 +224,7 @@ bool walk(const Graph& g, ValueId v, const std::vector<int64_t>& strides, int de
     if (stop) continue;
     if (!out) return false;
     // A view-like op reads v as its first argument; v anywhere else (an index, a list) is a compute use.
-    if (!(n.args[0].isValue() && valueOf(n.args[0]) == v) || n.outputs.size() != 1) {
+    if (!(selfOperand(n).isValue() && valueOf(selfOperand(n)) == v) || n.outputs.size() != 1) {
       return fail(whyNot, "a view-like reader uses the value in an unexpected position");
     }
     if (!walk(g, n.outputs[0], *out, depth + 1, whyNot)) return false;
@@ -241,7 +254,7 @@ bool walkAnyLayout(const Graph& g, ValueId v, int depth, std::string* whyNot) {
       return fail(whyNot, "a reader (" + n.qualifiedName() + ") depends on the layout");
     }
     if (!anyStrides.count(n.op)) continue;  // a compute op: reads any layout
-    if (!(n.args[0].isValue() && valueOf(n.args[0]) == v) || n.outputs.size() != 1) {
+    if (!(selfOperand(n).isValue() && valueOf(selfOperand(n)) == v) || n.outputs.size() != 1) {
       return fail(whyNot, "a view-like reader uses the value in an unexpected position");
     }
     if (!walkAnyLayout(g, n.outputs[0], depth + 1, whyNot)) return false;

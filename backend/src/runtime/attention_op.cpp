@@ -2,6 +2,7 @@
 #include "runtime/fused_ops.h"
 #include "runtime/fused_support.h"
 
+#include "verifuse/ir/op_schema.h"
 #include "verifuse/kernels/attention.h"
 #include "verifuse/kernels/capabilities.h"
 
@@ -10,6 +11,8 @@
 namespace verifuse::runtime {
 
 namespace {
+
+using Sdpa = ir::FlashAttentionCpu;  // kAttentionOp's operands
 
 // ---- attention -----------------------------------------------------------------------------------
 
@@ -152,25 +155,28 @@ class AttentionOp final : public FusedOp {
 }  // namespace
 
 bool isAttentionEngineOp(const ir::Node& n) {
-  // (q, k, v, dropout_p, is_causal, attn_mask, scale) as attention-to-sdpa writes it; any other
-  // spelling stays a plain dispatcher step.
-  if (n.op != kAttentionOp || n.args.size() != 7 || n.outputs.size() != 2) return false;
-  for (size_t i = 0; i < 3; ++i) {
-    if (!n.args[i].isValue()) return false;
+  // Every operand, typed as attention-to-sdpa writes them; any other spelling stays a plain
+  // dispatcher step.
+  if (n.op != kAttentionOp || !ir::hasOperands<Sdpa>(n) || n.outputs.size() != 2) return false;
+  for (Sdpa::Operand tensor : {Sdpa::query, Sdpa::key, Sdpa::value}) {
+    if (!ir::operand(n, tensor).isValue()) return false;
   }
-  const ir::Arg& mask = n.args[5];
-  return n.args[3].kind == ir::Arg::Kind::Double && n.args[4].kind == ir::Arg::Kind::Bool &&
+  const ir::Arg& mask = ir::operand(n, Sdpa::attn_mask);
+  const ir::Arg& scale = ir::operand(n, Sdpa::scale);
+  return ir::operand(n, Sdpa::dropout_p).kind == ir::Arg::Kind::Double &&
+         ir::operand(n, Sdpa::is_causal).kind == ir::Arg::Kind::Bool &&
          (mask.isValue() || mask.isConstant() || mask.kind == ir::Arg::Kind::None) &&
-         (n.args[6].kind == ir::Arg::Kind::Double || n.args[6].kind == ir::Arg::Kind::None);
+         (scale.kind == ir::Arg::Kind::Double || scale.kind == ir::Arg::Kind::None);
 }
 
 StatusOr<std::unique_ptr<FusedOp>> createAttentionOp(const ir::Graph& g, const ir::Node& n, const CompileOptions& options) {
   if (!isAttentionEngineOp(n)) return invalidGraph(n.op + ": not in the form the attention op reads");
   auto op = std::make_unique<AttentionOp>();
-  op->dropout_ = n.args[3].d;
-  op->causal_ = n.args[4].i != 0;
-  op->hasMask_ = n.args[5].kind != ir::Arg::Kind::None;
-  if (n.args[6].kind == ir::Arg::Kind::Double) op->scale_ = n.args[6].d;
+  op->dropout_ = ir::operand(n, Sdpa::dropout_p).d;
+  op->causal_ = ir::operand(n, Sdpa::is_causal).i != 0;
+  op->hasMask_ = ir::operand(n, Sdpa::attn_mask).kind != ir::Arg::Kind::None;
+  const ir::Arg& scale = ir::operand(n, Sdpa::scale);
+  if (scale.kind == ir::Arg::Kind::Double) op->scale_ = scale.d;
   // The logsumexp is computed only when a node or the graph's outputs read it.
   const ir::ValueId lse = n.outputs[1];
   bool lseRead = false;
@@ -182,9 +188,9 @@ StatusOr<std::unique_ptr<FusedOp>> createAttentionOp(const ir::Graph& g, const i
   for (const ir::Arg& a : g.outputs()) a.collectValues(used);
   for (ir::ValueId v : used) lseRead = lseRead || v == lse;
   op->lseRead_ = lseRead;
-  const ir::Value& q = g.value(static_cast<ir::ValueId>(n.args[0].i));
-  const ir::Value& k = g.value(static_cast<ir::ValueId>(n.args[1].i));
-  const ir::Value& v = g.value(static_cast<ir::ValueId>(n.args[2].i));
+  const ir::Value& q = g.value(static_cast<ir::ValueId>(ir::operand(n, Sdpa::query).i));
+  const ir::Value& k = g.value(static_cast<ir::ValueId>(ir::operand(n, Sdpa::key).i));
+  const ir::Value& v = g.value(static_cast<ir::ValueId>(ir::operand(n, Sdpa::value).i));
   // float32 (or unknown: float32 graphs from text), or a bf16 model's bfloat16 (natively, or on
   // float32 matmuls with bf16 data widened where oneDNN has no bf16 instructions: bf16ModelsRun).
   const bool bf16 = q.dtype == ir::DType::BFloat16;
@@ -203,7 +209,7 @@ StatusOr<std::unique_ptr<FusedOp>> createAttentionOp(const ir::Graph& g, const i
          q.shape[0] > 0 && q.shape[1] > 0 && v.shape[3] > 0;
   }
   if (ok && op->hasMask_) {
-    const ir::Arg& m = n.args[5];
+    const ir::Arg& m = ir::operand(n, Sdpa::attn_mask);
     if (m.isValue()) {
       const ir::Value& mv = g.value(static_cast<ir::ValueId>(m.i));
       ok = ofType(mv.dtype);  // bool masks: ATen

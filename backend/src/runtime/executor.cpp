@@ -7,6 +7,7 @@
 #include "runtime/fused_ops.h"
 #include "runtime/int8_ops.h"
 #include "runtime/plan.h"
+#include "verifuse/ir/op_schema.h"
 
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
@@ -192,8 +193,9 @@ std::vector<Int8KernelReport> CompiledGraph::int8Kernels() const {
   for (size_t k = 0; k < g.nodes().size(); ++k) {
     const ir::Node& n = g.nodes()[k];
     if (n.erased || !isInt8KernelOp(n.op)) continue;
-    if (n.args.size() < 2 || !n.args[1].isConstant()) continue;
-    const at::Tensor& w = impl_->constants[static_cast<size_t>(n.args[1].i)];
+    const ir::Arg* weight = ir::namedOperand(n, "weight");  // qconv, qlinear, int_mm
+    if (!weight || !weight->isConstant()) continue;
+    const at::Tensor& w = impl_->constants[static_cast<size_t>(weight->i)];
     for (const auto& d : int8DecisionsFor(w.unsafeGetTensorImpl())) {
       Int8KernelReport r;
       r.node = static_cast<int32_t>(k);

@@ -22,7 +22,6 @@
 #include <optional>
 #include <thread>
 
-#include "runtime/row_program_text.h"
 #include "verifuse/kernels/capabilities.h"
 #include "verifuse/kernels/attention.h"
 #include "verifuse/kernels/cpu_features.h"
@@ -820,9 +819,14 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
                                                  const std::vector<int64_t>* inputShape,
                                                  const CompileOptions& options, bool channelsLastOutput,
                                                  at::ScalarType io) {
-  VF_ASSIGN_OR_RETURN(std::vector<PostOpSpec> postOps, rules::parsePostOps(n.args.at(rules::postOpsArgIndex(n)).s));
-  at::Tensor w = constantArg(n.args.at(1), constants);
-  at::Tensor b = constantArg(n.args.at(2), constants);
+  VF_ASSIGN_OR_RETURN(std::vector<PostOpSpec> postOps, rules::fusedPostOps(n));
+  for (const PostOpSpec& s : postOps) {
+    // A bare "sum" is the int8 ops' (their residual's scale is an operand); a float sum names its scale.
+    if (s.kind == "sum" && s.params.empty()) return invalidGraph(n.op + ": post-op sum without its scale");
+  }
+  // conv and linear alike name their weight and bias (ir/op_schema.h)
+  at::Tensor w = constantArg(*ir::namedOperand(n, "weight"), constants);
+  at::Tensor b = constantArg(*ir::namedOperand(n, "bias"), constants);
   if (!w.defined() || (w.scalar_type() != at::kFloat && w.scalar_type() != at::kBFloat16)) {
     return unsupported(n.op + ": weight is not a float32 or bfloat16 constant");
   }
@@ -844,11 +848,12 @@ StatusOr<std::unique_ptr<FusedOp>> createFusedOp(const ir::Node& n, const std::v
   // decides its candidates. Without one, kernels come per shape at run time.
   if (n.op == rules::kConvOp) {
     auto op = std::make_unique<FusedConv>();
-    VF_ASSIGN_OR_RETURN(op->stride_, n.args[3].asIntList());
-    VF_ASSIGN_OR_RETURN(op->padding_, n.args[4].asIntList());
-    VF_ASSIGN_OR_RETURN(op->dilation_, n.args[5].asIntList());
-    if (n.args[6].kind != ir::Arg::Kind::Int) return unsupported("verifuse::conv: groups is not constant");
-    op->groups_ = n.args[6].i;
+    using C = ir::FusedConv;
+    VF_ASSIGN_OR_RETURN(op->stride_, ir::operand(n, C::stride).asIntList());
+    VF_ASSIGN_OR_RETURN(op->padding_, ir::operand(n, C::padding).asIntList());
+    VF_ASSIGN_OR_RETURN(op->dilation_, ir::operand(n, C::dilation).asIntList());
+    if (ir::operand(n, C::groups).kind != ir::Arg::Kind::Int) return unsupported("verifuse::conv: groups is not constant");
+    op->groups_ = ir::operand(n, C::groups).i;
     op->channelsLastOutput_ = channelsLastOutput;
     configureCommon(*op, w, b, postOps, options, io);
     op->onednnOk_ = options.useOnednn;

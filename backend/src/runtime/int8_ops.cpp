@@ -58,39 +58,50 @@ at::Tensor quantizePerTensor(const at::Tensor& y, double scale, int64_t zp, int6
   return at::clamp(at::round(y * inv) + zp, qmin, qmax).to(dtype);
 }
 
-/// The post-op string of an int8 op, parsed: one of "", "relu", "clamp(lo hi)", "gelu_erf",
-/// "gelu_tanh", "sum", "sum,relu".
+/// The post-ops of an int8 op, as the reference applies them: none, relu, clamp(lo hi) (lo <= hi),
+/// gelu_erf, gelu_tanh, sum, or sum then relu.
 struct Int8PostOps {
   bool sum = false, relu = false, clamp = false;
   std::string gelu;  ///< "", "none" (erf) or "tanh": torch's approximate argument
   double clampLo = 0, clampHi = 0;
 };
 
+/// An int8 op's post-op list (parsed by rules::parsePostOps, the one parser of the format), or
+/// nullopt for a malformed text or a list the int8 ops do not take. The int8 sum has no scale of
+/// its own: the residual is dequantized with r_scale and r_zp.
 std::optional<Int8PostOps> parseInt8PostOps(c10::string_view text) {
+  auto parsed = rules::parsePostOps(std::string_view(text.data(), text.size()));
+  if (!parsed.isOk()) return std::nullopt;
+  const std::vector<rules::PostOpSpec>& ops = *parsed;
   Int8PostOps p;
-  if (text == "") return p;
-  if (text == "gelu_erf" || text == "gelu_tanh") {
-    p.gelu = text == "gelu_erf" ? "none" : "tanh";
+  if (ops.empty()) return p;
+  const rules::PostOpSpec& first = ops.front();
+  if (first.kind == "sum" && first.params.empty()) {  // sum, or sum then relu
+    if (ops.size() > 2 || (ops.size() == 2 && ops[1].kind != "relu")) return std::nullopt;
+    p.sum = true;
+    p.relu = ops.size() == 2;
     return p;
   }
-  if (text == "relu" || text == "sum" || text == "sum,relu") {
-    p.sum = text.starts_with("sum");
-    p.relu = text.ends_with("relu");
-    return p;
+  if (ops.size() != 1) return std::nullopt;
+  if (first.kind == "relu") {
+    p.relu = true;
+  } else if (first.kind == "gelu_erf" || first.kind == "gelu_tanh") {
+    p.gelu = first.kind == "gelu_erf" ? "none" : "tanh";
+  } else if (first.kind == "clamp") {
+    p.clamp = true;
+    p.clampLo = first.params[0];
+    p.clampHi = first.params[1];
+    if (!(p.clampLo <= p.clampHi)) return std::nullopt;  // the rule's guard (torch gives hi, oneDNN lo)
+  } else {
+    return std::nullopt;
   }
-  auto ops = rules::parsePostOps(std::string_view(text.data(), text.size()));
-  if (!ops.isOk() || ops->size() != 1 || (*ops)[0].kind != "clamp") return std::nullopt;
-  p.clamp = true;
-  p.clampLo = (*ops)[0].params[0];
-  p.clampHi = (*ops)[0].params[1];
-  if (!(p.clampLo <= p.clampHi)) return std::nullopt;  // the rule's guard (torch gives hi, oneDNN lo)
   return p;
 }
 
-at::Tensor finish(at::Tensor y, c10::string_view postOps, double yScale, int64_t yZp, int64_t yQmin, int64_t yQmax,
-                  std::optional<at::ScalarType> yDtype, const std::optional<at::Tensor>& residual, double rScale,
-                  int64_t rZp) {
-  auto ops = parseInt8PostOps(postOps);
+/// The reference's post-ops (\p ops: \p postOps parsed) and requantization of the float32 result \p y.
+at::Tensor finish(at::Tensor y, c10::string_view postOps, const std::optional<Int8PostOps>& ops, double yScale,
+                  int64_t yZp, int64_t yQmin, int64_t yQmax, std::optional<at::ScalarType> yDtype,
+                  const std::optional<at::Tensor>& residual, double rScale, int64_t rZp) {
   TORCH_CHECK(ops.has_value(), "verifuse: int8 op with unknown post-ops \"", std::string(postOps), "\"");
   if (ops->sum) {
     TORCH_CHECK(residual.has_value(), "verifuse: a sum post-op without its residual");
@@ -179,11 +190,11 @@ KernelEntry makeInt8Kernel(const c10::intrusive_ptr<c10::TensorImpl>& weight, co
   return KernelEntry{c10::weak_intrusive_ptr<c10::TensorImpl>(weight), std::move(choice.kernel), std::move(decision)};
 }
 
-/// The kernel for this call, or null (run the reference).
+/// The kernel for this call, or null (run the reference). \p ops is \p postOps parsed.
 std::shared_ptr<const kernels::Kernel> kernelFor(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b,
                                            bool conv, at::IntArrayRef stride, at::IntArrayRef padding,
                                            at::IntArrayRef dilation, int64_t groups, c10::string_view postOps,
-                                           double xScale, int64_t xZp, const at::Tensor& wScales, const at::Tensor& wZps,
+                                           const std::optional<Int8PostOps>& ops, double xScale, int64_t xZp, const at::Tensor& wScales, const at::Tensor& wZps,
                                            double yScale, int64_t yZp, int64_t yQmin, int64_t yQmax,
                                            std::optional<at::ScalarType> yDtype, const std::optional<at::Tensor>& residual,
                                            double rScale, int64_t rZp) {
@@ -194,7 +205,6 @@ std::shared_ptr<const kernels::Kernel> kernelFor(const at::Tensor& x, const at::
     return nullptr;
   }
   if (b && (b->scalar_type() != at::kFloat || !b->is_contiguous() || b->numel() != w.size(0))) return nullptr;
-  auto ops = parseInt8PostOps(postOps);
   if (!ops) return nullptr;
   const bool sum = ops->sum;
   // The sum post-op reads the residual's codes from the output buffer: same integer dtype, and
@@ -262,16 +272,16 @@ std::shared_ptr<const kernels::Kernel> kernelFor(const at::Tensor& x, const at::
   return entry.kernel;
 }
 
+/// Runs kernel \p k; with \p sum (a sum post-op) the output starts as the residual's codes.
 at::Tensor runKernel(const kernels::Kernel& k, const at::Tensor& x, std::vector<int64_t> outDims,
-                     std::optional<at::ScalarType> yDtype, c10::string_view postOps,
-                     const std::optional<at::Tensor>& residual) {
+                     std::optional<at::ScalarType> yDtype, bool sum, const std::optional<at::Tensor>& residual) {
   const bool cl = x.dim() >= 4 && x.dim() == static_cast<int64_t>(outDims.size()) && channelsLastOut(x);
   at::Tensor out = at::empty(outDims, x.options()
                                           .dtype(yDtype ? *yDtype : at::kFloat)
                                           .memory_format(!cl ? at::MemoryFormat::Contiguous
                                                          : x.dim() == 4 ? at::MemoryFormat::ChannelsLast
                                                                         : at::MemoryFormat::ChannelsLast3d));
-  if (postOps.starts_with("sum")) {
+  if (sum) {
     TORCH_CHECK(residual->sizes() == out.sizes(), "verifuse: residual of shape ", residual->sizes(),
                 " for an output of shape ", out.sizes());
     out.copy_(*residual);  // the sum post-op accumulates into the residual's codes
@@ -308,8 +318,9 @@ at::Tensor qconv(const at::Tensor& x, const at::Tensor& w, const std::optional<a
                  double xScale, int64_t xZp, const at::Tensor& wScales, const at::Tensor& wZps, double yScale,
                  int64_t yZp, int64_t yQmin, int64_t yQmax, std::optional<at::ScalarType> yDtype,
                  const std::optional<at::Tensor>& residual, double rScale, int64_t rZp) {
-  if (auto k = kernelFor(x, w, b, true, stride, padding, dilation, groups, postOps, xScale, xZp, wScales, wZps, yScale,
-                         yZp, yQmin, yQmax, yDtype, residual, rScale, rZp)) {
+  const std::optional<Int8PostOps> ops = parseInt8PostOps(postOps);
+  if (auto k = kernelFor(x, w, b, true, stride, padding, dilation, groups, postOps, ops, xScale, xZp, wScales, wZps,
+                         yScale, yZp, yQmin, yQmax, yDtype, residual, rScale, rZp)) {
     kernels::Int8Params p;
     p.conv = true;
     p.srcDims.assign(x.sizes().begin(), x.sizes().end());
@@ -318,11 +329,11 @@ at::Tensor qconv(const at::Tensor& x, const at::Tensor& w, const std::optional<a
     p.padL.assign(padding.begin(), padding.end());
     p.dilation.assign(dilation.begin(), dilation.end());
     p.groups = groups;
-    return runKernel(*k, x, kernels::int8OutputDims(p), yDtype, postOps, residual);
+    return runKernel(*k, x, kernels::int8OutputDims(p), yDtype, ops->sum, residual);
   }
   at::Tensor y = at::convolution(dequantizePerTensor(x, xScale, xZp), dequantizePerChannel(w, wScales, wZps), b, stride,
                                  padding, dilation, false, std::vector<int64_t>(stride.size(), 0), groups);
-  return finish(y, postOps, yScale, yZp, yQmin, yQmax, yDtype, residual, rScale, rZp);
+  return finish(y, postOps, ops, yScale, yZp, yQmin, yQmax, yDtype, residual, rScale, rZp);
 }
 
 at::Tensor qlinear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b,
@@ -330,17 +341,18 @@ at::Tensor qlinear(const at::Tensor& x, const at::Tensor& w, const std::optional
                    const at::Tensor& wZps, double yScale, int64_t yZp, int64_t yQmin, int64_t yQmax,
                    std::optional<at::ScalarType> yDtype, const std::optional<at::Tensor>& residual, double rScale,
                    int64_t rZp) {
+  const std::optional<Int8PostOps> ops = parseInt8PostOps(postOps);
   if (x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1)) {
-    if (auto k = kernelFor(x, w, b, false, {}, {}, {}, 1, postOps, xScale, xZp, wScales, wZps, yScale, yZp, yQmin,
+    if (auto k = kernelFor(x, w, b, false, {}, {}, {}, 1, postOps, ops, xScale, xZp, wScales, wZps, yScale, yZp, yQmin,
                            yQmax, yDtype, residual, rScale, rZp)) {
-      return runKernel(*k, x, {x.size(0), w.size(0)}, yDtype, postOps, residual);
+      return runKernel(*k, x, {x.size(0), w.size(0)}, yDtype, ops->sum, residual);
     }
   }
   // The source graph's addmm(b, x, permute(W)) (or mm without a bias).
   at::Tensor xf = dequantizePerTensor(x, xScale, xZp);
   at::Tensor wt = dequantizePerChannel(w, wScales, wZps).permute({1, 0});
   at::Tensor y = b ? at::addmm(*b, xf, wt) : at::mm(xf, wt);
-  return finish(y, postOps, yScale, yZp, yQmin, yQmax, yDtype, residual, rScale, rZp);
+  return finish(y, postOps, ops, yScale, yZp, yQmin, yQmax, yDtype, residual, rScale, rZp);
 }
 
 // verifuse::int_mm(a, w): aten::_int_mm(a, w.t()) with w an s8 [N, K] constant (int8-int-mm:

@@ -1,9 +1,10 @@
 // verifuse::rowwise as an engine op: the row engine's kernels or the program on ATen.
 #include "runtime/fused_ops.h"
 #include "runtime/fused_support.h"
-#include "runtime/row_program_text.h"
 
+#include "verifuse/ir/op_schema.h"
 #include "verifuse/kernels/cpu_features.h"
+#include "verifuse/kernels/rowwise.h"
 
 #include <ATen/ATen.h>
 
@@ -217,8 +218,9 @@ class RowwiseOp final : public FusedOp {
 }  // namespace
 
 StatusOr<std::unique_ptr<FusedOp>> createRowwiseOp(const ir::Graph& g, const ir::Node& n, const CompileOptions& options) {
-  if (n.args.empty() || n.args.back().kind != ir::Arg::Kind::String) return invalidGraph("verifuse::rowwise: no program");
-  VF_ASSIGN_OR_RETURN(kernels::rowwise::RowProgram program, parseRowProgram(n.args.back().s));
+  const ir::Arg* text = ir::rowwiseProgram(n);
+  if (!text) return invalidGraph("verifuse::rowwise: no program");
+  VF_ASSIGN_OR_RETURN(kernels::rowwise::RowProgram program, kernels::rowwise::RowProgram::parse(text->s));
   const ir::Value& out = g.value(n.outputs.at(0));
   if (!out.hasStaticShape()) return unsupported("verifuse::rowwise: output shape is not static");
   for (ir::ValueId o : n.outputs) {

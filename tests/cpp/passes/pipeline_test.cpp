@@ -94,7 +94,7 @@ size_t countOps(const Graph& g, const std::string& op) {
 
 std::string fusedPostOps(const Graph& g) {
   for (const auto& node : g.nodes()) {
-    if (!node.erased && rules::isFusedOp(node)) return node.args[rules::postOpsArgIndex(node)].s;
+    if (!node.erased && rules::isFusedOp(node)) return ir::namedOperand(node, "post_ops")->s;
   }
   return "<none>";
 }

@@ -62,11 +62,17 @@ struct CompileRequest {
   bool planCache = false;
 };
 
+/// Where a node's input comes from: another node, or a graph input (by its name).
+struct NodeInputReport {
+  ir::NodeId producer = -1;        ///< -1: a graph input
+  std::string graphInput;          ///< the graph input's name when producer is -1
+};
+
 /// One live node of the planned graph, for the report's picture.
 struct NodeReport {
   ir::NodeId id = -1;
   std::string op;                  ///< qualified name
-  std::vector<std::string> inputs; ///< producer node ids as text, or "%name" for graph inputs
+  std::vector<NodeInputReport> inputs;
   int32_t partition = -1;          ///< index into CompileReport::partitions, or -1 (ATen alone)
   std::string engine;              ///< "onednn", "aten", "dispatcher", "builtin", "constant"
   std::string runsOn;              ///< what runs it, for people (CompiledGraph::nodeRunsOn)

@@ -37,6 +37,7 @@ namespace verifuse::ir {
   X(Unary, "", self)                                                                                                  \
   X(Binary, "", self, other)                                                                                          \
   X(BinaryWithAlpha, "", self, other, alpha)                                                                          \
+  X(AttentionQkv, "", query, key, value) /* every scaled-dot-product-attention variant */                             \
   /* --- ATen: matrix products and convolution --- */                                                                 \
   X(Convolution, "aten::convolution", input, weight, bias, stride, padding, dilation, transposed, output_padding,      \
     groups)                                                                                                           \

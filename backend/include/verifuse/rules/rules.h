@@ -28,13 +28,9 @@ namespace verifuse::rules {
 
 inline constexpr const char* kConvOp = "verifuse::conv";
 inline constexpr const char* kLinearOp = "verifuse::linear";
-inline constexpr size_t kConvPostOpsArg = 7;
-inline constexpr size_t kLinearPostOpsArg = 3;
 
 /// True for verifuse::conv / verifuse::linear.
 bool isFusedOp(const ir::Node& n);
-/// Index of the post_ops string argument of a fused op.
-size_t postOpsArgIndex(const ir::Node& n);
 
 /// One post-op of a fused op. Kinds and params (torch's parameters, not oneDNN's):
 ///   relu | leaky_relu(slope) | gelu_erf | gelu_tanh | silu | sigmoid | tanh | hardswish |

@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "verifuse/support/status.h"
@@ -105,8 +106,13 @@ class RowProgram {
   /// never, no store at all.
   Status validate() const;
   /// Stable text, one instruction a line ("%3 = mean %2", "store out0, %9"), for golden tests and
-  /// reports. Floats are printed with 9 significant digits (they round-trip).
+  /// reports. Floats are printed with 9 significant digits (they round-trip). verifuse::rowwise
+  /// carries its program in the IR in this form.
   std::string toString() const;
+  /// toString()'s text back as a program ("%1 = load in0", "%2 = mean %1", "store out0, %5", one
+  /// instruction a line; value ids must be the instruction indices). kInvalidArgument naming the
+  /// line on any error, including a program validate() refuses.
+  static StatusOr<RowProgram> parse(std::string_view text);
 
  private:
   RowValue push(RowInstr in);

@@ -504,6 +504,44 @@ TEST(RowProgram, TextOfTheBuilders) {
   EXPECT_EQ(p.numOutputs(), 1);
 }
 
+TEST(RowProgram, ParseReadsBackTheText) {
+  RowProgram params;
+  RowValue x = params.load(0);
+  params.store(0, params.clamp(params.unary(RowOp::kLeakyRelu, params.pow(x, 1.5f), 0.01f), -1.0f, 6.0f));
+  const std::vector<RowProgram> programs = {layerNormProgram({1e-5f, true, true, true, true}),
+                                            rmsNormProgram({1e-6f, true, true, false, false}),
+                                            softmaxProgram(0.125f, MaskKind::kBoolean),
+                                            rotaryProgram(),
+                                            siluMulProgram(),
+                                            geluProgram(true, true),
+                                            params};
+  for (const RowProgram& p : programs) {
+    auto parsed = RowProgram::parse(p.toString());
+    ASSERT_TRUE(parsed.isOk()) << parsed.status().toString();
+    EXPECT_EQ(parsed->toString(), p.toString());
+    EXPECT_EQ(parsed->numInputs(), p.numInputs());
+    EXPECT_EQ(parsed->numOutputs(), p.numOutputs());
+  }
+  // Blank lines are skipped.
+  auto blank = RowProgram::parse("\n%0 = load in0\n\nstore out0, %0");
+  ASSERT_TRUE(blank.isOk()) << blank.status().toString();
+  EXPECT_EQ(blank->toString(), "%0 = load in0\nstore out0, %0\n");
+}
+
+TEST(RowProgram, ParseNamesTheBadLine) {
+  auto unknown = RowProgram::parse("%0 = load in0\n%1 = frobnicate %0\nstore out0, %1\n");
+  ASSERT_FALSE(unknown.isOk());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(unknown.status().message(), "row program line 2 '%1 = frobnicate %0': unknown op 'frobnicate'");
+  auto numbering = RowProgram::parse("%1 = load in0\nstore out0, %1\n");
+  ASSERT_FALSE(numbering.isOk());
+  EXPECT_EQ(numbering.status().message(), "row program line 1 '%1 = load in0': value id 1 is not the instruction index 0");
+  // A program validate() refuses is refused too.
+  auto noStore = RowProgram::parse("%0 = load in0\n");
+  ASSERT_FALSE(noStore.isOk());
+  EXPECT_EQ(noStore.status().message(), "row program: no store");
+}
+
 TEST(RowProgram, MisuseIsReportedNotThrown) {
   {
     RowProgram p;
