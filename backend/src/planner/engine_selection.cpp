@@ -51,16 +51,18 @@ double estimateMacs(const ir::Graph& g, const ir::Node& n) {
 
 namespace {
 
-/// A linear's K (its input's last dim), or -1 when unknown.
+/// A linear's K (its input's last dim), or -1 when unknown or not a linear.
 int64_t linearK(const ir::Graph& g, const ir::Node& n) {
+  if (n.op != rules::kLinearOp) return -1;
   const ir::Arg& input = ir::operand(n, ir::FusedLinear::x);
   if (!input.isValue()) return -1;
   const ir::Value& x = g.value(static_cast<ValueId>(input.i));
   return x.shape.empty() ? -1 : x.shape.back();
 }
 
-/// The rows a linear multiplies (the product of its input's leading sizes), or -1 when unknown.
+/// The rows a linear multiplies (the product of its input's leading sizes), or -1 when unknown or not a linear.
 int64_t linearRows(const ir::Graph& g, const ir::Node& n) {
+  if (n.op != rules::kLinearOp) return -1;
   const ir::Arg& input = ir::operand(n, ir::FusedLinear::x);
   if (!input.isValue()) return -1;
   const ir::Value& x = g.value(static_cast<ValueId>(input.i));

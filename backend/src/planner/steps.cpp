@@ -160,7 +160,7 @@ StatusOr<bool> buildSteps(PlanBuild& b) {
         step.args.push_back(std::move(slot));
       }
       // conv and linear alike: x, weight, bias first (ir/op_schema.h)
-      const Arg& input = ir::operand(n, ir::FusedLinear::x);
+      const Arg& input = *ir::namedOperand(n, "x");
       const Arg* weights[] = {ir::namedOperand(n, "weight"), ir::namedOperand(n, "bias")};
       const ir::Value& x = graph.value(static_cast<ValueId>(input.i));
       const std::vector<int64_t>* shape = x.hasStaticShape() ? &x.shape : nullptr;
