@@ -1,7 +1,8 @@
 // Instance validation of constant folds: the folded constants a rule produced must equal the
 // rule's formula, recomputed here in double from the original constants, within a float32
 // rounding bound derived per output channel. The formula's arithmetic is the one the rewrite
-// rounds to float32 (rules/fold_arithmetic.h, written once); everything else is this file's own:
+// rounds to float32 and the rule's obligation proves (rules/fold_arithmetic.h, written once);
+// everything else is this file's own:
 // it reads the original and folded constants from the FoldRecord, not through the rewrite, and
 // checks every folded element (the rewrite's graph reading, indexing, lazy folding and rounding).
 // The end-to-end layer check below is independent of the formula too: it states batch norm, mul

@@ -5,7 +5,8 @@
 //   bn-to-scale-shift              BN(x) = x*s + (beta - mean*s)
 //                                  with s = gamma/sqrt(var + eps), per channel
 //
-// The folded constants' arithmetic is fold_arithmetic.h's (shared with the instance check).
+// The folds are fold_arithmetic.h's FoldTerms: the rewrite evaluates them in double, the
+// instance check recomputes them, and the obligations below prove them over the reals.
 #include "rules/families.h"
 #include "rules/rule_util.h"
 #include "verifuse/passes/pipeline.h"
@@ -193,30 +194,27 @@ Obligation bnFold(const DotModel& m, const std::string& id, const std::string& l
     source = sem::batchNormEval(ob, y, bn);
   }
 
-  Expr s = bn.gamma * sem::batchNormRsqrt(ob, bn);
-  Expr weightScale = s;
-  Expr bias = (b - bn.mean) * s + bn.beta;
+  // The rewrite's own fold (fold_arithmetic.h) with s = gamma / sqrt(var + eps), or the mutant's
+  // change to it.
+  FoldTerms<Expr> fold = batchNormTerms<Expr>(bn.gamma * sem::batchNormRsqrt(ob, bn), bn.beta, bn.mean);
   switch (bug) {
-    case BnBug::EpsDropped: {
-      Expr r0 = sem::rsqrt(ob, bn.var, "rsqrt(bn.running_var[o])");
-      weightScale = bn.gamma * r0;
-      bias = (b - bn.mean) * weightScale + bn.beta;
+    case BnBug::EpsDropped:
+      fold = batchNormTerms<Expr>(bn.gamma * sem::rsqrt(ob, bn.var, "rsqrt(bn.running_var[o])"), bn.beta, bn.mean);
       break;
-    }
-    case BnBug::BiasNotRescaled:
-      bias = b + bn.beta - s * bn.mean;
+    case BnBug::BiasNotRescaled:  // b' = b + beta - s*mean
+      fold.biasScale = 1;
       break;
     case BnBug::WrongChannelAxis: {
       // The weight is scaled by the BN parameters of input channel i instead of output channel o.
       sem::BatchNormParams in = sem::batchNormParams("bn", "i");
       sem::assumeBatchNorm(ob, in);
-      weightScale = in.gamma * sem::batchNormRsqrt(ob, in);
+      fold.scale = in.gamma * sem::batchNormRsqrt(ob, in);
       break;
     }
     default:
       break;
   }
-  Expr target = m.linear(ob, m.scale(weightScale, w), x, bias);
+  Expr target = m.linear(ob, m.scale(fold.scale, w), x, fold.bias(b));
   ob.prove("out[o]", source, target);
   return ob.build();
 }
@@ -317,9 +315,10 @@ Obligation bnScaleShift(ScaleShiftBug bug) {
   Expr x = ob.var("x[c]");
   Expr r = bug == ScaleShiftBug::EpsDropped ? sem::rsqrt(ob, bn.var, "rsqrt(bn.running_var[c])")
                                             : sem::batchNormRsqrt(ob, bn);
-  Expr scale = bn.gamma * r;
-  Expr shift = bug == ScaleShiftBug::ShiftSign ? bn.beta + bn.mean * scale : bn.beta - bn.mean * scale;
-  ob.prove("out[c]", sem::batchNormEval(ob, x, bn), x * scale + shift);
+  // The rewrite's scale and shift constants (fold_arithmetic.h), or the mutant's.
+  FoldTerms<Expr> fold = batchNormTerms<Expr>(bn.gamma * r, bn.beta, bn.mean);
+  if (bug == ScaleShiftBug::ShiftSign) fold.shift = bn.beta + bn.mean * fold.scale;
+  ob.prove("out[c]", sem::batchNormEval(ob, x, bn), x * fold.scale + fold.shift);
   return ob.build();
 }
 

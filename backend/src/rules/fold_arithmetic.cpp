@@ -15,8 +15,9 @@ ChannelFold batchNormFold(const std::vector<double>& gamma, const std::vector<do
   for (size_t o = 0; o < channels; ++o) {
     const double gm = gamma.empty() ? 1.0 : gamma[o];
     const double bt = beta.empty() ? 0.0 : beta[o];
-    f.scale[o] = gm / std::sqrt(var[o] + eps);
-    f.shift[o] = bt - mean[o] * f.scale[o];
+    const FoldTerms<double> t = batchNormTerms(gm / std::sqrt(var[o] + eps), bt, mean[o]);
+    f.scale[o] = t.scale;
+    f.shift[o] = t.shift;
   }
   f.biasScale = f.scale;
   return f;
@@ -28,12 +29,16 @@ ChannelFold channelOpFold(FoldRecord::Kind kind, const std::vector<double>& fact
                 .biasScale = std::vector<double>(channels, 1.0),
                 .shift = std::vector<double>(channels, 0.0)};
   for (size_t o = 0; o < channels; ++o) {
+    FoldTerms<double> t{1.0, 1.0, 0.0};
     switch (kind) {
-      case FoldRecord::Kind::kChannelMul: f.scale[o] = f.biasScale[o] = factors[o]; break;
-      case FoldRecord::Kind::kChannelDiv: f.scale[o] = f.biasScale[o] = 1.0 / factors[o]; break;
-      case FoldRecord::Kind::kChannelAdd: f.shift[o] = alpha * factors[o]; break;
+      case FoldRecord::Kind::kChannelMul: t = channelMulTerms(factors[o], 1.0, 0.0); break;
+      case FoldRecord::Kind::kChannelDiv: t = channelDivTerms(factors[o], 1.0, 0.0); break;
+      case FoldRecord::Kind::kChannelAdd: t = channelAddTerms(factors[o], alpha, 1.0); break;
       default: break;
     }
+    f.scale[o] = t.scale;
+    f.biasScale[o] = t.biasScale;
+    f.shift[o] = t.shift;
   }
   return f;
 }

@@ -4,6 +4,9 @@
 //   per-channel-mul-fold   (dot(W,X) + b) * c[o] = dot(c[o]*W, X) + b*c[o]
 //   per-channel-div-fold   (dot(W,X) + b) / d[o] = dot(W/d[o], X) + b/d[o]
 //   per-channel-add-fold   dot(W,X) + b + alpha*a[o] = dot(W,X) + (b + alpha*a[o])
+//
+// The folds are fold_arithmetic.h's FoldTerms: the rewrite evaluates them in double, the instance
+// check recomputes them, and the obligations below prove them over the reals.
 #include "rules/families.h"
 #include "rules/rule_util.h"
 
@@ -153,9 +156,11 @@ Obligation mulFold(const DotModel& m, FoldBug bug) {
   TensorTerm w = m.tensor("conv.weight[o]"), x = m.tensor("x[window]");
   Expr b = ob.var("conv.bias[o]"), c = ob.var("mul.other[o]"), ci = ob.var("mul.other[i]");
   Expr source = m.linear(ob, w, x, b) * c;
-  Expr wscale = bug == FoldBug::WrongChannelAxis ? ci : c;
-  Expr bias = bug == FoldBug::BiasNotScaled ? b : b * c;
-  ob.prove("out[o]", source, m.linear(ob, m.scale(wscale, w), x, bias));
+  // The rewrite's own fold (fold_arithmetic.h), or the mutant's change to it.
+  FoldTerms<Expr> fold = channelMulTerms<Expr>(c, 1, 0);
+  if (bug == FoldBug::WrongChannelAxis) fold.scale = ci;
+  if (bug == FoldBug::BiasNotScaled) fold.biasScale = 1;
+  ob.prove("out[o]", source, m.linear(ob, m.scale(fold.scale, w), x, fold.bias(b)));
   return ob.build();
 }
 
@@ -168,12 +173,16 @@ Obligation addFold(const DotModel& m, FoldBug bug) {
   Expr alpha = ob.var("add.alpha"), swappedAlpha = ob.var("add.alpha[constant-first]");
   if (bug != FoldBug::SwappedAlphaIgnored) ob.assume(swappedAlpha == 1);
   Expr y = m.linear(ob, w, x, b);
-  Expr shifted = bug == FoldBug::WrongChannelAxis ? b + alpha * ai
-                 : bug == FoldBug::Dropped        ? b
-                 : bug == FoldBug::AlphaIgnored   ? b + a
-                                                  : b + alpha * a;
-  ob.prove("out[o]", sem::add(y, a, alpha), m.linear(ob, w, x, shifted));
-  ob.prove("out[o] (constant first)", sem::add(a, y, swappedAlpha), m.linear(ob, w, x, b + a));
+  // The rewrite's own fold (fold_arithmetic.h), or the mutant's change to it.
+  FoldTerms<Expr> fold = channelAddTerms<Expr>(a, alpha, 1);
+  if (bug == FoldBug::WrongChannelAxis) fold.shift = alpha * ai;
+  if (bug == FoldBug::Dropped) fold.shift = 0;
+  if (bug == FoldBug::AlphaIgnored) fold.shift = a;
+  ob.prove("out[o]", sem::add(y, a, alpha), m.linear(ob, m.scale(fold.scale, w), x, fold.bias(b)));
+  // add(a, y, 1): the rewrite passes the constant on with alpha 1
+  const FoldTerms<Expr> constantFirst = channelAddTerms<Expr>(a, 1, 1);
+  ob.prove("out[o] (constant first)", sem::add(a, y, swappedAlpha),
+           m.linear(ob, m.scale(constantFirst.scale, w), x, constantFirst.bias(b)));
   return ob.build();
 }
 
@@ -184,8 +193,10 @@ Obligation divFold(const DotModel& m, FoldBug bug) {
   TensorTerm w = m.tensor("conv.weight[o]"), x = m.tensor("x[window]");
   Expr b = ob.var("conv.bias[o]"), d = ob.var("div.other[o]");
   Expr source = m.linear(ob, w, x, b) / d;
-  Expr bias = bug == FoldBug::BiasNotScaled ? b : b / d;
-  ob.prove("out[o]", source, m.linear(ob, m.scale(1 / d, w), x, bias));
+  // The rewrite's own fold (fold_arithmetic.h), or the mutant's change to it.
+  FoldTerms<Expr> fold = channelDivTerms<Expr>(d, 1, 0);
+  if (bug == FoldBug::BiasNotScaled) fold.biasScale = 1;
+  ob.prove("out[o]", source, m.linear(ob, m.scale(fold.scale, w), x, fold.bias(b)));
   return ob.build();
 }
 
