@@ -172,11 +172,14 @@ graph(%x : Tensor[1, 3, 8, 8], %s0 : Int) {
 }
 constants {
   $w : f32[16, 3, 3, 3]
+  $b : f32[16]
+  $w2 : f32[16, 16, 1, 1]
 }
 """
 
 
 def test_parse_graph_text():
+    assert parse_graph_text("not a graph") == []
     nodes = parse_graph_text(GRAPH_TEXT)
     assert [n["op"] for n in nodes] == ["verifuse::conv", "aten::split.Tensor", "aten::cat",
                                         "verifuse::conv", "aten::mul.Tensor"]
@@ -241,7 +244,8 @@ def test_explain_report_draws_the_compiled_graph(tmp_path):
 
 def test_constant_only_nodes_sit_above_their_first_reader():
     text = ("graph(%x : Tensor) {\n  %0 : Tensor = aten::relu(%x)\n  %1 : Tensor = aten::permute($w, [1, 0])\n"
-            "  %2 : Tensor = aten::relu(%0)\n  %3 : Tensor = aten::addmm($b, %2, %1, 1, 1)\n  return (%3)\n}\n")
+            "  %2 : Tensor = aten::relu(%0)\n  %3 : Tensor = aten::addmm($b, %2, %1, 1, 1)\n  return (%3)\n}\n"
+            "constants {\n  $w : f32[4, 4]\n  $b : f32[4]\n}\n")
     boxes = layout_graph(parse_graph_text(text)).boxes
     assert boxes[1][1] == boxes[2][1]  # the weight permute shares the row of addmm's other input
 

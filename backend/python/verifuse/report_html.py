@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import html
 import math
-import re
 from typing import TYPE_CHECKING, Any, Iterable
 
 from .report_fold import readable
@@ -33,84 +32,26 @@ _PALETTE = ["#cfe2ff", "#d1f2d6", "#ffe3c2", "#e6d6ff", "#ffd6e0", "#cff4f2", "#
             "#e2e8c8", "#f5d0c5", "#d7dbe8"]
 _ATEN_FILL = "#f4f4f4"
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_VALUE = re.compile(r"%([A-Za-z0-9_.]+)")
-
-
-def _split_top_level(text: str) -> list[str]:
-    """Splits an argument list on commas outside brackets, parentheses and strings."""
-    parts, depth, current, in_string, escaped = [], 0, [], False, False
-    for ch in text:
-        if in_string:
-            current.append(ch)
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-            continue
-        if ch == '"':
-            in_string = True
-        elif ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append("".join(current).strip())
-            current = []
-            continue
-        current.append(ch)
-    if "".join(current).strip():
-        parts.append("".join(current).strip())
-    return parts
-
-
 def parse_graph_text(text: str) -> list[dict[str, Any]]:
     """Reads the IR text form (``%3 : Tensor = aten::relu(%2)``) into the per-node records the
-    picture draws: {id, op, inputs, partition, engine, fusion, outputs, graph_output}.
+    picture draws: {id, op, inputs, partition, engine, fusion, graph_output}.
 
-    ``inputs`` holds node ids (ints) and, for graph inputs, their ``%name`` (str). The text says
-    nothing about partitions, so ``partition`` is None; ``engine`` is "onednn" for verifuse's own
-    fused ops (``verifuse::conv``, ``verifuse::linear``: oneDNN kernels) and "aten" otherwise;
-    ``fusion`` is the fused post-op list a verifuse op carries as its last string argument.
+    The text is parsed by the IR's own parser and described by the driver (``_C.graph_nodes``), so
+    the format is read in one place. ``inputs`` holds node ids (ints) and, for graph inputs, their
+    ``%name`` (str). The text says nothing about partitions, so ``partition`` is None; ``engine`` is
+    "onednn" for verifuse's own fused ops (``verifuse::conv``, ``verifuse::linear``: oneDNN
+    kernels) and "aten" otherwise; ``fusion`` is a fused conv/linear's post-op list. Text that does
+    not parse draws nothing.
     """
-    nodes: list[dict[str, Any]] = []
-    producer: dict[str, int] = {}
-    graph_outputs: set[str] = set()
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("//"):
-            continue
-        if line.startswith("return"):
-            graph_outputs.update(_VALUE.findall(_STRING.sub('""', line)))
-            continue
-        lhs, sep, rhs = line.partition(" = ")
-        if not sep or not lhs.startswith("%") or "(" not in rhs:
-            continue  # graph header, constants, braces
-        op = rhs[: rhs.index("(")].strip()
-        args = rhs[rhs.index("(") + 1: rhs.rindex(")")] if ")" in rhs else ""
-        fusion = None
-        if op.startswith("verifuse::"):
-            strings = [a for a in _split_top_level(args) if a.startswith('"') and a.endswith('"')]
-            post_ops = strings[-1][1:-1] if strings else ""
-            fusion = post_ops or None
-        inputs: list[Any] = []
-        for name in _VALUE.findall(_STRING.sub('""', args)):
-            ref: Any = producer.get(name, "%" + name)
-            if ref not in inputs:
-                inputs.append(ref)
-        node_id = len(nodes)
-        outputs = re.findall(r"%([A-Za-z0-9_.]+)\s*:", lhs)
-        for name in outputs:
-            producer[name] = node_id
-        nodes.append({
-            "id": node_id, "op": op, "inputs": inputs, "partition": None,
-            "engine": "onednn" if op.startswith("verifuse::") else "aten", "fusion": fusion,
-            "outputs": outputs,
-        })
+    from . import _C
+
+    try:
+        nodes = _C.graph_nodes(text)
+    except ValueError:
+        return []
     for node in nodes:
-        node["graph_output"] = any(name in graph_outputs for name in node.pop("outputs"))
+        node["partition"] = None
+        node["engine"] = "onednn" if node["op"].startswith("verifuse::") else "aten"
     return nodes
 
 

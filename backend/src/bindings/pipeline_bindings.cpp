@@ -29,6 +29,22 @@ py::object msOrNone(const std::map<std::string, double>& ms, const char* engine)
   return it == ms.end() ? py::object(py::none()) : py::object(py::float_(it->second));
 }
 
+/// A node's graph-only report fields: id, op, inputs (a producer's node id, or "%name" for a graph
+/// input, as the conversions' producers), fusion (None when it has none).
+py::dict nodeDict(const driver::NodeReport& n) {
+  py::dict x;
+  x["id"] = n.id;
+  x["op"] = n.op;
+  py::list inputs;
+  for (const driver::NodeInputReport& in : n.inputs) {
+    if (in.producer >= 0) inputs.append(in.producer);
+    else inputs.append("%" + in.graphInput);
+  }
+  x["inputs"] = inputs;
+  x["fusion"] = n.fusion.empty() ? py::object(py::none()) : py::object(py::str(n.fusion));
+  return x;
+}
+
 py::dict toDict(const driver::CompileReport& r, const runtime::CompiledGraph& plan) {
   py::dict d;
   py::list fusions;
@@ -107,20 +123,10 @@ py::dict toDict(const driver::CompileReport& r, const runtime::CompiledGraph& pl
   py::list nodes;
   py::list engines;
   for (const driver::NodeReport& n : r.nodes) {
-    py::dict x;
-    x["id"] = n.id;
-    x["op"] = n.op;
-    py::list inputs;
-    for (const driver::NodeInputReport& in : n.inputs) {
-      // a producer's node id, or "%name" for a graph input (as the conversions' producers)
-      if (in.producer >= 0) inputs.append(in.producer);
-      else inputs.append("%" + in.graphInput);
-    }
-    x["inputs"] = inputs;
+    py::dict x = nodeDict(n);
     x["partition"] = n.partition >= 0 ? py::object(py::int_(n.partition)) : py::object(py::none());
     x["engine"] = n.engine == "onednn" ? "onednn" : "aten";
     x["runs_on"] = n.runsOn;
-    x["fusion"] = n.fusion.empty() ? py::object(py::none()) : py::object(py::str(n.fusion));
     x["timings"] = n.timings;
     nodes.append(x);
     engines.append(n.engine);
@@ -185,6 +191,21 @@ passes::VerifyLevel parseVerify(const std::string& name) {
 }
 
 void registerPipeline(py::module_& m) {
+  m.def(
+      "graph_nodes",
+      [](const std::string& text) {
+        auto graph = ir::parseGraph(text);
+        if (!graph.isOk()) throw py::value_error(graph.status().message());
+        py::list nodes;
+        for (const driver::NodeReport& n : driver::describeGraphNodes(*graph)) {
+          py::dict x = nodeDict(n);
+          x["graph_output"] = n.graphOutput;
+          nodes.append(x);
+        }
+        return nodes;
+      },
+      "The nodes of a graph given as IR text, as the report pictures them (driver::describeGraphNodes): "
+      "id, op, inputs, fusion, graph_output. ValueError when the text does not parse.");
   m.def(
       "optimize_and_compile",
       [](ir::Graph graph, std::vector<int32_t> inputArgIndex, const std::vector<std::pair<int32_t, int32_t>>& frozen,

@@ -1,6 +1,7 @@
 // The compile driver (see compile.h): rules under their proof gates, partitions, plan, report.
 #include "verifuse/driver/compile.h"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -102,26 +103,16 @@ passes::PipelineOptions pipelineOptions(const CompileRequest& request, std::shar
 }
 
 void describeNodes(const runtime::CompiledGraph& plan, CompileReport& report) {
-  const ir::Graph& g = plan.graph();
   const auto& engines = plan.nodeEngines();
   const auto& runsOn = plan.nodeRunsOn();
   const auto& partitionOf = plan.nodePartition();
   const auto& timings = plan.nodeTimings();
-  for (size_t k = 0; k < g.nodes().size(); ++k) {
-    const ir::Node& node = g.nodes()[k];
-    NodeReport n;
-    n.id = node.id;
-    n.op = node.qualifiedName();
-    std::vector<ir::ValueId> used;
-    for (const ir::Arg& a : node.args) a.collectValues(used);
-    for (ir::ValueId v : used) {
-      const ir::NodeId producer = g.value(v).producer;
-      n.inputs.push_back(NodeInputReport{producer, producer >= 0 ? std::string() : g.value(v).name});
-    }
+  std::vector<NodeReport> nodes = describeGraphNodes(plan.graph());
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    NodeReport& n = nodes[k];
     n.partition = partitionOf[k];
     n.engine = engines[k];
     n.runsOn = runsOn[k];
-    if (rules::isFusedOp(node)) n.fusion = ir::namedOperand(node, "post_ops")->s;  // the post-op list's text
     n.timings = timings[k];
     report.ops[n.op]++;
     report.nodes.push_back(std::move(n));
@@ -129,6 +120,30 @@ void describeNodes(const runtime::CompiledGraph& plan, CompileReport& report) {
 }
 
 }  // namespace
+
+std::vector<NodeReport> describeGraphNodes(const ir::Graph& g) {
+  std::vector<NodeReport> nodes;
+  nodes.reserve(g.nodes().size());
+  for (const ir::Node& node : g.nodes()) {
+    NodeReport n;
+    n.id = node.id;
+    n.op = node.qualifiedName();
+    std::vector<ir::ValueId> used;
+    for (const ir::Arg& a : node.args) a.collectValues(used);
+    for (ir::ValueId v : used) {  // each producer once (an edge of the picture)
+      const ir::NodeId producer = g.value(v).producer;
+      NodeInputReport in{producer, producer >= 0 ? std::string() : g.value(v).name};
+      const bool seen = std::any_of(n.inputs.begin(), n.inputs.end(), [&in](const NodeInputReport& o) {
+        return o.producer == in.producer && o.graphInput == in.graphInput;
+      });
+      if (!seen) n.inputs.push_back(std::move(in));
+    }
+    if (rules::isFusedOp(node)) n.fusion = ir::namedOperand(node, "post_ops")->s;  // the post-op list's text
+    for (ir::ValueId out : node.outputs) n.graphOutput = n.graphOutput || g.isGraphOutput(out);
+    nodes.push_back(std::move(n));
+  }
+  return nodes;
+}
 
 namespace {
 

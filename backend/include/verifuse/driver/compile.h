@@ -72,13 +72,20 @@ struct NodeInputReport {
 struct NodeReport {
   ir::NodeId id = -1;
   std::string op;                  ///< qualified name
-  std::vector<NodeInputReport> inputs;
+  std::vector<NodeInputReport> inputs;  ///< each producer (or graph input) once, in order
   int32_t partition = -1;          ///< index into CompileReport::partitions, or -1 (ATen alone)
   std::string engine;              ///< "onednn", "aten", "dispatcher", "builtin", "constant"
   std::string runsOn;              ///< what runs it, for people (CompiledGraph::nodeRunsOn)
-  std::string fusion;              ///< post-op chain of a fused node, "" otherwise
+  std::string fusion;              ///< post-op chain of a fused node (its post_ops operand), "" otherwise
+  bool graphOutput = false;        ///< one of its outputs is a graph output
   std::map<std::string, double> timings;  ///< the node alone on each engine, when timed
 };
+
+/// Each node of \p g (in order) as the report pictures it, from the graph alone: id, operator,
+/// inputs, fusion and graphOutput (partition, engine, runsOn and timings are the plan's and stay
+/// unset). The compile report fills in the rest; the HTML report uses it alone for a graph it only
+/// has as IR text (`_C.graph_nodes`).
+std::vector<NodeReport> describeGraphNodes(const ir::Graph& g);
 
 /// Everything explain() shows about one compile. Field names match the Python GraphReport's.
 struct CompileReport {
