@@ -69,6 +69,16 @@ Arg* namedOperand(Node& n, std::string_view name) {
   return k && *k < n.args.size() ? &n.args[*k] : nullptr;
 }
 
+const Arg& requiredOperand(const Node& n, std::string_view name) {
+  const Arg* a = namedOperand(n, name);
+  if (!a) throw std::logic_error(n.qualifiedName() + " has no operand " + std::string(name));
+  return *a;
+}
+
+Arg& requiredOperand(Node& n, std::string_view name) {
+  return const_cast<Arg&>(requiredOperand(static_cast<const Node&>(n), name));
+}
+
 const Arg* rowwiseProgram(const Node& n) {
   if (n.op != kRowwiseOp || n.args.empty() || n.args.back().kind != Arg::Kind::String) return nullptr;
   return &n.args.back();

@@ -11,19 +11,13 @@ std::optional<std::pair<int64_t, int64_t>> int8Range(DType t) {
   return std::nullopt;
 }
 
-namespace {
-
-template <class N>  // Node or const Node
-auto& int8OperandOf(N& n, std::string_view name) {
-  auto* a = isInt8Op(n) ? namedOperand(n, name) : nullptr;
-  if (!a) throw std::logic_error(n.op + " has no int8 operand " + std::string(name));
-  return *a;
+const Arg& int8Operand(const Node& n, std::string_view name) {
+  if (!isInt8Op(n)) throw std::logic_error(n.op + " is not an int8 op");
+  return ir::requiredOperand(n, name);
 }
-
-}  // namespace
-
-const Arg& int8Operand(const Node& n, std::string_view name) { return int8OperandOf(n, name); }
-Arg& int8Operand(Node& n, std::string_view name) { return int8OperandOf(n, name); }
+Arg& int8Operand(Node& n, std::string_view name) {
+  return const_cast<Arg&>(int8Operand(static_cast<const Node&>(n), name));
+}
 
 DType quantizedDType(const Node& quantize) {
   return static_cast<DType>(operand(quantize, ir::QuantizePerTensor::dtype).i);

@@ -1,6 +1,9 @@
 // Helpers shared by the rule families (see rule_util.h).
 #include "rules/rule_util.h"
 
+#include <stdexcept>
+#include <string_view>
+
 #include "verifuse/passes/pipeline.h"
 
 namespace verifuse::rules::util {
@@ -17,18 +20,17 @@ const Node* singleUseFusedProducer(const Graph& g, const Arg& a) {
   return p;
 }
 
-const Arg& fusedWeight(const Node& fused) {
-  return fused.op == kConvOp ? ir::operand(fused, ir::FusedConv::weight) : ir::operand(fused, ir::FusedLinear::weight);
+namespace {
+const Arg& fusedOperand(const Node& fused, std::string_view name) {
+  if (!isFusedOp(fused)) throw std::logic_error(fused.op + " is not verifuse::conv or verifuse::linear");
+  return ir::requiredOperand(fused, name);
 }
-Arg& fusedWeight(Node& fused) {
-  return fused.op == kConvOp ? ir::operand(fused, ir::FusedConv::weight) : ir::operand(fused, ir::FusedLinear::weight);
-}
-const Arg& fusedBias(const Node& fused) {
-  return fused.op == kConvOp ? ir::operand(fused, ir::FusedConv::bias) : ir::operand(fused, ir::FusedLinear::bias);
-}
-Arg& fusedBias(Node& fused) {
-  return fused.op == kConvOp ? ir::operand(fused, ir::FusedConv::bias) : ir::operand(fused, ir::FusedLinear::bias);
-}
+}  // namespace
+
+const Arg& fusedWeight(const Node& fused) { return fusedOperand(fused, "weight"); }
+Arg& fusedWeight(Node& fused) { return const_cast<Arg&>(fusedOperand(fused, "weight")); }
+const Arg& fusedBias(const Node& fused) { return fusedOperand(fused, "bias"); }
+Arg& fusedBias(Node& fused) { return const_cast<Arg&>(fusedOperand(fused, "bias")); }
 
 int64_t outChannels(const Graph& g, const Node& fused) {
   const Arg& w = fusedWeight(fused);

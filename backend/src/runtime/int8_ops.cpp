@@ -69,8 +69,8 @@ struct Int8PostOps {
 /// An int8 op's post-op list (parsed by rules::parsePostOps, the one parser of the format), or
 /// nullopt for a malformed text or a list the int8 ops do not take. The int8 sum has no scale of
 /// its own: the residual is dequantized with r_scale and r_zp.
-std::optional<Int8PostOps> parseInt8PostOps(c10::string_view text) {
-  auto parsed = rules::parsePostOps(std::string_view(text.data(), text.size()));
+std::optional<Int8PostOps> parseInt8PostOpsUncached(std::string_view text) {
+  auto parsed = rules::parsePostOps(text);
   if (!parsed.isOk()) return std::nullopt;
   const std::vector<rules::PostOpSpec>& ops = *parsed;
   Int8PostOps p;
@@ -96,6 +96,19 @@ std::optional<Int8PostOps> parseInt8PostOps(c10::string_view text) {
     return std::nullopt;
   }
   return p;
+}
+
+/// parseInt8PostOps once per distinct text and thread: the ops run it on every call, and a model
+/// has a handful of post-op lists (a hit compares strings, allocates nothing).
+std::optional<Int8PostOps> parseInt8PostOps(c10::string_view text) {
+  const std::string_view key(text.data(), text.size());
+  thread_local std::vector<std::pair<std::string, std::optional<Int8PostOps>>> seen;
+  for (const auto& [t, ops] : seen) {
+    if (t == key) return ops;
+  }
+  std::optional<Int8PostOps> ops = parseInt8PostOpsUncached(key);
+  if (seen.size() < 32) seen.emplace_back(std::string(key), ops);
+  return ops;
 }
 
 /// The reference's post-ops (\p ops: \p postOps parsed) and requantization of the float32 result \p y.

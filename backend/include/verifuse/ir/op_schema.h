@@ -221,6 +221,9 @@ std::optional<size_t> operandIndex(const Node& n, std::string_view name);
 /// or null when n's operator has no such operand or n has too few operands.
 const Arg* namedOperand(const Node& n, std::string_view name);
 Arg* namedOperand(Node& n, std::string_view name);
+/// namedOperand that must be there: std::logic_error (a programming error) when it is not.
+const Arg& requiredOperand(const Node& n, std::string_view name);
+Arg& requiredOperand(Node& n, std::string_view name);
 
 // ---- verifuse::rowwise: inputs..., program ------------------------------------------------------
 
