@@ -572,6 +572,12 @@ xl = torch.randn(4, 64) * 10
 with torch.no_grad():
     ref = T._with_exact_int_mm(m, xl)
     assert torch.equal(torch.compile(m, backend="verifuse", options={"strict": True})(xl), ref)
+    # The op itself on extreme codes of both activation types torchao uses (its dynamic activations
+    # are u8): whether eager's _int_mm saturates at this cap differs between CPUs, this does not.
+    w = torch.full((8, 64), 127, dtype=torch.int8)
+    for a in (torch.full((2, 64), 255, dtype=torch.uint8), torch.full((2, 64), -128, dtype=torch.int8)):
+        exact = (a.to(torch.int64) @ w.to(torch.int64).t()).to(torch.int32)
+        assert torch.equal(torch.ops.verifuse.int_mm(a, w), exact), a.dtype
 print("ok")
 '''
     env = dict(os.environ, VERIFUSE_MAX_ISA="baseline", ONEDNN_MAX_CPU_ISA="SSE41", ATEN_CPU_CAPABILITY="default")

@@ -411,8 +411,10 @@ at::Tensor intMm(const at::Tensor& a, const at::Tensor& w) {
       return out;
     }
   }
-  if (a.dim() != 2 || w.dim() != 2 || a.size(1) != w.size(1) || a.scalar_type() != at::kChar) {
-    return at::_int_mm(a, w.t());  // eager's own error for what _int_mm refuses
+  // Both code types _int_mm takes (torchao's dynamic activations are u8 with a zero point) get the
+  // exact product; only what _int_mm refuses goes to it, for eager's own error.
+  if (a.dim() != 2 || w.dim() != 2 || a.size(1) != w.size(1) || !srcType || w.scalar_type() != at::kChar) {
+    return at::_int_mm(a, w.t());
   }
   return at::mm(a.to(at::kLong), w.to(at::kLong).t()).to(at::kInt);
 }
