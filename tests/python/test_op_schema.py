@@ -41,3 +41,20 @@ def test_fused_rows_define_the_fused_ops():
     qconv, qlinear = rows["verifuse::qconv"], rows["verifuse::qlinear"]
     # qlinear is qconv without the spatial attributes: the requantization operands line up by name
     assert [o for o in qconv if o not in ("stride", "padding", "dilation", "groups")] == qlinear
+
+
+def test_fused_rows_of_dispatcher_ops_match_their_registration():
+    # The int8 ops run as dispatcher ops (runtime/int8_ops.cpp registers them at the first compile):
+    # the row's operand names are the registered schema's, so a rewrite that builds the node by
+    # name passes what the op reads.
+    import torch.nn as nn
+
+    import verifuse  # noqa: F401  (the backend)
+
+    with torch.no_grad():
+        torch.compile(nn.Linear(4, 4).eval(), backend="verifuse")(torch.randn(2, 4))
+    rows = [row for row in _C.op_schemas() if row[1].startswith("verifuse::")]
+    registered = [row for row in rows if hasattr(torch.ops.verifuse, row[1].split("::")[1])]
+    assert {"verifuse::qconv", "verifuse::int_mm", "verifuse::int8_weight_mm"} <= {row[1] for row in registered}
+    for struct, op, operands in registered:
+        assert _torch_schemas(op) == [operands], f"{struct} ({op}) names {operands}; registered {_torch_schemas(op)}"

@@ -17,6 +17,7 @@
 //   int8-residual-sum          q([relu](qconv f32 + dq(r, sr, zr)))        = qconv -> u8/s8 with the sum post-op
 //                                                                            (scale sr, zero point zr) [and relu]
 //   int8-int-mm                _int_mm(xq, permute(Wq, [1, 0]))             = verifuse::int_mm(xq, Wq) (s32, torchao's dynamic int8)
+//   int8-weight-only-mm        mm(x, permute(Wq, [1, 0]).to(f32))          = verifuse::int8_weight_mm(x, Wq) (torchao's weight-only int8)
 //   int8-quantize-kernel       q(x f32) left over                          = verifuse::quantize (one C++ pass)
 //
 // The integer semantics the obligations state (torch/ao/quantization/fx/_decomposed.py):
@@ -65,6 +66,7 @@ std::vector<RuleDeclaration> quantizedInt8() {
   rules.push_back(int8SelectCodes());
   rules.push_back(int8ResidualSum());
   rules.push_back(int8IntMm());
+  rules.push_back(int8WeightOnlyMm());
   rules.push_back(int8QuantizeKernel());
   return rules;
 }

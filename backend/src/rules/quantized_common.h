@@ -118,6 +118,7 @@ RuleDeclaration int8SelectCodes();
 RuleDeclaration int8ResidualSum();
 // quantized_kernels.cpp
 RuleDeclaration int8IntMm();
+RuleDeclaration int8WeightOnlyMm();
 RuleDeclaration int8QuantizeKernel();
 
 }  // namespace verifuse::rules::families

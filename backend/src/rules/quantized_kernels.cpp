@@ -4,6 +4,7 @@
 //
 //   int8-int-mm                _int_mm(xq, permute(Wq, [1, 0]))             = verifuse::int_mm(xq, Wq) (s32, torchao's dynamic int8)
 //   int8-quantize-kernel       q(x f32) left over                          = verifuse::quantize (one C++ pass)
+//   int8-weight-only-mm        mm(x f32, permute(Wq, [1, 0]).to(f32))      = verifuse::int8_weight_mm(x, Wq) (torchao's weight-only int8)
 #include <string>
 #include <vector>
 
@@ -98,6 +99,111 @@ RuleDeclaration int8IntMm() {
       .obligation = u::bindNoModel(intMm, IntMmBug::None),
       .mutants = {{"int-mm-weight-not-transposed", "W read as [K, N] (its transpose)",
                    u::bindNoModel(intMm, IntMmBug::WeightNotTransposed)}},
+  };
+}
+
+// ---- int8-weight-only-mm -------------------------------------------------------------------------
+
+namespace {
+
+using ir::Mm;
+using ir::ToCopy;
+
+// aten::mm(x, _to_copy(permute(W, [1, 0]), float32)), x a float32 [M, K] value, W an s8 [N, K]
+// constant: torchao's Int8WeightOnlyConfig linear after aot_autograd desugars its Int8Tensor
+// weight (the per-row scale is the graph's own multiply after the mm, left as eager has it).
+// Without the rule the widened weight is folded into a float32 copy at plan time: four bytes per
+// weight read on every decode step instead of one.
+std::optional<Match> matchInt8WeightOnlyMm(const Graph& g, NodeId id, std::string* whyNot) {
+  const Node& n = g.node(id);
+  if (!hasOperands<Mm>(n) || !operand(n, Mm::self).isValue() || !operand(n, Mm::mat2).isValue()) return std::nullopt;
+  const Node* widen = u::producerOf(g, operand(n, Mm::mat2));
+  if (!widen || widen->op != "aten::_to_copy" || !hasAtLeastOperands<ir::Unary>(*widen)) return std::nullopt;
+  const ir::Value& x = g.value(u::valueOf(operand(n, Mm::self)));
+  if (x.dtype != DType::Float32 || x.shape.size() != 2) return u::why(whyNot, "the activation is not a 2-d float32 value"), std::nullopt;
+  if (g.value(u::valueOf(operand(n, Mm::mat2))).dtype != DType::Float32) {
+    return u::why(whyNot, "the weight is not widened to float32"), std::nullopt;
+  }
+  const Node* perm = u::producerOf(g, operand(*widen, ToCopy::self));
+  if (!perm || perm->op != "aten::permute" || !hasOperands<Permute>(*perm)) {
+    return u::why(whyNot, "the widened weight is not a transposed constant"), std::nullopt;
+  }
+  auto dims = operand(*perm, Permute::dims).asIntList();
+  if (!dims.isOk() || *dims != std::vector<int64_t>{1, 0}) return std::nullopt;
+  const ConstantTensor* w = constantOf(g, operand(*perm, Permute::self));
+  if (!w || w->dtype != DType::Int8 || w->sizes.size() != 2 || !w->isContiguous()) {
+    return u::why(whyNot, "the weight is not a contiguous 2-d s8 constant"), std::nullopt;
+  }
+  return Match{id, id, 0};
+}
+
+Status rewriteInt8WeightOnlyMm(Graph& g, const Match& m, FusionRecord&) {
+  Node& n = g.mutableNode(m.anchor);
+  const Node* widen = u::producerOf(g, operand(n, Mm::mat2));
+  const Node* perm = widen ? u::producerOf(g, operand(*widen, ToCopy::self)) : nullptr;
+  if (!perm) return internalError("int8-weight-only-mm: match no longer holds");
+  using ir::FusedInt8WeightMm;
+  // The widening and the permute stay while others read them (dead code removes them otherwise).
+  std::vector<Arg> operands = OperandsOf<FusedInt8WeightMm>()
+                                  .set(FusedInt8WeightMm::x, operand(n, Mm::self))
+                                  .set(FusedInt8WeightMm::weight, operand(*perm, Permute::self))
+                                  .take();
+  n.op = "verifuse::int8_weight_mm";
+  n.overload = "";
+  n.args = std::move(operands);
+  return Status::ok();
+}
+
+enum class WeightOnlyBug { None, WeightNotTransposed, WeightZeroExtended };
+
+// mm(x, permute(W, [1, 0]).to(float32))[m, n] = sum_k x[m, k] * W[n, k] on explicit [2, 2]
+// tensors, W integers in [-128, 127]: the widening is exact on both sides (|W| < 2^24), so the
+// kernel's sign-extended weight times x is the source's product, summed over k (both sides sum
+// in float32; the order of that sum is every GEMM's freedom, as for the float linears).
+Obligation weightOnlyMm(WeightOnlyBug bug) {
+  ObligationBuilder ob("int8-weight-only-mm");
+  using sem::ElementTensor;
+  const ElementTensor x = ElementTensor::variables("x", {2, 2});
+  std::vector<Expr> codes;
+  for (int64_t i = 0; i < 4; ++i) {
+    Expr c = ob.var("W[" + std::to_string(i / 2) + "," + std::to_string(i % 2) + "]", Sort::Int);
+    ob.assume(c >= Expr::integer(-128)).assume(c <= Expr::integer(127));
+    codes.push_back(c);
+  }
+  const ElementTensor w = ElementTensor::fromFunction({2, 2}, [codes](const sem::Index& i) { return codes[static_cast<size_t>(i[0] * 2 + i[1])]; });
+  // The kernel widens each s8 weight in registers (vpmovsxbd, then vcvtdq2ps) and multiplies.
+  auto widened = [bug](const Expr& code) {
+    if (bug == WeightOnlyBug::WeightZeroExtended) return Expr::ite(code < Expr::integer(0), code + Expr::integer(256), code);
+    return code;
+  };
+  const ElementTensor kernel = ElementTensor::fromFunction({2, 2}, [x, w, bug, widened](const sem::Index& i) {
+    Expr acc = Expr::integer(0);
+    for (int64_t k = 0; k < 2; ++k) {
+      const Expr code = bug == WeightOnlyBug::WeightNotTransposed ? w.at({k, i[1]}) : w.at({i[1], k});
+      acc = acc + x.at({i[0], k}) * widened(code);
+    }
+    return acc;
+  });
+  sem::proveElementwise(ob, "out", sem::mm(x, sem::permute(w, {1, 0})), kernel);
+  return ob.build();
+}
+
+}  // namespace
+
+RuleDeclaration int8WeightOnlyMm() {
+  return {
+      .id = "int8-weight-only-mm",
+      .summary = "mm(f32 x, permute(s8 W).to(f32)) -> verifuse::int8_weight_mm (reads W as s8, widens in registers)",
+      .math = "sum_k x[m, k] float(W^T[k, n]) = sum_k x[m, k] float(W[n, k]), float(W) exact for |W| <= 128",
+      .phase = Phase::kFusion,
+      .anchors = {"aten::mm"},
+      .match = matchInt8WeightOnlyMm,
+      .rewrite = rewriteInt8WeightOnlyMm,
+      .obligation = u::bindNoModel(weightOnlyMm, WeightOnlyBug::None),
+      .mutants = {{"weight-only-mm-weight-not-transposed", "W read as [K, N] (its transpose)",
+                   u::bindNoModel(weightOnlyMm, WeightOnlyBug::WeightNotTransposed)},
+                  {"weight-only-mm-weight-zero-extended", "the s8 weight widened as u8 (vpmovzxbd for vpmovsxbd)",
+                   u::bindNoModel(weightOnlyMm, WeightOnlyBug::WeightZeroExtended)}},
   };
 }
 

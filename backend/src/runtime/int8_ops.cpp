@@ -15,6 +15,9 @@
 // exactly what torch's quantized_decomposed ops and ATen compute in the source graph
 // (torch/ao/quantization/fx/_decomposed.py), so an input the kernel cannot take (or a shape error)
 // gives eager's result or eager's error.
+//
+//   int8_weight_mm(x, Wq): x float32 [M, K], Wq s8 [N, K] (torchao's weight-only int8 linears):
+//         mm(x, Wq^T widened to float32) on the kernel that keeps Wq in s8 (kernels/weight_only.h).
 #include "runtime/int8_ops.h"
 
 #include <ATen/ATen.h>
@@ -34,6 +37,7 @@
 #include "verifuse/kernels/layout.h"
 #include "verifuse/kernels/ops.h"
 #include "verifuse/kernels/quantize.h"
+#include "verifuse/kernels/weight_only.h"
 #include "verifuse/rules/rules.h"
 
 namespace verifuse::runtime {
@@ -419,6 +423,45 @@ at::Tensor intMm(const at::Tensor& a, const at::Tensor& w) {
   return at::mm(a.to(at::kLong), w.to(at::kLong).t()).to(at::kInt);
 }
 
+// verifuse::int8_weight_mm(x, w): aten::mm(x, permute(w, [1, 0]).to(float32)) with w an s8 [N, K]
+// constant (int8-weight-only-mm: torchao's Int8WeightOnlyConfig linears), on the kernel that reads
+// w as s8, packed once per weight (kernels/weight_only.h). Below AVX2, or for what the kernel does
+// not take, eager's own composition runs (its result, or its error).
+at::Tensor int8WeightMm(const at::Tensor& x, const at::Tensor& w) {
+  const bool fits = x.scalar_type() == at::kFloat && w.scalar_type() == at::kChar && x.dim() == 2 && w.dim() == 2 &&
+                    x.size(1) == w.size(1) && w.is_contiguous() && w.numel() > 0 && x.stride(1) == 1 &&
+                    (x.size(0) <= 1 || x.stride(0) >= x.size(1)) && kernels::int8WeightMatmulAvailable();
+  if (!fits) return at::mm(x, w.t().to(at::kFloat));
+  struct Packed {
+    c10::weak_intrusive_ptr<c10::TensorImpl> weight;
+    uint32_t version = 0;
+    std::shared_ptr<const kernels::Int8WeightMatmul> kernel;
+  };
+  static std::mutex mutex;
+  static std::map<const c10::TensorImpl*, Packed> packed;  // by weight; a new version repacks
+  std::shared_ptr<const kernels::Int8WeightMatmul> kernel;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto e = packed.begin(); e != packed.end();) e = e->second.weight.expired() ? packed.erase(e) : std::next(e);
+    auto it = packed.find(w.unsafeGetTensorImpl());
+    if (it != packed.end() && it->second.version == w._version()) {
+      kernel = it->second.kernel;
+    } else {
+      auto made = kernels::Int8WeightMatmul::create(static_cast<const int8_t*>(w.data_ptr()), w.size(0), w.size(1));
+      TORCH_CHECK(made.isOk(), "verifuse: int8 weight matmul: ", made.status().toString());
+      kernel = std::move(*made);
+      packed.insert_or_assign(w.unsafeGetTensorImpl(),
+                              Packed{c10::weak_intrusive_ptr<c10::TensorImpl>(w.getIntrusivePtr()), w._version(), kernel});
+    }
+  }
+  at::Tensor y = at::empty({x.size(0), w.size(0)}, x.options());
+  if (x.size(0) == 0) return y;
+  const int64_t ldx = x.size(0) == 1 ? x.size(1) : x.stride(0);  // one row: its stride is never read
+  Status st = kernel->run(x.data_ptr<float>(), x.size(0), ldx, y.data_ptr<float>(), w.size(0));
+  TORCH_CHECK(st.isOk(), "verifuse: int8 weight matmul failed: ", st.toString());
+  return y;
+}
+
 // verifuse::qmax_pool(x, kernel_size, stride, padding, dilation, ceil_mode): 2-d max pooling of
 // u8/s8 codes (int8-maxpool-codes: the code of the max is the max of the codes), on oneDNN's u8/s8
 // pooling. The reference pools the codes widened to float (exact for codes) and narrows back:
@@ -489,22 +532,24 @@ void registerInt8Ops() {
   std::call_once(once, [] {
     static torch::Library defs(torch::Library::FRAGMENT, "verifuse", std::nullopt, __FILE__, __LINE__);
     defs.def(
-        "qconv(Tensor x, Tensor w, Tensor? b, int[] stride, int[] padding, int[] dilation, int groups, str post_ops, "
+        "qconv(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, int groups, str post_ops, "
         "float x_scale, int x_zp, Tensor w_scales, Tensor w_zps, float y_scale, int y_zp, int y_qmin, int y_qmax, "
         "ScalarType? y_dtype, Tensor? residual, float r_scale, int r_zp) -> Tensor");
     defs.def(
-        "qlinear(Tensor x, Tensor w, Tensor? b, str post_ops, float x_scale, int x_zp, Tensor w_scales, Tensor w_zps, "
+        "qlinear(Tensor x, Tensor weight, Tensor? bias, str post_ops, float x_scale, int x_zp, Tensor w_scales, Tensor w_zps, "
         "float y_scale, int y_zp, int y_qmin, int y_qmax, ScalarType? y_dtype, Tensor? residual, float r_scale, "
         "int r_zp) -> Tensor");
-    defs.def("quantize(Tensor x, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
-    defs.def("int_mm(Tensor a, Tensor w) -> Tensor");
-    defs.def("qmax_pool(Tensor x, int[] kernel_size, int[] stride, int[] padding, int[] dilation, bool ceil_mode) -> Tensor");
+    defs.def("quantize(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
+    defs.def("int_mm(Tensor a, Tensor weight) -> Tensor");
+    defs.def("int8_weight_mm(Tensor x, Tensor weight) -> Tensor");
+    defs.def("qmax_pool(Tensor codes, int[] kernel_size, int[] stride, int[] padding, int[] dilation, bool ceil_mode) -> Tensor");
     static torch::Library impls(torch::Library::IMPL, "verifuse", c10::DispatchKey::CPU, __FILE__, __LINE__);
     impls.impl("quantize", TORCH_FN(quantize));
     impls.impl("qconv", TORCH_FN(qconv));
     impls.impl("qlinear", TORCH_FN(qlinear));
     impls.impl("qmax_pool", TORCH_FN(qmaxPool));
     impls.impl("int_mm", TORCH_FN(intMm));
+    impls.impl("int8_weight_mm", TORCH_FN(int8WeightMm));
   });
 }
 

@@ -123,6 +123,7 @@ namespace verifuse::ir {
   X(QLinear, "verifuse::qlinear", x, weight, bias, post_ops, x_scale, x_zp, w_scales, w_zps, y_scale, y_zp, y_qmin,   \
     y_qmax, y_dtype, residual, r_scale, r_zp)                                                                         \
   X(FusedIntMm, "verifuse::int_mm", a, weight)                                                                        \
+  X(FusedInt8WeightMm, "verifuse::int8_weight_mm", x, weight)                                                         \
   X(FusedQuantize, "verifuse::quantize", input, scale, zero_point, quant_min, quant_max, dtype)                       \
   X(QMaxPool, "verifuse::qmax_pool", codes, kernel_size, stride, padding, dilation, ceil_mode)
 
