@@ -4,7 +4,7 @@ PYTHON ?= python
 BUILD_DIR ?= build/cmake
 JOBS ?= 2
 
-.PHONY: report-screenshots install deps demo test test-crash test-saved-models test-cpp test-python test-tiers test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic bench-reports
+.PHONY: report-screenshots install deps demo test test-crash test-saved-models test-cpp test-python test-tiers test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic bench-reports bench-llm-deps bench-generate
 
 deps:
 	@# GoogleTest from Debian (docs/dependencies.md); everything else from PyPI, pinned.
@@ -151,6 +151,25 @@ bench-int8: bench-own-int8 bench-hf-int8
 # (about 4 minutes): bench/results/hf_dynamic.{json,md}
 bench-hf-dynamic:
 	$(BENCH_PY) bench/shapes/hf_dynamic.py --json $(BENCH_RESULTS)/hf_dynamic.json
+
+# ---- generation benchmark (issue 42; bench/README.md "Generation benchmark", docs/benchmarking.md) ----
+# llama-cpp-python builds its bundled llama.cpp from the sdist with CMake (about 6 minutes on 2 cores):
+# -march=native, without the multimodal library the benchmark does not use. --no-cache-dir: a wheel
+# built for this CPU must not be taken from pip's cache on another one.
+LLM_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF
+bench-llm-deps:
+	CMAKE_ARGS="$(LLM_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) \
+		$(PYTHON) -m pip install -q --no-cache-dir -c bench/constraints-bench.txt -r bench/requirements-llm.txt
+
+# HF generate() on eager/inductor/OpenVINO/zentorch/verifuse and llama.cpp on the same random weights,
+# one process per backend and configuration: bench/results/generation.{json,md}. GEN_MODELS=small for
+# minutes instead of hours; GEN_ARGS for anything else (--cache, --batch, --prompt, --dtype, ...).
+GEN_MODELS ?= qwen2.5-0.5b,llama-3.2-1b
+GEN_ARGS ?=
+bench-generate:
+	$(BENCH_PY) -m verifuse_bench.generation --models $(GEN_MODELS) --backends all --cache static,dynamic \
+		--batch 1,4 --prompt 128,512 --new-tokens 64 --threads 1 --dtype float32,bfloat16,int8-weight-only \
+		--json $(BENCH_RESULTS)/generation.json $(GEN_ARGS)
 
 # the .md table and .png plot of every peer-benchmark JSON in bench/results, made again from the JSON
 # (only the JSON is committed: bench/results/INDEX.md); BENCH_REPORTS=bench/results/x.json for one file
