@@ -19,20 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_source import BENCH, use_source_tree_bench  # noqa: E402
 
-
-def _use_source_tree_bench() -> None:
-    """Test the checkout's bench/verifuse_bench, even when an older one is installed."""
-    mod = sys.modules.get("verifuse_bench")
-    if mod is not None and Path(mod.__file__).resolve().parent.parent != BENCH:
-        for name in [n for n in sys.modules if n == "verifuse_bench" or n.startswith("verifuse_bench.")]:
-            del sys.modules[name]
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-
-
-_use_source_tree_bench()
+use_source_tree_bench()
 
 from verifuse_bench import backends as bk  # noqa: E402
 from verifuse_bench import harness  # noqa: E402
