@@ -442,11 +442,15 @@ at::Tensor int8WeightMm(const at::Tensor& x, const at::Tensor& w) {
   std::shared_ptr<const kernels::Int8WeightMatmul> kernel;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    for (auto e = packed.begin(); e != packed.end();) e = e->second.weight.expired() ? packed.erase(e) : std::next(e);
     auto it = packed.find(w.unsafeGetTensorImpl());
-    if (it != packed.end() && it->second.version == w._version()) {
+    // A hit is this very tensor (alive, so no other tensor holds its address) at the same version.
+    if (it != packed.end() && it->second.version == w._version() && !it->second.weight.expired()) {
       kernel = it->second.kernel;
     } else {
+      // Only a miss sweeps out the packings of weights that are gone (a hit is every decode step's).
+      for (auto e = packed.begin(); e != packed.end();) {
+        e = e->second.weight.expired() ? packed.erase(e) : std::next(e);
+      }
       auto made = kernels::Int8WeightMatmul::create(static_cast<const int8_t*>(w.data_ptr()), w.size(0), w.size(1));
       TORCH_CHECK(made.isOk(), "verifuse: int8 weight matmul: ", made.status().toString());
       kernel = std::move(*made);
