@@ -411,6 +411,47 @@ def test_torchao_dynamic_configs_run_on_verifuse(config):
         assert same(compiled(x), _with_exact_int_mm(model, x))
 
 
+@pytest.mark.parametrize("mapping", ["SYMMETRIC", "ASYMMETRIC"])
+def test_torchao_int4_weight_only_runs_on_verifuse(mapping):
+    # torchao's IntxWeightOnlyConfig(int4, PerGroup(32)) (its int4 weight-only path on CPU) keeps
+    # the codes in s8 with a scale and zero point per 32 columns of a row; aot_autograd desugars
+    # the dequantization into the graph. verifuse reads the codes as packed nibbles
+    # (verifuse::int4_weight_mm, rule int4-weight-only-mm): the dequantized weights are eager's
+    # float32 numbers, summed in the kernel's order (a float32 GEMM's freedom). Up to 64 rows on the
+    # kernel; more run the composition itself, and so do codes the kernel cannot take.
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        from torchao.quantization import IntxWeightOnlyConfig, MappingType, quantize_
+        from torchao.quantization.granularity import PerGroup
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 40, bias=False)).eval()
+    quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32),
+                                          mapping_type=getattr(MappingType, mapping)))
+    weight = model[0].weight
+    assert weight.target_dtype == torch.int4 and tuple(weight.block_size) == (1, 32)
+    if mapping == "ASYMMETRIC":
+        assert (weight.zero_point != 0).any()
+    report = verifuse.explain(model, torch.randn(3, 64), strict=True)
+    assert not report.to_dict()["fallbacks"] and report.graphs[0].engine == "verifuse"
+    ops = ops_of(report)
+    if CAPS["own_avx2"]:
+        assert "verifuse::int4_weight_mm" in ops and "aten::_to_copy" not in ops, sorted(ops)
+    compiled = torch.compile(model, backend="verifuse", dynamic=True, options={"strict": True})
+    with torch.no_grad():
+        for rows in (1, 3, 64, 100):
+            x = torch.randn(rows, 64)
+            _float32_gemm_close(compiled(x), model(x))
+        # A code outside [-8, 7] written in place: the kernel refuses to pack it and the op runs
+        # eager's composition (the dequantization of whatever the codes are).
+        weight.qdata[5, 7] = 9
+        x = torch.randn(2, 64)
+        _float32_gemm_close(compiled(x), model(x))
+        weight.qdata.copy_(torch.flip(weight.qdata, [0]).clamp(-8, 7))
+        _float32_gemm_close(compiled(x), model(x))
+
+
 def _float32_gemm_close(got, want):
     # Float32 sums of K products in another order: a few ulp of the sum of their magnitudes.
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)

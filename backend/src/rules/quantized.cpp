@@ -18,6 +18,7 @@
 //                                                                            (scale sr, zero point zr) [and relu]
 //   int8-int-mm                _int_mm(xq, permute(Wq, [1, 0]))             = verifuse::int_mm(xq, Wq) (s32, torchao's dynamic int8)
 //   int8-weight-only-mm        mm(x, permute(Wq, [1, 0]).to(f32))          = verifuse::int8_weight_mm(x, Wq) (torchao's weight-only int8)
+//   int4-weight-only-mm        [add]mm(x, torchao's dequantized int4 W^T)    = verifuse::int4_weight_mm(x, Q, S, Z, b, g) (torchao's int4, groups of g)
 //   int8-quantize-kernel       q(x f32) left over                          = verifuse::quantize (one C++ pass)
 //
 // The integer semantics the obligations state (torch/ao/quantization/fx/_decomposed.py):
@@ -67,6 +68,7 @@ std::vector<RuleDeclaration> quantizedInt8() {
   rules.push_back(int8ResidualSum());
   rules.push_back(int8IntMm());
   rules.push_back(int8WeightOnlyMm());
+  rules.push_back(int4WeightOnlyMm());
   rules.push_back(int8QuantizeKernel());
   return rules;
 }

@@ -119,6 +119,7 @@ RuleDeclaration int8ResidualSum();
 // quantized_kernels.cpp
 RuleDeclaration int8IntMm();
 RuleDeclaration int8WeightOnlyMm();
+RuleDeclaration int4WeightOnlyMm();
 RuleDeclaration int8QuantizeKernel();
 
 }  // namespace verifuse::rules::families

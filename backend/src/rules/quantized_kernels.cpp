@@ -5,6 +5,8 @@
 //   int8-int-mm                _int_mm(xq, permute(Wq, [1, 0]))             = verifuse::int_mm(xq, Wq) (s32, torchao's dynamic int8)
 //   int8-quantize-kernel       q(x f32) left over                          = verifuse::quantize (one C++ pass)
 //   int8-weight-only-mm        mm(x f32, permute(Wq, [1, 0]).to(f32))      = verifuse::int8_weight_mm(x, Wq) (torchao's weight-only int8)
+//   int4-weight-only-mm        [add]mm([b,] x f32, permute(view((view(Q).to(f32) - view(Z).to(f32)) * view(S))))
+//                                                                          = verifuse::int4_weight_mm(x, Q, S, Z, b, g) (torchao's int4, groups of g)
 #include <string>
 #include <vector>
 
@@ -204,6 +206,239 @@ RuleDeclaration int8WeightOnlyMm() {
                    u::bindNoModel(weightOnlyMm, WeightOnlyBug::WeightNotTransposed)},
                   {"weight-only-mm-weight-zero-extended", "the s8 weight widened as u8 (vpmovzxbd for vpmovsxbd)",
                    u::bindNoModel(weightOnlyMm, WeightOnlyBug::WeightZeroExtended)}},
+  };
+}
+
+// ---- int4-weight-only-mm -------------------------------------------------------------------------
+
+namespace {
+
+using ir::Addmm;
+using ir::View;
+
+// Int4WeightMatmul::kChunk (kernels/weight_only.h): the group sizes the kernel packs are its
+// multiples (other groups would only reach the op's own composition).
+constexpr int64_t kInt4Chunk = 16;
+
+// The constant under aten::view(constant, sizes), with those sizes.
+const ConstantTensor* viewedConstant(const Graph& g, const Arg& a, std::vector<int64_t>* sizes) {
+  const Node* v = u::producerOf(g, a);
+  if (!v || v->op != "aten::view" || !hasOperands<View>(*v)) return nullptr;
+  auto got = operand(*v, View::size).asIntList();
+  if (!got.isOk()) return nullptr;
+  *sizes = *got;
+  const ConstantTensor* c = constantOf(g, operand(*v, View::self));
+  return c && c->isContiguous() ? c : nullptr;
+}
+
+// The operand of a float32 aten::_to_copy.
+const Arg* widenedOperand(const Graph& g, const Arg& a) {
+  const Node* widen = u::producerOf(g, a);
+  if (!widen || widen->op != "aten::_to_copy" || !hasAtLeastOperands<ir::Unary>(*widen)) return nullptr;
+  if (g.value(u::valueOf(a)).dtype != DType::Float32) return nullptr;
+  return &operand(*widen, ToCopy::self);
+}
+
+struct Int4Linear {
+  Arg x, codes, scale, zeroPoint, bias = Arg::none();
+  int64_t group = 0;
+};
+
+// aten::mm(x, W^T) or aten::addmm(b, x, W^T, 1, 1) with W^T = permute(view(D, [N, K]), [1, 0]) and
+//   D = (view(Q, [N, G, g]).to(f32) - view(Z, [N, G, 1]).to(f32)) * view(S, [N, G, 1])
+// (the multiply's operands either way round): torchao's IntxWeightOnlyConfig(int4, PerGroup(g))
+// linear after aot_autograd desugars its IntxUnpackedToInt8Tensor (s8 codes Q [N, K], float32
+// scales S and s8 zero points Z [N, G]). Without the rule the dequantized float32 weight is
+// computed on every call (rows of a row-fused program): eight bytes written and read per weight.
+std::optional<Int4Linear> int4Linear(const Graph& g, const Node& n, std::string* whyNot) {
+  const bool isAddmm = n.op == "aten::addmm";
+  if (isAddmm ? !hasOperands<Addmm>(n) : !hasOperands<Mm>(n)) return std::nullopt;
+  const Arg& xArg = isAddmm ? operand(n, Addmm::mat1) : operand(n, Mm::self);
+  const Arg& wArg = isAddmm ? operand(n, Addmm::mat2) : operand(n, Mm::mat2);
+  const Node* perm = u::producerOf(g, wArg);
+  if (!perm || perm->op != "aten::permute" || !hasOperands<Permute>(*perm)) return std::nullopt;
+  auto dims = operand(*perm, Permute::dims).asIntList();
+  if (!dims.isOk() || *dims != std::vector<int64_t>{1, 0}) return std::nullopt;
+  const Node* flat = u::producerOf(g, operand(*perm, Permute::self));
+  if (!flat || flat->op != "aten::view" || !hasOperands<View>(*flat)) return std::nullopt;
+  const Node* mul = u::producerOf(g, operand(*flat, View::self));
+  if (!mul || mul->op != "aten::mul" || !hasOperands<ir::Mul>(*mul)) return std::nullopt;
+  const Node* sub = u::producerOf(g, operand(*mul, ir::Mul::self));
+  Arg scaleArg = operand(*mul, ir::Mul::other);
+  if (!sub || sub->op != "aten::sub") {
+    sub = u::producerOf(g, operand(*mul, ir::Mul::other));
+    scaleArg = operand(*mul, ir::Mul::self);
+  }
+  if (!sub || sub->op != "aten::sub" || !hasOperands<ir::Sub>(*sub)) return std::nullopt;
+  // From here on the shape is torchao's dequantize-then-matmul: a failed guard is a near miss.
+  auto alpha = u::numberArg(operand(*sub, ir::Sub::alpha));
+  if (!alpha || *alpha != 1.0) return u::why(whyNot, "the zero point is subtracted with alpha != 1"), std::nullopt;
+  const Arg* codesWidened = widenedOperand(g, operand(*sub, ir::Sub::self));
+  const Arg* zeroWidened = widenedOperand(g, operand(*sub, ir::Sub::other));
+  if (!codesWidened || !zeroWidened) return u::why(whyNot, "codes and zero points are not widened to float32"), std::nullopt;
+  std::vector<int64_t> qSizes, zSizes, sSizes;
+  const ConstantTensor* q = viewedConstant(g, *codesWidened, &qSizes);
+  const ConstantTensor* z = viewedConstant(g, *zeroWidened, &zSizes);
+  const ConstantTensor* sc = viewedConstant(g, scaleArg, &sSizes);
+  if (!q || !z || !sc || q->dtype != DType::Int8 || z->dtype != DType::Int8 || sc->dtype != DType::Float32 ||
+      q->sizes.size() != 2 || qSizes.size() != 3) {
+    return u::why(whyNot, "not s8 codes, s8 zero points and float32 scales viewed as [N, G, g]"), std::nullopt;
+  }
+  const int64_t rows = q->sizes[0], cols = q->sizes[1], groups = qSizes[1], group = qSizes[2];
+  const std::vector<int64_t> perGroup{rows, groups, 1}, flatSizes{rows, cols};
+  if (qSizes[0] != rows || groups * group != cols || zSizes != perGroup || sSizes != perGroup ||
+      z->sizes != std::vector<int64_t>{rows, groups} || sc->sizes != std::vector<int64_t>{rows, groups}) {
+    return u::why(whyNot, "the scales and zero points are not one per row and group"), std::nullopt;
+  }
+  auto flatTo = operand(*flat, View::size).asIntList();
+  if (!flatTo.isOk() || *flatTo != flatSizes) return u::why(whyNot, "the dequantized weight is not viewed back as [N, K]"), std::nullopt;
+  if (group % kInt4Chunk != 0) {
+    return u::why(whyNot, "group size " + std::to_string(group) + " is not a multiple of 16 (the kernel's packing)"), std::nullopt;
+  }
+  const ir::Value& x = g.value(u::valueOf(xArg));
+  if (!xArg.isValue() || x.dtype != DType::Float32 || x.shape.size() != 2) {
+    return u::why(whyNot, "the activation is not a 2-d float32 value"), std::nullopt;
+  }
+  Int4Linear linear{xArg, operand(*(u::producerOf(g, *codesWidened)), View::self),
+                    operand(*(u::producerOf(g, scaleArg)), View::self), operand(*(u::producerOf(g, *zeroWidened)), View::self),
+                    Arg::none(), group};
+  if (isAddmm) {
+    auto beta = u::numberArg(operand(n, Addmm::beta)), a = u::numberArg(operand(n, Addmm::alpha));
+    if (!beta || !a || *beta != 1.0 || *a != 1.0) return u::why(whyNot, "addmm with beta/alpha != 1"), std::nullopt;
+    const ConstantTensor* b = u::f32Constant(g, operand(n, Addmm::self));
+    if (!b || b->sizes != std::vector<int64_t>{rows}) {
+      return u::why(whyNot, "the bias is not a float32 constant with one value per output feature"), std::nullopt;
+    }
+    linear.bias = operand(n, Addmm::self);
+  }
+  return linear;
+}
+
+std::optional<Match> matchInt4WeightOnlyMm(const Graph& g, NodeId id, std::string* whyNot) {
+  if (!int4Linear(g, g.node(id), whyNot)) return std::nullopt;
+  return Match{id, id, 0};
+}
+
+Status rewriteInt4WeightOnlyMm(Graph& g, const Match& m, FusionRecord&) {
+  auto linear = int4Linear(g, g.node(m.anchor), nullptr);
+  if (!linear) return internalError("int4-weight-only-mm: match no longer holds");
+  using ir::FusedInt4WeightMm;
+  Node& n = g.mutableNode(m.anchor);
+  // The dequantization stays while others read it (dead code removes it otherwise).
+  n.args = OperandsOf<FusedInt4WeightMm>()
+               .set(FusedInt4WeightMm::x, linear->x)
+               .set(FusedInt4WeightMm::weight, linear->codes)
+               .set(FusedInt4WeightMm::scale, linear->scale)
+               .set(FusedInt4WeightMm::zero_point, linear->zeroPoint)
+               .set(FusedInt4WeightMm::bias, linear->bias)
+               .set(FusedInt4WeightMm::group_size, Arg::integer(linear->group))
+               .take();
+  n.op = "verifuse::int4_weight_mm";
+  n.overload = "";
+  return Status::ok();
+}
+
+enum class Int4Bug { None, NibbleOrderSwapped, GroupBoundaryOffByOne, ZeroPointSignFlipped, CodesNotRecentred };
+
+// On explicit tensors (N = 2 output features, K = 8, groups of g = 4; the kernel packs 8 columns'
+// nibbles per 32-bit word, here 2 per byte, the same layout narrowed), codes Q in [-8, 7] (the
+// kernel's packing refuses others at run time), zero points Z any s8, scales S any reals:
+//   source weight  D[n, k] = (Q[n, k] - Z[n, k / g]) * S[n, k / g]
+//   kernel weight  T[n, k / g][u(n, k)] = (u(n, k) - (Z[n, k / g] + 8)) * S[n, k / g]
+// where u(n, k) is the nibble the kernel reads back from the word it packed: the word of k holds
+// Q[c, k] + 8 in nibble c (bits 4c..4c+3), and the nibbles of a word P are the unique
+// u_c in [0, 15] with P = sum_c 16^c u_c (what `shift right 4c` then the table's low-4-bit index,
+// or `and 15`, compute). The goals: per weight, the integer factor and the scale the kernel
+// multiplies are the source's (so the float32 products, one rounding on each side, are the same
+// number: torchao's dequantized weight exactly; stated as two goals, the integer one linear, as
+// one product it is a nonlinear mixed problem the solver times out on); and, with those weights,
+// the kernel's output b[n] + sum_k x[k] w[n, k] is addmm(b, x, permute(view(w, [N, K]), [1, 0]))
+// (the view and the transposition; the mm form is b = 0).
+Obligation int4WeightOnlyDequant(Int4Bug bug) {
+  ObligationBuilder ob("int4-weight-only-mm");
+  using sem::ElementTensor;
+  constexpr int64_t kN = 2, kK = 8, kGroup = 4, kGroups = kK / kGroup;
+  std::vector<Expr> codes, zeros, scales;
+  for (int64_t i = 0; i < kN * kK; ++i) {
+    Expr c = ob.var("Q[" + std::to_string(i / kK) + "," + std::to_string(i % kK) + "]", Sort::Int);
+    ob.assume(c >= Expr::integer(-8)).assume(c <= Expr::integer(7));
+    codes.push_back(c);
+  }
+  for (int64_t i = 0; i < kN * kGroups; ++i) {
+    const std::string at = "[" + std::to_string(i / kGroups) + "," + std::to_string(i % kGroups) + "]";
+    Expr z = ob.var("Z" + at, Sort::Int);
+    ob.assume(z >= Expr::integer(-128)).assume(z <= Expr::integer(127));
+    zeros.push_back(z);
+    scales.push_back(ob.var("S" + at));
+  }
+  auto code = [&](int64_t n, int64_t k) { return codes[static_cast<size_t>(n * kK + k)]; };
+  auto zero = [&](int64_t n, int64_t gi) { return zeros[static_cast<size_t>(n * kGroups + gi)]; };
+  auto scale = [&](int64_t n, int64_t gi) { return scales[static_cast<size_t>(n * kGroups + gi)]; };
+  // The kernel's packing and the nibbles it reads back.
+  auto stored = [bug](const Expr& q) {
+    if (bug == Int4Bug::CodesNotRecentred) return Expr::ite(q < Expr::integer(0), q + Expr::integer(16), q);
+    return q + Expr::integer(8);
+  };
+  std::vector<Expr> nibble(static_cast<size_t>(kN * kK));
+  for (int64_t k = 0; k < kK; ++k) {
+    const std::string at = "[" + std::to_string(k) + "]";
+    const Expr packed = stored(code(0, k)) + Expr::integer(16) * stored(code(1, k));
+    const Expr u0 = ob.fresh("u0" + at, [](Expr v) { return std::vector<Expr>{v >= Expr::integer(0), v <= Expr::integer(15)}; }, Sort::Int);
+    const Expr u1 = ob.fresh("u1" + at, [&](Expr v) {
+      return std::vector<Expr>{v >= Expr::integer(0), v <= Expr::integer(15), packed == Expr::integer(16) * v + u0};
+    }, Sort::Int);
+    const bool swapped = bug == Int4Bug::NibbleOrderSwapped;
+    nibble[static_cast<size_t>(0 * kK + k)] = swapped ? u1 : u0;
+    nibble[static_cast<size_t>(1 * kK + k)] = swapped ? u0 : u1;
+  }
+  for (int64_t n = 0; n < kN; ++n) {
+    for (int64_t k = 0; k < kK; ++k) {
+      const int64_t gi = k / kGroup;
+      const int64_t kernelGroup = bug == Int4Bug::GroupBoundaryOffByOne ? std::min((k + 1) / kGroup, kGroups - 1) : gi;
+      const Expr offsetZero = bug == Int4Bug::ZeroPointSignFlipped ? Expr::integer(8) - zero(n, kernelGroup)
+                                                                   : zero(n, kernelGroup) + Expr::integer(8);
+      const std::string at = "[" + std::to_string(n) + "," + std::to_string(k) + "]";
+      ob.prove("weight code" + at, code(n, k) - zero(n, gi), nibble[static_cast<size_t>(n * kK + k)] - offsetZero);
+      ob.prove("weight scale" + at, scale(n, gi), scale(n, kernelGroup));
+    }
+  }
+  // The sum over those weights, in the kernel's indexing, against addmm over the viewed,
+  // transposed weight.
+  const ElementTensor x = ElementTensor::variables("x", {1, kK});
+  const ElementTensor bias = ElementTensor::variables("b", {kN});
+  const ElementTensor w = ElementTensor::variables("w", {kN, kGroups, kGroup});
+  const ElementTensor source = sem::addmm(bias, x, sem::permute(sem::reshape(w, {kN, kK}), {1, 0}), 1, 1);
+  const ElementTensor kernel = ElementTensor::fromFunction({1, kN}, [x, bias, w](const sem::Index& i) {
+    Expr acc = bias.at({i[1]});
+    for (int64_t k = 0; k < kK; ++k) acc = acc + x.at({0, k}) * w.at({i[1], k / kGroup, k % kGroup});
+    return acc;
+  });
+  sem::proveElementwise(ob, "out", source, kernel);
+  return ob.build();
+}
+
+}  // namespace
+
+RuleDeclaration int4WeightOnlyMm() {
+  return {
+      .id = "int4-weight-only-mm",
+      .summary = "[add]mm(f32 x, torchao's dequantized int4 weight^T) -> verifuse::int4_weight_mm (packed nibbles, "
+                 "a table per group)",
+      .math = "sum_k x[k] (Q[n,k] - Z[n,k/g]) S[n,k/g] = sum_k x[k] T[n,k/g][u(n,k)], u = Q + 8 packed 8 "
+              "columns per word, T[u] = (u - (Z + 8)) S",
+      .phase = Phase::kFusion,
+      .anchors = {"aten::mm", "aten::addmm"},
+      .match = matchInt4WeightOnlyMm,
+      .rewrite = rewriteInt4WeightOnlyMm,
+      .obligation = u::bindNoModel(int4WeightOnlyDequant, Int4Bug::None),
+      .mutants = {{"int4-nibble-order-swapped", "column 0 read from nibble 1 and column 1 from nibble 0",
+                   u::bindNoModel(int4WeightOnlyDequant, Int4Bug::NibbleOrderSwapped)},
+                  {"int4-group-boundary-off-by-one", "k takes the scale and zero point of group (k + 1) / g",
+                   u::bindNoModel(int4WeightOnlyDequant, Int4Bug::GroupBoundaryOffByOne)},
+                  {"int4-zero-point-sign-flipped", "the table subtracts 8 - Z instead of Z + 8",
+                   u::bindNoModel(int4WeightOnlyDequant, Int4Bug::ZeroPointSignFlipped)},
+                  {"int4-codes-not-recentred", "codes stored as two's-complement nibbles, read as offset by 8",
+                   u::bindNoModel(int4WeightOnlyDequant, Int4Bug::CodesNotRecentred)}},
   };
 }
 

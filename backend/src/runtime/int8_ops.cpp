@@ -18,6 +18,8 @@
 //
 //   int8_weight_mm(x, Wq): x float32 [M, K], Wq s8 [N, K] (torchao's weight-only int8 linears):
 //         mm(x, Wq^T widened to float32) on the kernel that keeps Wq in s8 (kernels/weight_only.h).
+//   int4_weight_mm(x, Q, S, Z, b, g): torchao's int4 weight-only linears (codes in s8, a scale and
+//         zero point per g columns of a row): [add]mm(x, dequantized Q^T) on the nibble kernel.
 #include "runtime/int8_ops.h"
 
 #include <ATen/ATen.h>
@@ -423,6 +425,57 @@ at::Tensor intMm(const at::Tensor& a, const at::Tensor& w) {
   return at::mm(a.to(at::kLong), w.to(at::kLong).t()).to(at::kInt);
 }
 
+// The packings of weight-only kernels, one per weight: keyed by the weight's TensorImpl, valid while
+// every source tensor (the codes, and the int4 scales and zero points) is alive at the version it
+// was packed from; a new version repacks. Only a miss sweeps out the packings of weights that are
+// gone (a hit is every decode step's, for each of its linears).
+template <class Kernel>
+class WeightPackings {
+ public:
+  /// The packing of \p sources (sources[0] the weight), made by \p make() on a miss; null when
+  /// make() refuses (the caller runs the source's composition).
+  template <class Make>
+  std::shared_ptr<const Kernel> get(const std::vector<at::Tensor>& sources, Make make) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = packed_.find(sources[0].unsafeGetTensorImpl());
+    if (it != packed_.end() && current(it->second, sources)) return it->second.kernel;
+    for (auto e = packed_.begin(); e != packed_.end();) e = expired(e->second) ? packed_.erase(e) : std::next(e);
+    StatusOr<std::unique_ptr<Kernel>> made = make();
+    if (!made.isOk()) return nullptr;
+    Entry entry{{}, {}, std::shared_ptr<const Kernel>(std::move(*made))};
+    for (const at::Tensor& t : sources) {
+      entry.sources.emplace_back(t.getIntrusivePtr());
+      entry.versions.push_back(t._version());
+    }
+    packed_.insert_or_assign(sources[0].unsafeGetTensorImpl(), entry);
+    return entry.kernel;
+  }
+
+ private:
+  struct Entry {
+    std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> sources;
+    std::vector<uint32_t> versions;
+    std::shared_ptr<const Kernel> kernel;
+  };
+  static bool expired(const Entry& e) {
+    for (const auto& s : e.sources) {
+      if (s.expired()) return true;
+    }
+    return false;
+  }
+  // This very tensor set (alive, so no other tensor holds their addresses) at the same versions.
+  static bool current(const Entry& e, const std::vector<at::Tensor>& sources) {
+    if (e.sources.size() != sources.size() || expired(e)) return false;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      auto alive = e.sources[i].lock();
+      if (alive.get() != sources[i].unsafeGetTensorImpl() || e.versions[i] != sources[i]._version()) return false;
+    }
+    return true;
+  }
+  std::mutex mutex_;
+  std::map<const c10::TensorImpl*, Entry> packed_;
+};
+
 // verifuse::int8_weight_mm(x, w): aten::mm(x, permute(w, [1, 0]).to(float32)) with w an s8 [N, K]
 // constant (int8-weight-only-mm: torchao's Int8WeightOnlyConfig linears), on the kernel that reads
 // w as s8, packed once per weight (kernels/weight_only.h). Below AVX2, or for what the kernel does
@@ -432,37 +485,66 @@ at::Tensor int8WeightMm(const at::Tensor& x, const at::Tensor& w) {
                     x.size(1) == w.size(1) && w.is_contiguous() && w.numel() > 0 && x.stride(1) == 1 &&
                     (x.size(0) <= 1 || x.stride(0) >= x.size(1)) && kernels::int8WeightMatmulAvailable();
   if (!fits) return at::mm(x, w.t().to(at::kFloat));
-  struct Packed {
-    c10::weak_intrusive_ptr<c10::TensorImpl> weight;
-    uint32_t version = 0;
-    std::shared_ptr<const kernels::Int8WeightMatmul> kernel;
-  };
-  static std::mutex mutex;
-  static std::map<const c10::TensorImpl*, Packed> packed;  // by weight; a new version repacks
-  std::shared_ptr<const kernels::Int8WeightMatmul> kernel;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = packed.find(w.unsafeGetTensorImpl());
-    // A hit is this very tensor (alive, so no other tensor holds its address) at the same version.
-    if (it != packed.end() && it->second.version == w._version() && !it->second.weight.expired()) {
-      kernel = it->second.kernel;
-    } else {
-      // Only a miss sweeps out the packings of weights that are gone (a hit is every decode step's).
-      for (auto e = packed.begin(); e != packed.end();) {
-        e = e->second.weight.expired() ? packed.erase(e) : std::next(e);
-      }
-      auto made = kernels::Int8WeightMatmul::create(static_cast<const int8_t*>(w.data_ptr()), w.size(0), w.size(1));
-      TORCH_CHECK(made.isOk(), "verifuse: int8 weight matmul: ", made.status().toString());
-      kernel = std::move(*made);
-      packed.insert_or_assign(w.unsafeGetTensorImpl(),
-                              Packed{c10::weak_intrusive_ptr<c10::TensorImpl>(w.getIntrusivePtr()), w._version(), kernel});
-    }
-  }
+  static WeightPackings<kernels::Int8WeightMatmul> packings;
+  auto kernel = packings.get({w}, [&] {
+    return kernels::Int8WeightMatmul::create(static_cast<const int8_t*>(w.data_ptr()), w.size(0), w.size(1));
+  });
+  if (!kernel) return at::mm(x, w.t().to(at::kFloat));
   at::Tensor y = at::empty({x.size(0), w.size(0)}, x.options());
   if (x.size(0) == 0) return y;
   const int64_t ldx = x.size(0) == 1 ? x.size(1) : x.stride(0);  // one row: its stride is never read
   Status st = kernel->run(x.data_ptr<float>(), x.size(0), ldx, y.data_ptr<float>(), w.size(0));
   TORCH_CHECK(st.isOk(), "verifuse: int8 weight matmul failed: ", st.toString());
+  return y;
+}
+
+// Rows from which verifuse::int4_weight_mm runs the source's composition (the dequantized weight
+// into ATen's GEMM, as eager does) instead of the kernel: prefill-sized inputs, where the GEMM's
+// register blocking beats the kernel's per-row table lookups and reading the codes once no longer
+// decides the time.
+constexpr int64_t kInt4KernelMaxRows = 64;
+
+// verifuse::int4_weight_mm(x, weight, scale, zero_point, bias, group_size): torchao's
+// IntxWeightOnlyConfig(int4, PerGroup(g)) linear after aot_autograd,
+//   [add]mm([bias,] x, permute(view((view(Q, [N, K/g, g]).to(f32) - view(Z, [N, K/g, 1]).to(f32))
+//                                    * view(S, [N, K/g, 1]), [N, K]), [1, 0]))
+// (int4-weight-only-mm), on the kernel that keeps Q as packed nibbles (kernels/weight_only.h).
+// That composition itself runs for what the kernel does not take: below AVX2, codes outside
+// [-8, 7], group sizes it does not pack, more than kInt4KernelMaxRows rows, or eager's errors.
+at::Tensor int4WeightMm(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, const at::Tensor& zero,
+                        const std::optional<at::Tensor>& bias, int64_t groupSize) {
+  auto composition = [&] {
+    TORCH_CHECK(groupSize > 0 && q.dim() == 2 && q.size(1) % groupSize == 0,
+                "verifuse::int4_weight_mm: the weight's columns are not whole groups");
+    const int64_t n = q.size(0), groups = q.size(1) / groupSize;
+    at::Tensor w = (q.view({n, groups, groupSize}).to(at::kFloat) - zero.view({n, groups, 1}).to(at::kFloat)) *
+                   scale.view({n, groups, 1});
+    at::Tensor wt = w.view({n, q.size(1)}).t();
+    return bias ? at::addmm(*bias, x, wt) : at::mm(x, wt);
+  };
+  const bool fits = x.scalar_type() == at::kFloat && q.scalar_type() == at::kChar && scale.scalar_type() == at::kFloat &&
+                    zero.scalar_type() == at::kChar && x.dim() == 2 && q.dim() == 2 && groupSize > 0 &&
+                    q.size(1) % groupSize == 0 && x.size(1) == q.size(1) && q.numel() > 0 && q.is_contiguous() &&
+                    scale.is_contiguous() && zero.is_contiguous() && scale.numel() == q.numel() / groupSize &&
+                    zero.numel() == scale.numel() && x.stride(1) == 1 && (x.size(0) <= 1 || x.stride(0) >= x.size(1)) &&
+                    x.size(0) <= kInt4KernelMaxRows &&
+                    (!bias || (bias->scalar_type() == at::kFloat && bias->dim() == 1 && bias->size(0) == q.size(0) &&
+                               bias->is_contiguous())) &&
+                    kernels::int4WeightMatmulAvailable();
+  if (!fits) return composition();
+  static WeightPackings<kernels::Int4WeightMatmul> packings;
+  auto kernel = packings.get({q, scale, zero}, [&] {
+    return kernels::Int4WeightMatmul::create(static_cast<const int8_t*>(q.data_ptr()), scale.data_ptr<float>(),
+                                             static_cast<const int8_t*>(zero.data_ptr()), q.size(0), q.size(1),
+                                             groupSize);
+  });
+  if (!kernel) return composition();
+  at::Tensor y = at::empty({x.size(0), q.size(0)}, x.options());
+  if (x.size(0) == 0) return y;
+  const int64_t ldx = x.size(0) == 1 ? x.size(1) : x.stride(0);
+  Status st = kernel->run(x.data_ptr<float>(), x.size(0), ldx, bias ? bias->data_ptr<float>() : nullptr,
+                          y.data_ptr<float>(), q.size(0));
+  TORCH_CHECK(st.isOk(), "verifuse: int4 weight matmul failed: ", st.toString());
   return y;
 }
 
@@ -546,6 +628,7 @@ void registerInt8Ops() {
     defs.def("quantize(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
     defs.def("int_mm(Tensor a, Tensor weight) -> Tensor");
     defs.def("int8_weight_mm(Tensor x, Tensor weight) -> Tensor");
+    defs.def("int4_weight_mm(Tensor x, Tensor weight, Tensor scale, Tensor zero_point, Tensor? bias, int group_size) -> Tensor");
     defs.def("qmax_pool(Tensor codes, int[] kernel_size, int[] stride, int[] padding, int[] dilation, bool ceil_mode) -> Tensor");
     static torch::Library impls(torch::Library::IMPL, "verifuse", c10::DispatchKey::CPU, __FILE__, __LINE__);
     impls.impl("quantize", TORCH_FN(quantize));
@@ -554,6 +637,7 @@ void registerInt8Ops() {
     impls.impl("qmax_pool", TORCH_FN(qmaxPool));
     impls.impl("int_mm", TORCH_FN(intMm));
     impls.impl("int8_weight_mm", TORCH_FN(int8WeightMm));
+    impls.impl("int4_weight_mm", TORCH_FN(int4WeightMm));
   });
 }
 

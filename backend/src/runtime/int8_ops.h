@@ -29,8 +29,9 @@ struct Int8Decision {
 /// The decisions made so far (kernels made at a first run) for int8 ops whose weight is \p weight.
 std::vector<std::shared_ptr<const Int8Decision>> int8DecisionsFor(const c10::TensorImpl* weight);
 
-/// Registers the int8 operators (qconv, qlinear, quantize, int_mm, int8_weight_mm, qmax_pool), once
-/// per process (later calls do nothing). The executor calls it before planning a graph that holds them.
+/// Registers the int8 operators (qconv, qlinear, quantize, int_mm, int8_weight_mm, int4_weight_mm,
+/// qmax_pool), once per process (later calls do nothing). The executor calls it before planning a
+/// graph that holds them.
 void registerInt8Ops();
 
 }  // namespace verifuse::runtime

@@ -13,6 +13,19 @@ void groupAvx512(const float* x, int64_t rows, int64_t ldx, const int8_t* w, int
 void groupAvx2(const float* x, int64_t rows, int64_t ldx, const int8_t* w, int64_t blocks, int64_t k, float* y,
                int64_t ldy, int64_t cols);
 
+/// Int4WeightMatmul's variants: one packed block (Int4WeightMatmul::kColumns output columns)
+/// against every row of x, y[m, c] for c < cols (bias null or the block's first column's). A
+/// block is, per group, a header (the columns' 8 float32 scales, then, unless symmetric, their 8
+/// zero points plus 8 as float32) and the group's 64-byte vectors (16 k, a 32-bit word of 8
+/// nibbles each). Symmetric blocks (every zero point 0) use 8 as every offset zero point.
+void int4BlockAvx512(const float* x, int64_t rows, int64_t ldx, const uint32_t* block, int64_t groups,
+                     int64_t vectorsPerGroup, bool symmetric, const float* bias, float* y, int64_t ldy, int64_t cols);
+void int4BlockAvx2(const float* x, int64_t rows, int64_t ldx, const uint32_t* block, int64_t groups,
+                   int64_t vectorsPerGroup, bool symmetric, const float* bias, float* y, int64_t ldy, int64_t cols);
+/// 32-bit words per group header (symmetric or not) and per vector.
+constexpr int64_t int4HeaderWords(bool symmetric) { return symmetric ? 8 : 16; }
+constexpr int64_t kInt4VectorWords = 16;
+
 /// One pass of R rows over a group: B blocks at a time where the group has them, one at a time
 /// otherwise. Isa::tile<R, B>(x, ldx, w, kStride, k, y, ldy, cols) is an ISA's register tile of R
 /// rows x B blocks, block b's 16 weights of step kk at w + kk * kStride + b * 16.

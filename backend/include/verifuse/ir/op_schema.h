@@ -124,6 +124,7 @@ namespace verifuse::ir {
     y_qmax, y_dtype, residual, r_scale, r_zp)                                                                         \
   X(FusedIntMm, "verifuse::int_mm", a, weight)                                                                        \
   X(FusedInt8WeightMm, "verifuse::int8_weight_mm", x, weight)                                                         \
+  X(FusedInt4WeightMm, "verifuse::int4_weight_mm", x, weight, scale, zero_point, bias, group_size)                     \
   X(FusedQuantize, "verifuse::quantize", input, scale, zero_point, quant_min, quant_max, dtype)                       \
   X(QMaxPool, "verifuse::qmax_pool", codes, kernel_size, stride, padding, dilation, ceil_mode)
 
