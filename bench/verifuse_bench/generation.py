@@ -50,9 +50,19 @@ ALL_BACKENDS: tuple[str, ...] = (*HF_BACKENDS, "llamacpp")
 LLAMACPP_QUANTS: tuple[str, ...] = ("f32", "bf16", "q8_0", "q4_0")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 # The precisions --dtype takes: the model's activation dtype and the bytes each weight of a linear
-# occupies. "int8-weight-only" is the float32 model with torchao's Int8WeightOnlyConfig (s8 weights,
-# a float32 scale per output row, float32 activations and KV cache; issue 42).
-PRECISIONS = {"float32": ("float32", 4), "bfloat16": ("bfloat16", 2), "int8-weight-only": ("float32", 1)}
+# occupies (the floor's count; every other weight is read in the activation dtype). The weight-only
+# ones are the float32 model (float32 activations, KV cache, embedding table and norms) with torchao
+# applied to every nn.Linear (quantize_weights):
+# * "int8-weight-only": Int8WeightOnlyConfig, s8 weights with a float32 scale per output row: 1 byte
+#   (the per-row scale is left out, 4 bytes per row of thousands);
+# * "int4-weight-only": IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)),
+#   symmetric, as llama.cpp's Q4_0 (32 weights per block); 0.65625 bytes = the format's ideal bytes:
+#   0.5 (a packed nibble) + 4/32 (a float32 scale per group of 32) + 1/32 (an int8 zero point per
+#   group, stored although symmetric makes it 0). torchao's IntxUnpackedToInt8Tensor holds each
+#   int4 value in an int8 (1 byte), so a kernel that reads that layout as is cannot reach this floor.
+PRECISIONS = {"float32": ("float32", 4.0), "bfloat16": ("bfloat16", 2.0), "int8-weight-only": ("float32", 1.0),
+              "int4-weight-only": ("float32", 0.5 + 4 / 32 + 1 / 32)}
+INT4_GROUP_SIZE = 32
 LLAMACPP_KV_BYTES = 2  # llama.cpp's default KV cache type is f16
 LOGITS_REL_TOLERANCE = 1e-3  # llama.cpp f32 vs eager float32, relative to max |eager logit|
 BANDWIDTH_FLOATS = 1 << 28  # 1 GiB of float32 (and of bf16): far beyond any cache
@@ -190,6 +200,8 @@ def prompt_ids(vocab_size: int, batch: int, prompt: int, seed: int):
 
 def run_prepare(job: dict[str, Any]) -> dict[str, Any]:
     """Build one model, save it for the HF workers, and write its GGUF files for llama.cpp."""
+    import torch
+
     spec = MODELS[job["model"]]
     started = time.perf_counter()
     model = build_model(spec, job["seed"])
@@ -202,6 +214,10 @@ def run_prepare(job: dict[str, Any]) -> dict[str, Any]:
         # a decode step reads every weight but the embedding table (one row looked up), which is
         # read in full when it is also the LM head
         "weight_params_read_per_token": sum(params.values()) - (0 if model.config.tie_word_embeddings else embedding),
+        # of those, the nn.Linear weights (the LM head's included, tied or not): what a weight-only
+        # precision quantizes; biases, norms and the embedding table stay in the activation dtype
+        "linear_weight_params": sum({id(m.weight): m.weight.numel() for m in model.modules()
+                                     if isinstance(m, torch.nn.Linear)}.values()),
         "attn_implementation": getattr(model.config, "_attn_implementation", None),
     }
     started = time.perf_counter()
@@ -377,6 +393,45 @@ def _openvino_failure(message: str) -> str:
     return f"conversion failed for: {failed.group(1).strip()}" if failed else message[:300]
 
 
+def quantize_weights(model, precision: str) -> None:
+    """A weight-only precision's torchao config on every nn.Linear, the LM head included (PRECISIONS
+    says which). quantize_ gives the LM head a weight of its own, so a tied embedding table stays
+    float32 (one row looked up per token). The float precisions are left as loaded."""
+    if precision not in ("int8-weight-only", "int4-weight-only"):
+        return
+    import torch
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        import torchao.quantization as tq  # (its optional CUDA extensions print on import)
+        from torchao.quantization.granularity import PerGroup
+    if precision == "int8-weight-only":
+        config = tq.Int8WeightOnlyConfig()
+    else:
+        # symmetric is the default mapping; Int4WeightOnlyConfig needs CUDA-only packing formats in
+        # torchao 0.18, this is the int4 weight-only path that runs on CPU
+        config = tq.IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(INT4_GROUP_SIZE))
+    tq.quantize_(model, config)
+
+
+def linear_weight_formats(model) -> dict[str, int]:
+    """How the model's nn.Linear weights are held, counted: e.g. ``{"IntxUnpackedToInt8Tensor int4
+    block (1, 32)": 15}`` (the report's evidence of what a precision quantized) or ``{"Parameter
+    float32": 15}``."""
+    import torch
+
+    formats: dict[str, int] = {}
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            weight = module.weight
+            stored = getattr(weight, "target_dtype", None) or getattr(getattr(weight, "qdata", None), "dtype", None)
+            kind = f"{type(weight).__name__} {str(stored or weight.dtype).removeprefix('torch.')}"
+            block = getattr(weight, "block_size", None)
+            if block is not None:
+                kind += f" block {tuple(block)}"
+            formats[kind] = formats.get(kind, 0) + 1
+    return formats
+
+
 def run_hf(job: dict[str, Any]) -> dict[str, Any]:
     """One backend, one configuration: load, compile, first generate(), warm-up, timed generate()s."""
     import numpy as np
@@ -396,10 +451,8 @@ def run_hf(job: dict[str, Any]) -> dict[str, Any]:
         # of the bf16-rounded weights, with its bf16 precision hint
         model = model.float()
         result["bf16_via"] = bk.OPENVINO_BF16_VIA
-    if job["dtype"] == "int8-weight-only":
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            import torchao.quantization as tq  # (its optional CUDA extensions print on import)
-        tq.quantize_(model, tq.Int8WeightOnlyConfig())  # every nn.Linear, the LM head included
+    quantize_weights(model, job["dtype"])
+    result["linear_weights"] = linear_weight_formats(model)
     result["load_s"] = round(time.perf_counter() - started, 2)
     _end_of_loading(result)
 
@@ -638,8 +691,14 @@ def load_average() -> list[float] | None:
     return harness_load_average()
 
 
-def weight_bytes(prepared: dict[str, Any], dtype: str) -> int:
-    return prepared["weight_params_read_per_token"] * PRECISIONS[dtype][1]
+def weight_bytes(prepared: dict[str, Any], dtype: str) -> float:
+    """The weight bytes a decode step reads: the linear weights at the precision's bytes per weight,
+    the other weights read (norms, biases) in its activation dtype. (A report without
+    ``linear_weight_params`` counts every weight as a linear one.)"""
+    activation, per_linear_weight = PRECISIONS[dtype]
+    read = prepared["weight_params_read_per_token"]
+    linear = prepared.get("linear_weight_params", read)
+    return linear * per_linear_weight + (read - linear) * DTYPE_BYTES[activation]
 
 
 def compare_logits(reference_path: str, candidate_path: str, rel_tolerance: float | None = None) -> dict[str, Any]:
@@ -998,7 +1057,7 @@ def parse_args(argv: list[str]) -> tuple[GenOptions, Path]:
     p.add_argument("--prompt", type=_list(int), default=[128], help="prompt lengths")
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--threads", type=_list(int), default=[1])
-    p.add_argument("--dtype", type=_list(str), default=["float32"], help="float32,bfloat16,int8-weight-only")
+    p.add_argument("--dtype", type=_list(str), default=["float32"], help=f"of {', '.join(PRECISIONS)}")
     p.add_argument("--llamacpp-quants", type=_list(str), default=list(LLAMACPP_QUANTS))
     p.add_argument("--repeats", type=int, default=3, help="timed generate() calls per backend")
     p.add_argument("--warmup", type=int, default=1, help="untimed generate() calls after the first")

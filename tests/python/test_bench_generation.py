@@ -108,8 +108,67 @@ def test_int8_weight_only_precision_runs_torchao_weights_and_counts_one_byte(tmp
     assert all(row["status"] == "ok" for row in rows.values()), rows
     assert rows["verifuse"]["tokens_equal"] is True, rows["verifuse"].get("first_diff")
     assert rows["verifuse"]["tokens_reference"] == "eager int8-weight-only static cache"
-    params = report["models"]["tiny"]["weight_params_read_per_token"]
-    assert generation.weight_bytes(report["models"]["tiny"], "int8-weight-only") == params
+    int8 = {"Int8Tensor int8 block (1, 64)": 13, "Int8Tensor int8 block (1, 128)": 2}  # per row; down_proj's K is 128
+    assert rows["eager"]["linear_weights"] == rows["verifuse"]["linear_weights"] == int8
+    prepared = report["models"]["tiny"]
+    linear, read = prepared["linear_weight_params"], prepared["weight_params_read_per_token"]
+    assert linear == TINY_LINEAR_WEIGHTS and read - linear == TINY_NORM_WEIGHTS
+    assert generation.weight_bytes(prepared, "int8-weight-only") == linear * 1 + (read - linear) * 4
+
+
+# the tiny model's nn.Linear weights (2 layers of q 64x64, k and v 32x64, o 64x64, gate and up 128x64,
+# down 64x128, and the LM head 1000x64, tied to the embedding) and its RMSNorm weights (2 per layer + 1)
+TINY_LINEAR_WEIGHTS = 2 * (64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 128 * 64) + 1000 * 64
+TINY_NORM_WEIGHTS = 5 * 64
+
+
+@pytest.mark.slow
+@needs_transformers
+def test_int4_weight_only_precision_runs_torchao_int4_groups_of_32(tmp_path, monkeypatch):
+    pytest.importorskip("torchao")
+    monkeypatch.setattr(generation, "BANDWIDTH_FLOATS", 1 << 22)
+    opts = generation.GenOptions(models=["tiny"], backends=["eager", "verifuse"], caches=["static"], prompts=[16],
+                                 new_tokens=4, repeats=1, warmup=0, dtypes=["int4-weight-only"], job_timeout_s=300)
+    report = generation.Run(opts, tmp_path / "generation.json", argv=[], log=lambda line: None).run()
+    rows = {row["backend"]: row for row in report["results"]}
+    assert all(row["status"] == "ok" for row in rows.values()), rows
+    assert rows["verifuse"]["tokens_equal"] is True, rows["verifuse"].get("first_diff")
+    assert rows["verifuse"]["tokens_reference"] == "eager int4-weight-only static cache"
+    # every linear (the LM head included) got int4 in groups of 32, in both processes
+    int4 = {"IntxUnpackedToInt8Tensor int4 block (1, 32)": 15}
+    assert rows["eager"]["linear_weights"] == rows["verifuse"]["linear_weights"] == int4
+    prepared = report["models"]["tiny"]
+    assert prepared["linear_weight_params"] == TINY_LINEAR_WEIGHTS
+    # a packed nibble, a float32 scale and an int8 zero point per 32; norms stay float32
+    expected = TINY_LINEAR_WEIGHTS * 0.65625 + TINY_NORM_WEIGHTS * 4
+    assert generation.weight_bytes(prepared, "int4-weight-only") == expected
+    assert rows["verifuse"]["floor"]["weight_bytes"] == int(expected)
+
+
+@needs_transformers
+def test_quantize_weights_int4_is_symmetric_groups_of_32_with_an_untied_float32_embedding():
+    pytest.importorskip("torchao")
+    import torch
+    from torchao.quantization import IntxUnpackedToInt8Tensor
+
+    model = generation.build_model(generation.MODELS["tiny"], seed=0)
+    float_head = model.lm_head.weight.detach().clone()
+    generation.quantize_weights(model, "int4-weight-only")
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 15 and model.lm_head in linears
+    for linear in linears:
+        weight = linear.weight
+        assert isinstance(weight, IntxUnpackedToInt8Tensor)
+        assert weight.target_dtype == torch.int4 and tuple(weight.block_size) == (1, 32)
+        assert weight.qdata.min() >= -8 and weight.qdata.max() <= 7
+        assert bool((weight.zero_point == 0).all())  # symmetric
+        assert weight.scale.dtype == torch.float32 and weight.scale.shape == (weight.shape[0], weight.shape[1] // 32)
+    embedding = model.get_input_embeddings().weight
+    assert type(embedding) is torch.nn.Parameter and embedding.dtype == torch.float32
+    assert torch.equal(embedding, float_head)  # the tied table is left as it was
+    # dequantized, the LM head is within half a quantization step of the float32 one
+    step = model.lm_head.weight.scale.repeat_interleave(32, dim=1)
+    assert bool(((model.lm_head.weight.dequantize() - float_head).abs() <= 0.5 * step + 1e-6).all())
 
 
 def test_permute_rope_rows_makes_rotate_half_pairs_adjacent():
