@@ -6,7 +6,8 @@
 // Per case: G weights/s and the packed bytes read per second (GB/s), median over samples, each
 // sample repeating the call over a set of matrices until >= 20 ms. "cache": one 512 x 896 matrix
 // (int4: 0.34 MB packed) called again and again; "memory": 64 matrices of 4864 x 896 (~200 MB in
-// int4, ~280 MB in int8) in turn, as a decode step reads them. The read bandwidth is a float32 sum
+// int4, ~280 MB in int8) in turn, as a decode step reads them; "mem-kT": the same of 896 x 4864
+// (an MLP's down projection: long rows). The read bandwidth is a float32 sum
 // over 512 MB. Where a kernel reaches the bandwidth from memory but not much more from cache it is
 // bound by its arithmetic. NOTE: the machine is shared: wrap runs in `flock /tmp/verifuse-bench.lock`.
 #include <immintrin.h>
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
     const char* from;
     int64_t n, k, count;
   };
-  for (const Case& c : {Case{"cache", 512, 896, 1}, Case{"memory", 4864, 896, 64}}) {
+  for (const Case& c : {Case{"cache", 512, 896, 1}, Case{"memory", 4864, 896, 64}, Case{"mem-kT", 896, 4864, 64}, Case{"cache-kT", 64, 4864, 1}}) {
     std::vector<float> x(static_cast<size_t>(rows * c.k)), y(static_cast<size_t>(rows * c.n));
     for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(gen);
     std::vector<int8_t> codes(static_cast<size_t>(c.n * c.k));

@@ -417,8 +417,9 @@ def test_torchao_int4_weight_only_runs_on_verifuse(mapping):
     # the codes in s8 with a scale and zero point per 32 columns of a row; aot_autograd desugars
     # the dequantization into the graph. verifuse reads the codes as packed nibbles
     # (verifuse::int4_weight_mm, rule int4-weight-only-mm): the dequantized weights are eager's
-    # float32 numbers, summed in the kernel's order (a float32 GEMM's freedom). Up to 64 rows on the
-    # kernel; more run the composition itself, and so do codes the kernel cannot take.
+    # float32 numbers, summed in the kernel's order (a float32 GEMM's freedom). From 64 rows on by
+    # panels (the kernel's dequantized weights into ATen's GEMM); codes the kernel cannot take run
+    # the composition itself.
     import contextlib
     import io
 
@@ -440,7 +441,7 @@ def test_torchao_int4_weight_only_runs_on_verifuse(mapping):
         assert "verifuse::int4_weight_mm" in ops and "aten::_to_copy" not in ops, sorted(ops)
     compiled = torch.compile(model, backend="verifuse", dynamic=True, options={"strict": True})
     with torch.no_grad():
-        for rows in (1, 3, 64, 100):
+        for rows in (1, 3, 63, 100, 600):
             x = torch.randn(rows, 64)
             _float32_gemm_close(compiled(x), model(x))
         # A code outside [-8, 7] written in place: the kernel refuses to pack it and the op runs

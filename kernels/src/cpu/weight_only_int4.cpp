@@ -90,6 +90,23 @@ Status Int4WeightMatmul::run(const float* x, int64_t rows, int64_t ldx, const fl
   return Status::ok();
 }
 
+Status Int4WeightMatmul::dequantize(int64_t panel, float* out) const {
+  const int64_t blocks = (n_ + kColumns - 1) / kColumns, perPanel = kPanelColumns / kColumns;
+  if (panel < 0 || panel * perPanel >= blocks || out == nullptr) {
+    return invalidArgument("Int4WeightMatmul::dequantize: no such panel");
+  }
+  const int64_t words = blockWords(k_, group_, symmetric_);
+  for (int64_t b = panel * perPanel; b < (panel + 1) * perPanel; ++b) {
+    float* rows = out + (b - panel * perPanel) * kColumns * k_;
+    if (b < blocks) {
+      weight_only::int4PanelAvx2(packed_.data() + b * words, k_ / group_, group_, symmetric_, k_, rows);
+    } else {
+      std::fill(rows, rows + kColumns * k_, 0.f);
+    }
+  }
+  return Status::ok();
+}
+
 const char* Int4WeightMatmul::implInfo() const {
   return avx512_ ? "verifuse int4-weight:avx512" : "verifuse int4-weight:avx2";
 }

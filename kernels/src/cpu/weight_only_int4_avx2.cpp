@@ -67,4 +67,20 @@ void int4BlockAvx2(const float* x, int64_t rows, int64_t ldx, const uint32_t* bl
   }
 }
 
+void int4PanelAvx2(const uint32_t* block, int64_t groups, int64_t groupSize, bool symmetric, int64_t k, float* out) {
+  const uint32_t* p = block;
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    const float* scale = reinterpret_cast<const float*>(p);
+    const float* header = scale + kColumns;
+    p += int4HeaderWords(symmetric);
+    for (int c = 0; c < kColumns; ++c) {
+      const float zero = symmetric ? 8.f : header[c], s = scale[c];
+      float* row = out + c * k + gi * groupSize;
+      // (u - (Z + 8)) * S: the kernels' two float32 operations (-ffp-contract cannot fuse them).
+      for (int64_t j = 0; j < groupSize; ++j) row[j] = (static_cast<float>((p[j] >> (4 * c)) & 0xFu) - zero) * s;
+    }
+    p += groupSize;
+  }
+}
+
 }  // namespace verifuse::kernels::weight_only

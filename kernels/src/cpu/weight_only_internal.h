@@ -22,6 +22,10 @@ void int4BlockAvx512(const float* x, int64_t rows, int64_t ldx, const uint32_t* 
                      int64_t vectorsPerGroup, bool symmetric, const float* bias, float* y, int64_t ldy, int64_t cols);
 void int4BlockAvx2(const float* x, int64_t rows, int64_t ldx, const uint32_t* block, int64_t groups,
                    int64_t vectorsPerGroup, bool symmetric, const float* bias, float* y, int64_t ldy, int64_t cols);
+/// Int4WeightMatmul::dequantize(): a packed block's 8 columns dequantized to float32 rows [8][k]
+/// (the kernels' two float32 operations). Compiled for AVX2 (the loop is vectorized there).
+void int4PanelAvx2(const uint32_t* block, int64_t groups, int64_t groupSize, bool symmetric, int64_t k, float* out);
+
 /// 32-bit words per group header (symmetric or not) and per vector.
 constexpr int64_t int4HeaderWords(bool symmetric) { return symmetric ? 8 : 16; }
 constexpr int64_t kInt4VectorWords = 16;

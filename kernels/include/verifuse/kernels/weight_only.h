@@ -94,6 +94,13 @@ class Int4WeightMatmul {
   /// kInvalidArgument for rows < 0, ldx < k or ldy < n.
   Status run(const float* x, int64_t rows, int64_t ldx, const float* bias, float* y, int64_t ldy) const;
 
+  /// Output columns per panel of dequantize() (the last panel has n - 64 * (panels - 1)).
+  static constexpr int64_t kPanelColumns = 64;
+  /// Panel \p panel's dequantized weights, as [64][k] (out[c * k + kk] = w[64 * panel + c][kk],
+  /// torchao's float32 numbers exactly; columns past n are 0): for many rows the caller multiplies
+  /// x by the panel with a GEMM. kInvalidArgument for a panel out of range.
+  Status dequantize(int64_t panel, float* out) const;
+
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   int64_t groupSize() const { return group_; }

@@ -143,6 +143,29 @@ TEST(Int4WeightMatmul, AvxTwoAndAvx512VariantsGiveTheSameBits) {
   }
 }
 
+TEST(Int4WeightMatmul, PanelsAreTheDequantizedWeightsBitForBit) {
+  if (!int4WeightMatmulAvailable()) VF_CPU_SKIP("AVX2 + FMA");
+  for (bool symmetric : {false, true}) {
+    Case c = make(1, 150, 96, 32, 0, 5);  // 3 panels, the last of 22 columns
+    if (symmetric) std::fill(c.zero.begin(), c.zero.end(), int8_t{0});
+    auto made = pack(c);
+    ASSERT_TRUE(made.isOk());
+    std::vector<float> panel(static_cast<size_t>(Int4WeightMatmul::kPanelColumns * c.k), -1.f);
+    for (int64_t p = 0; p < 3; ++p) {
+      ASSERT_TRUE((*made)->dequantize(p, panel.data()).isOk());
+      for (int64_t col = 0; col < Int4WeightMatmul::kPanelColumns; ++col) {
+        const int64_t n = p * Int4WeightMatmul::kPanelColumns + col;
+        for (int64_t k = 0; k < c.k; ++k) {
+          const float want = n < c.n ? dequantized(c, n, k) : 0.f;
+          ASSERT_EQ(std::memcmp(&panel[col * c.k + k], &want, sizeof(float)), 0)
+              << "column " << n << " k " << k << (symmetric ? " symmetric" : "");
+        }
+      }
+    }
+    EXPECT_FALSE((*made)->dequantize(3, panel.data()).isOk());
+  }
+}
+
 TEST(Int4WeightMatmul, WhatItCannotTakeIsAnError) {
   if (!int4WeightMatmulAvailable()) VF_CPU_SKIP("AVX2 + FMA");
   Case c = make(1, 2, 64, 32, 0, 7);
