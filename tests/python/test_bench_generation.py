@@ -96,21 +96,27 @@ def test_tiny_run_reports_timings_memory_floor_and_equal_tokens(tmp_path, monkey
     assert "| tiny | float32 | static | 1 | 16 | verifuse |" in markdown and "TTFT ms" in markdown
 
 
-@pytest.mark.slow
-@needs_transformers
-def test_int8_weight_only_precision_runs_torchao_weights_and_counts_one_byte(tmp_path, monkeypatch):
+def _tiny_weight_only_run(tmp_path, monkeypatch, precision):
+    """The tiny model in ``precision`` on eager and verifuse: its rows by backend (checked to be ok,
+    verifuse's tokens equal to eager's of the same precision) and its prepared-model facts."""
     pytest.importorskip("torchao")
     monkeypatch.setattr(generation, "BANDWIDTH_FLOATS", 1 << 22)
     opts = generation.GenOptions(models=["tiny"], backends=["eager", "verifuse"], caches=["static"], prompts=[16],
-                                 new_tokens=4, repeats=1, warmup=0, dtypes=["int8-weight-only"], job_timeout_s=300)
+                                 new_tokens=4, repeats=1, warmup=0, dtypes=[precision], job_timeout_s=300)
     report = generation.Run(opts, tmp_path / "generation.json", argv=[], log=lambda line: None).run()
     rows = {row["backend"]: row for row in report["results"]}
     assert all(row["status"] == "ok" for row in rows.values()), rows
     assert rows["verifuse"]["tokens_equal"] is True, rows["verifuse"].get("first_diff")
-    assert rows["verifuse"]["tokens_reference"] == "eager int8-weight-only static cache"
+    assert rows["verifuse"]["tokens_reference"] == f"eager {precision} static cache"
+    return rows, report["models"]["tiny"]
+
+
+@pytest.mark.slow
+@needs_transformers
+def test_int8_weight_only_precision_runs_torchao_weights_and_counts_one_byte(tmp_path, monkeypatch):
+    rows, prepared = _tiny_weight_only_run(tmp_path, monkeypatch, "int8-weight-only")
     int8 = {"Int8Tensor int8 block (1, 64)": 13, "Int8Tensor int8 block (1, 128)": 2}  # per row; down_proj's K is 128
     assert rows["eager"]["linear_weights"] == rows["verifuse"]["linear_weights"] == int8
-    prepared = report["models"]["tiny"]
     linear, read = prepared["linear_weight_params"], prepared["weight_params_read_per_token"]
     assert linear == TINY_LINEAR_WEIGHTS and read - linear == TINY_NORM_WEIGHTS
     assert generation.weight_bytes(prepared, "int8-weight-only") == linear * 1 + (read - linear) * 4
@@ -125,19 +131,10 @@ TINY_NORM_WEIGHTS = 5 * 64
 @pytest.mark.slow
 @needs_transformers
 def test_int4_weight_only_precision_runs_torchao_int4_groups_of_32(tmp_path, monkeypatch):
-    pytest.importorskip("torchao")
-    monkeypatch.setattr(generation, "BANDWIDTH_FLOATS", 1 << 22)
-    opts = generation.GenOptions(models=["tiny"], backends=["eager", "verifuse"], caches=["static"], prompts=[16],
-                                 new_tokens=4, repeats=1, warmup=0, dtypes=["int4-weight-only"], job_timeout_s=300)
-    report = generation.Run(opts, tmp_path / "generation.json", argv=[], log=lambda line: None).run()
-    rows = {row["backend"]: row for row in report["results"]}
-    assert all(row["status"] == "ok" for row in rows.values()), rows
-    assert rows["verifuse"]["tokens_equal"] is True, rows["verifuse"].get("first_diff")
-    assert rows["verifuse"]["tokens_reference"] == "eager int4-weight-only static cache"
+    rows, prepared = _tiny_weight_only_run(tmp_path, monkeypatch, "int4-weight-only")
     # every linear (the LM head included) got int4 in groups of 32, in both processes
     int4 = {"IntxUnpackedToInt8Tensor int4 block (1, 32)": 15}
     assert rows["eager"]["linear_weights"] == rows["verifuse"]["linear_weights"] == int4
-    prepared = report["models"]["tiny"]
     assert prepared["linear_weight_params"] == TINY_LINEAR_WEIGHTS
     # a packed nibble, a float32 scale and an int8 zero point per 32; norms stay float32
     expected = TINY_LINEAR_WEIGHTS * 0.65625 + TINY_NORM_WEIGHTS * 4

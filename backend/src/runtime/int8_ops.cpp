@@ -433,7 +433,8 @@ template <class Kernel>
 class WeightPackings {
  public:
   /// The packing of \p sources (sources[0] the weight), made by \p make() on a miss; null when
-  /// make() refuses (the caller runs the source's composition).
+  /// make() refuses (the caller runs the source's composition; the refusal is kept like a packing,
+  /// so a weight the kernel cannot take is not scanned again on every call).
   template <class Make>
   std::shared_ptr<const Kernel> get(const std::vector<at::Tensor>& sources, Make make) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -441,8 +442,7 @@ class WeightPackings {
     if (it != packed_.end() && current(it->second, sources)) return it->second.kernel;
     for (auto e = packed_.begin(); e != packed_.end();) e = expired(e->second) ? packed_.erase(e) : std::next(e);
     StatusOr<std::unique_ptr<Kernel>> made = make();
-    if (!made.isOk()) return nullptr;
-    Entry entry{{}, {}, std::shared_ptr<const Kernel>(std::move(*made))};
+    Entry entry{{}, {}, made.isOk() ? std::shared_ptr<const Kernel>(std::move(*made)) : nullptr};
     for (const at::Tensor& t : sources) {
       entry.sources.emplace_back(t.getIntrusivePtr());
       entry.versions.push_back(t._version());
@@ -521,7 +521,6 @@ at::Tensor int8WeightMm(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(st.isOk(), "verifuse: int8 weight matmul failed: ", st.toString());
   return y;
 }
-
 
 // verifuse::int4_weight_mm(x, weight, scale, zero_point, bias, group_size): torchao's
 // IntxWeightOnlyConfig(int4, PerGroup(g)) linear after aot_autograd,
