@@ -485,7 +485,8 @@ class WeightPackings {
 constexpr int64_t kPanelMinRows = 64;
 
 // y = x W^T [+ b] by panels of the int4 kernel's dequantized weights ([64][k], W's rows).
-at::Tensor panelMatmul(const kernels::Int4WeightMatmul& kernel, const at::Tensor& x, const std::optional<at::Tensor>& bias) {
+at::Tensor panelMatmul(const kernels::Int4WeightMatmul& kernel, const at::Tensor& x,
+                       const std::optional<at::Tensor>& bias) {
   const int64_t n = kernel.n(), k = kernel.k(), width = kernels::Int4WeightMatmul::kPanelColumns;
   at::Tensor y = at::empty({x.size(0), n}, x.options());
   at::Tensor panel = at::empty({width, k}, x.options());
@@ -541,14 +542,17 @@ at::Tensor int4WeightMm(const at::Tensor& x, const at::Tensor& q, const at::Tens
     at::Tensor wt = w.view({n, q.size(1)}).t();
     return bias ? at::addmm(*bias, x, wt) : at::mm(x, wt);
   };
-  const bool fits = x.scalar_type() == at::kFloat && q.scalar_type() == at::kChar && scale.scalar_type() == at::kFloat &&
-                    zero.scalar_type() == at::kChar && x.dim() == 2 && q.dim() == 2 && groupSize > 0 &&
-                    q.size(1) % groupSize == 0 && x.size(1) == q.size(1) && q.numel() > 0 && q.is_contiguous() &&
-                    scale.is_contiguous() && zero.is_contiguous() && scale.numel() == q.numel() / groupSize &&
-                    zero.numel() == scale.numel() && x.stride(1) == 1 && (x.size(0) <= 1 || x.stride(0) >= x.size(1)) &&
-                    (!bias || (bias->scalar_type() == at::kFloat && bias->dim() == 1 && bias->size(0) == q.size(0) &&
-                               bias->is_contiguous())) &&
-                    kernels::int4WeightMatmulAvailable();
+  // (Contiguous scales and zero points are read in row-major [N, K/g] order: what the source's
+  // view(S, [N, K/g, 1]) reads, whatever their own shape.)
+  const bool dtypes = x.scalar_type() == at::kFloat && q.scalar_type() == at::kChar &&
+                      scale.scalar_type() == at::kFloat && zero.scalar_type() == at::kChar;
+  const bool shapes = x.dim() == 2 && q.dim() == 2 && q.numel() > 0 && groupSize > 0 && q.size(1) % groupSize == 0 &&
+                      x.size(1) == q.size(1) && scale.numel() == q.numel() / groupSize && zero.numel() == scale.numel();
+  const bool layouts = q.is_contiguous() && scale.is_contiguous() && zero.is_contiguous() && x.stride(1) == 1 &&
+                       (x.size(0) <= 1 || x.stride(0) >= x.size(1));
+  const bool biasOk = !bias || (bias->scalar_type() == at::kFloat && bias->dim() == 1 && bias->size(0) == q.size(0) &&
+                                bias->is_contiguous());
+  const bool fits = dtypes && shapes && layouts && biasOk && kernels::int4WeightMatmulAvailable();
   if (!fits) return composition();
   static WeightPackings<kernels::Int4WeightMatmul> packings;
   auto kernel = packings.get({q, scale, zero}, [&] {

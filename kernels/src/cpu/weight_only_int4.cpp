@@ -83,8 +83,8 @@ Status Int4WeightMatmul::run(const float* x, int64_t rows, int64_t ldx, const fl
   for (int64_t t = 0; t < tasks; ++t) {
     for (int64_t b = t * kBlocksPerTask; b < std::min(blocks, (t + 1) * kBlocksPerTask); ++b) {
       const int64_t col0 = b * kColumns;
-      block(x, rows, ldx, packed_.data() + b * words, groups, vectors, symmetric_, bias ? bias + col0 : nullptr, y + col0, ldy,
-            std::min(kColumns, n_ - col0));
+      block(x, rows, ldx, packed_.data() + b * words, groups, vectors, symmetric_, bias ? bias + col0 : nullptr,
+            y + col0, ldy, std::min(kColumns, n_ - col0));
     }
   }
   return Status::ok();

@@ -39,7 +39,7 @@ void tile(const float* x, int64_t ldx, const uint32_t* block, int64_t groups, in
     const float* zero = scale + kColumns;
     __m512 table[kColumns];
     for (int c = 0; c < kColumns; ++c) {
-      const __m512 centred = Symmetric ? _mm512_sub_ps(iota, _mm512_set1_ps(8.f)) : _mm512_sub_ps(iota, _mm512_set1_ps(zero[c]));
+      const __m512 centred = _mm512_sub_ps(iota, _mm512_set1_ps(Symmetric ? 8.f : zero[c]));
       table[c] = _mm512_mul_ps(centred, _mm512_set1_ps(scale[c]));
     }
     p += int4HeaderWords(Symmetric);
@@ -77,7 +77,8 @@ void rowsOfBlock(const float* x, int64_t rows, int64_t ldx, const uint32_t* bloc
 
 void int4BlockAvx512(const float* x, int64_t rows, int64_t ldx, const uint32_t* block, int64_t groups,
                      int64_t vectorsPerGroup, bool symmetric, const float* bias, float* y, int64_t ldy, int64_t cols) {
-  (symmetric ? rowsOfBlock<true> : rowsOfBlock<false>)(x, rows, ldx, block, groups, vectorsPerGroup, bias, y, ldy, cols);
+  auto rowsOf = symmetric ? rowsOfBlock<true> : rowsOfBlock<false>;
+  rowsOf(x, rows, ldx, block, groups, vectorsPerGroup, bias, y, ldy, cols);
 }
 
 }  // namespace verifuse::kernels::weight_only
