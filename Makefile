@@ -4,7 +4,7 @@ PYTHON ?= python
 BUILD_DIR ?= build/cmake
 JOBS ?= 2
 
-.PHONY: report-screenshots install deps demo test test-crash test-saved-models test-cpp test-python test-tiers test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic bench-reports bench-llm-deps bench-generate
+.PHONY: report-screenshots install deps demo test test-crash test-saved-models test-cpp test-python test-tiers test-sanitize test-serve serve-deps prove clean bench-deps bench bench-hf bench-timm bench-torchvision bench-own bench-smoke bench-bf16 bench-hf-bf16 bench-timm-bf16 bench-torchvision-bf16 bench-own-bf16 bench-int8 bench-hf-int8 bench-timm-int8 bench-torchvision-int8 bench-own-int8 bench-hf-dynamic bench-reports bench-llm-deps bench-generate bench-generate-weight-only
 
 deps:
 	@# GoogleTest from Debian (docs/dependencies.md); everything else from PyPI, pinned.
@@ -168,8 +168,16 @@ GEN_MODELS ?= qwen2.5-0.5b,llama-3.2-1b
 GEN_ARGS ?=
 bench-generate:
 	$(BENCH_PY) -m verifuse_bench.generation --models $(GEN_MODELS) --backends all --cache static,dynamic \
-		--batch 1,4 --prompt 128,512 --new-tokens 64 --threads 1 --dtype float32,bfloat16,int8-weight-only \
+		--batch 1,4 --prompt 128,512 --new-tokens 64 --threads 1 \
+		--dtype float32,bfloat16,int8-weight-only,int4-weight-only \
 		--json $(BENCH_RESULTS)/generation.json $(GEN_ARGS)
+
+# The weight-only rows alone (torchao int8 / int4 against llama.cpp Q8_0 / Q4_0; eager runs as the
+# tokens' reference): bench/results/generation-weight-only.{json,md}, about 45 minutes for both models.
+bench-generate-weight-only:
+	$(BENCH_PY) -m verifuse_bench.generation --models $(GEN_MODELS) --backends verifuse,llamacpp --cache static \
+		--batch 1 --prompt 128 --new-tokens 32 --threads 1 --dtype int8-weight-only,int4-weight-only \
+		--llamacpp-quants q8_0,q4_0 --json $(BENCH_RESULTS)/generation-weight-only.json $(GEN_ARGS)
 
 # the .md table and .png plot of every peer-benchmark JSON in bench/results, made again from the JSON
 # (only the JSON is committed: bench/results/INDEX.md); BENCH_REPORTS=bench/results/x.json for one file
