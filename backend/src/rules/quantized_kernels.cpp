@@ -293,10 +293,11 @@ std::optional<Int4Linear> int4Linear(const Graph& g, const Node& n, std::string*
   auto flatTo = operand(*flat, View::size).asIntList();
   if (!flatTo.isOk() || *flatTo != flatSizes) return u::why(whyNot, "the dequantized weight is not viewed back as [N, K]"), std::nullopt;
   if (group % kInt4Chunk != 0) {
-    return u::why(whyNot, "group size " + std::to_string(group) + " is not a multiple of 16 (the kernel's packing)"), std::nullopt;
+    return u::why(whyNot, "group size " + std::to_string(group) + " is not a multiple of 16 (the kernel's packing)"),
+           std::nullopt;
   }
-  const ir::Value& x = g.value(u::valueOf(xArg));
-  if (!xArg.isValue() || x.dtype != DType::Float32 || x.shape.size() != 2) {
+  if (!xArg.isValue() || g.value(u::valueOf(xArg)).dtype != DType::Float32 ||
+      g.value(u::valueOf(xArg)).shape.size() != 2) {
     return u::why(whyNot, "the activation is not a 2-d float32 value"), std::nullopt;
   }
   Int4Linear linear{xArg, operand(*(u::producerOf(g, *codesWidened)), View::self),
