@@ -220,15 +220,20 @@ using ir::View;
 // multiples (other groups would only reach the op's own composition).
 constexpr int64_t kInt4Chunk = 16;
 
-// The constant under aten::view(constant, sizes), with those sizes.
-const ConstantTensor* viewedConstant(const Graph& g, const Arg& a, std::vector<int64_t>* sizes) {
+// The constant under aten::view(constant, sizes): the view's sizes and the constant's operand.
+struct ViewedConstant {
+  const ConstantTensor* tensor = nullptr;
+  Arg operand;
+  std::vector<int64_t> sizes;
+};
+
+std::optional<ViewedConstant> viewedConstant(const Graph& g, const Arg& a) {
   const Node* v = u::producerOf(g, a);
-  if (!v || v->op != "aten::view" || !hasOperands<View>(*v)) return nullptr;
-  auto got = operand(*v, View::size).asIntList();
-  if (!got.isOk()) return nullptr;
-  *sizes = *got;
+  if (!v || v->op != "aten::view" || !hasOperands<View>(*v)) return std::nullopt;
+  auto sizes = operand(*v, View::size).asIntList();
   const ConstantTensor* c = constantOf(g, operand(*v, View::self));
-  return c && c->isContiguous() ? c : nullptr;
+  if (!sizes.isOk() || !c || !c->isContiguous()) return std::nullopt;
+  return ViewedConstant{c, operand(*v, View::self), *sizes};
 }
 
 // The operand of a float32 aten::_to_copy.
@@ -276,18 +281,17 @@ std::optional<Int4Linear> int4Linear(const Graph& g, const Node& n, std::string*
   const Arg* codesWidened = widenedOperand(g, operand(*sub, ir::Sub::self));
   const Arg* zeroWidened = widenedOperand(g, operand(*sub, ir::Sub::other));
   if (!codesWidened || !zeroWidened) return u::why(whyNot, "codes and zero points are not widened to float32"), std::nullopt;
-  std::vector<int64_t> qSizes, zSizes, sSizes;
-  const ConstantTensor* q = viewedConstant(g, *codesWidened, &qSizes);
-  const ConstantTensor* z = viewedConstant(g, *zeroWidened, &zSizes);
-  const ConstantTensor* sc = viewedConstant(g, scaleArg, &sSizes);
-  if (!q || !z || !sc || q->dtype != DType::Int8 || z->dtype != DType::Int8 || sc->dtype != DType::Float32 ||
-      q->sizes.size() != 2 || qSizes.size() != 3) {
+  const auto codes = viewedConstant(g, *codesWidened), zeros = viewedConstant(g, *zeroWidened),
+             scales = viewedConstant(g, scaleArg);
+  if (!codes || !zeros || !scales || codes->tensor->dtype != DType::Int8 || zeros->tensor->dtype != DType::Int8 ||
+      scales->tensor->dtype != DType::Float32 || codes->tensor->sizes.size() != 2 || codes->sizes.size() != 3) {
     return u::why(whyNot, "not s8 codes, s8 zero points and float32 scales viewed as [N, G, g]"), std::nullopt;
   }
-  const int64_t rows = q->sizes[0], cols = q->sizes[1], groups = qSizes[1], group = qSizes[2];
-  const std::vector<int64_t> perGroup{rows, groups, 1}, flatSizes{rows, cols};
-  if (qSizes[0] != rows || groups * group != cols || zSizes != perGroup || sSizes != perGroup ||
-      z->sizes != std::vector<int64_t>{rows, groups} || sc->sizes != std::vector<int64_t>{rows, groups}) {
+  const int64_t rows = codes->tensor->sizes[0], cols = codes->tensor->sizes[1];
+  const int64_t groups = codes->sizes[1], group = codes->sizes[2];
+  const std::vector<int64_t> perGroup{rows, groups, 1}, flatSizes{rows, cols}, stored{rows, groups};
+  if (codes->sizes[0] != rows || groups * group != cols || zeros->sizes != perGroup || scales->sizes != perGroup ||
+      zeros->tensor->sizes != stored || scales->tensor->sizes != stored) {
     return u::why(whyNot, "the scales and zero points are not one per row and group"), std::nullopt;
   }
   auto flatTo = operand(*flat, View::size).asIntList();
@@ -300,9 +304,7 @@ std::optional<Int4Linear> int4Linear(const Graph& g, const Node& n, std::string*
       g.value(u::valueOf(xArg)).shape.size() != 2) {
     return u::why(whyNot, "the activation is not a 2-d float32 value"), std::nullopt;
   }
-  Int4Linear linear{xArg, operand(*(u::producerOf(g, *codesWidened)), View::self),
-                    operand(*(u::producerOf(g, scaleArg)), View::self), operand(*(u::producerOf(g, *zeroWidened)), View::self),
-                    Arg::none(), group};
+  Int4Linear linear{xArg, codes->operand, scales->operand, zeros->operand, Arg::none(), group};
   if (isAddmm) {
     auto beta = u::numberArg(operand(n, Addmm::beta)), a = u::numberArg(operand(n, Addmm::alpha));
     if (!beta || !a || *beta != 1.0 || *a != 1.0) return u::why(whyNot, "addmm with beta/alpha != 1"), std::nullopt;

@@ -436,7 +436,7 @@ class WeightPackings {
   /// make() refuses (the caller runs the source's composition; the refusal is kept like a packing,
   /// so a weight the kernel cannot take is not scanned again on every call).
   template <class Make>
-  std::shared_ptr<const Kernel> get(const std::vector<at::Tensor>& sources, Make make) {
+  std::shared_ptr<const Kernel> get(c10::ArrayRef<at::Tensor> sources, Make make) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = packed_.find(sources[0].unsafeGetTensorImpl());
     if (it != packed_.end() && current(it->second, sources)) return it->second.kernel;
@@ -464,8 +464,8 @@ class WeightPackings {
     return false;
   }
   // This very tensor set (alive, so no other tensor holds their addresses) at the same versions.
-  static bool current(const Entry& e, const std::vector<at::Tensor>& sources) {
-    if (e.sources.size() != sources.size() || expired(e)) return false;
+  static bool current(const Entry& e, c10::ArrayRef<at::Tensor> sources) {
+    if (e.sources.size() != sources.size()) return false;
     for (size_t i = 0; i < sources.size(); ++i) {
       auto alive = e.sources[i].lock();
       if (alive.get() != sources[i].unsafeGetTensorImpl() || e.versions[i] != sources[i]._version()) return false;
