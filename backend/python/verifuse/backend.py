@@ -262,7 +262,8 @@ def _cached_trace(gm: torch.fx.GraphModule, example_inputs: list, opts: Options,
 
 def _plan_or_eager(aten_gm: torch.fx.GraphModule, inputs: list, static: list[int], names: list[str], opts: Options,
                    graph_report: _report.GraphReport, shape_facts: Any, plan_cache: bool, record: bool,
-                   save_state: Any, save_problem: Optional[str]) -> Callable:
+                   save_state: Any, save_problem: Optional[str],
+                   written_back: Sequence[tuple[int, int]] = ()) -> Callable:
     """The boxed callable for one ATen graph, from either path: its plan behind the shape guards,
     or the graph run eagerly when the lowering or the planner cannot take it. ``save_problem``
     is why the graph could not be saved beyond its own picklability (AOT's metadata)."""
@@ -273,7 +274,7 @@ def _plan_or_eager(aten_gm: torch.fx.GraphModule, inputs: list, static: list[int
 
     try:
         runner = CompiledGraphRunner(aten_gm, inputs, set(static), names, opts, graph_report, shape_facts,
-                                     plan_cache=plan_cache, record=record)
+                                     plan_cache=plan_cache, record=record, written_back=written_back)
     except LoweringError as err:
         return make_boxed_func(_fallback(aten_gm, err.reason, opts, graph_report, op=err.node))
     except _unsupported_error() as err:
@@ -322,7 +323,8 @@ def _compile_with_aot(gm: torch.fx.GraphModule, example_inputs: list, names: lis
         # every call (None for static shapes).
         shape_facts = collect_shape_facts(fake_inputs, real_inputs, static, graph_report, opts.strict)
         return _plan_or_eager(aot_gm, real_inputs, static, real_names, opts, graph_report, shape_facts,
-                              plan_cache, record, save_state, save_problem=inference_problem(meta))
+                              plan_cache, record, save_state, save_problem=inference_problem(meta),
+                              written_back=_written_back_inputs(aot_gm, fake_inputs, meta))
 
     compiler = aot_autograd(
         fw_compiler=training_compiler,
@@ -442,6 +444,31 @@ def _lifted_parameters(gm: torch.fx.GraphModule, context: Any, extra: int) -> Op
     return (lifted, lifted_names) if len(lifted) == extra else None
 
 
+def _written_back_inputs(aot_gm: torch.fx.GraphModule, fake_inputs: list, meta: Any) -> list[tuple[int, int]]:
+    """The (graph output, input) pairs aot_autograd's runtime wrapper copies back after each call:
+    the new value of every input the graph writes (a static KV cache's ``index_copy_``), which are
+    the graph's first outputs. The plan may then write such an input in place and hand the input
+    itself back, so the copy does nothing (runtime::CompileOptions::writtenBackInputs). Only
+    plain data writes whose output has the input's own shape, strides and dtype are listed."""
+    if meta is None or len(meta.input_info) != len(fake_inputs):
+        return []
+    outputs = next(n for n in reversed(aot_gm.graph.nodes) if n.op == "output").args[0]
+    if not isinstance(outputs, (tuple, list)):
+        return []
+    pairs = []
+    for out_index, inp in enumerate(getattr(meta, "mutated_inp_runtime_indices", None) or []):
+        info = meta.input_info[inp]
+        if (not info.mutates_data or info.mutates_metadata or getattr(info, "mutates_storage_metadata", False)
+                or out_index >= len(outputs)):
+            continue
+        node, fake = outputs[out_index], fake_inputs[inp]
+        value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if (isinstance(value, torch.Tensor) and isinstance(fake, torch.Tensor) and value.dtype == fake.dtype
+                and tuple(value.shape) == tuple(fake.shape) and value.stride() == fake.stride()):
+            pairs.append((out_index, inp))
+    return pairs
+
+
 def _freezing_problem(fake_inputs: list, real_inputs: list, static: list[int], meta: Any) -> Optional[str]:
     """Parameters and buffers are frozen by mapping AOT's static input indices back to the real
     tensors Dynamo passed. The mapping must be one to one, or freezing would bind wrong weights."""
@@ -500,8 +527,10 @@ class CompiledGraphRunner:
 
     def __init__(self, aot_gm: torch.fx.GraphModule, real_inputs: list, static: set[int], names: list[str],
                  opts: Options, graph_report: _report.GraphReport, shape_facts: Any = None,
-                 saved_plan: Optional[bytes] = None, plan_cache: bool = False, record: bool = False):
+                 saved_plan: Optional[bytes] = None, plan_cache: bool = False, record: bool = False,
+                 written_back: Sequence[tuple[int, int]] = ()):
         self._aot_gm = aot_gm
+        self._written_back = list(written_back)  # _written_back_inputs
         self._static = static
         self._names = names
         self._opts = opts
@@ -576,7 +605,7 @@ class CompiledGraphRunner:
                 linear_weights=opts.linear_weights,
                 shape_facts=facts.cpp if facts is not None else None,
                 environment=_environment(opts) if self._record or saved_plan is not None else "",
-                saved_plan=saved_plan, plan_cache=self._plan_cache)
+                saved_plan=saved_plan, plan_cache=self._plan_cache, written_back=self._written_back)
 
     def __call__(self, args: list) -> list:
         _report.observe(self._graph_report)

@@ -51,6 +51,7 @@ class GraphReport:
     tuning_inputs_made: int = 0    # partitions given random timing inputs (0 with a warm tuning DB)
     tuning_inputs_through_views: int = 0  # of their tensors, made through the model's views (its strides)
     plan_passes: list[str] = dataclasses.field(default_factory=list)  # the planning passes that changed the plan, in order
+    in_place_writes: int = 0       # written-back inputs (a static KV cache) the plan updates in place
     tuning_db: str = ""
     # Rule id -> rewrites applied (every phase: canonicalization, no-ops, dead code, fusions).
     rewrites: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -192,6 +193,7 @@ class Report:
                  "reorders_before": g.reorders_before, "timings_run": g.timings_run,
                  "tuning_inputs_made": g.tuning_inputs_made,
                  "tuning_inputs_through_views": g.tuning_inputs_through_views, "plan_passes": list(g.plan_passes),
+                 "in_place_writes": g.in_place_writes,
                  "tuning_db": g.tuning_db,
                  "trace_seconds": g.trace_seconds, "pipeline_seconds": g.pipeline_seconds, "plan_seconds": g.plan_seconds,
                  "lowering_seconds": g.lowering_seconds, "first_run_seconds": g.first_run_seconds,

@@ -101,6 +101,7 @@ py::dict statsDict(const runtime::CompiledGraph& cg) {
   d["tuning_inputs_made"] = s.tuningInputsMade;
   d["tuning_inputs_through_views"] = s.tuningInputsThroughViews;
   d["plan_passes"] = s.planPassesChanged;
+  d["in_place_writes"] = s.inPlaceWrites;
   std::map<std::string, int> ops;
   for (const auto& n : cg.graph().nodes()) ops[n.qualifiedName()]++;
   d["ops"] = ops;

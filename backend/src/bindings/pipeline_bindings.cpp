@@ -139,6 +139,7 @@ py::dict toDict(const driver::CompileReport& r, const runtime::CompiledGraph& pl
   d["tuning_inputs_made"] = r.stats.tuningInputsMade;
   d["tuning_inputs_through_views"] = r.stats.tuningInputsThroughViews;
   d["plan_passes"] = r.stats.planPassesChanged;
+  d["in_place_writes"] = r.stats.inPlaceWrites;
   d["tuning_db"] = r.tuningDb;
   d["tuning_db_hits"] = r.tuningDbHits;
   d["tuning_db_rebuilt"] = r.tuningDbRebuilt;
@@ -212,8 +213,9 @@ void registerPipeline(py::module_& m) {
          int32_t numArgs, const std::string& verify, bool fuse, const std::string& engines, bool bf16,
          const std::string& cacheDir, bool plantedBug, bool autotune, int64_t layerCheckWeights,
          const py::object& shapeFacts, const std::string& linearWeights, const std::string& environment,
-         const py::object& savedPlan, bool planCache) {
+         const py::object& savedPlan, bool planCache, const std::vector<std::pair<int32_t, int32_t>>& writtenBack) {
         driver::CompileRequest request;
+        request.writtenBack = writtenBack;
         request.inputArgIndex = std::move(inputArgIndex);
         for (const auto& [arg, constant] : frozen) request.frozen.push_back({arg, constant});
         request.numArgs = numArgs;
@@ -252,6 +254,7 @@ void registerPipeline(py::module_& m) {
       py::arg("cache_dir") = "", py::arg("planted_bug") = false, py::arg("autotune") = true,
       py::arg("layer_check_weights") = 4096, py::arg("shape_facts") = py::none(), py::arg("linear_weights") = "auto",
       py::arg("environment") = "", py::arg("saved_plan") = py::none(), py::arg("plan_cache") = false,
+      py::arg("written_back") = std::vector<std::pair<int32_t, int32_t>>(),
       "Runs the compile driver (rules, partitions, plan): returns (CompiledGraph, report dict).");
 }
 

@@ -250,6 +250,7 @@ StatusOr<CompiledModel> compileOnce(ir::Graph graph, const CompileRequest& reque
   plan.autotune = request.autotune && engines == EnginePolicy::kAuto;
   plan.releaseWeights = plan.useOnednn && request.fuse;
   plan.linearWeights = request.linearWeights;
+  plan.writtenBackInputs = request.writtenBack;
   applyPlannerEnvironment(plan);
   partition::PartitionOptions po;
   po.engineClass = runtime::engineClassOf;

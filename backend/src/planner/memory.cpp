@@ -1,6 +1,7 @@
 // Memory: folded weights materialized late and handed to the one op that prepacks them (so the
 // folded copies never all exist at once), values freed after their last use, a dead residual's
-// buffer donated to the sum that reads it, and the own GEMM's packing deferred past the plan.
+// buffer donated to the sum that reads it, inputs the caller writes back updated in place, and
+// the own GEMM's packing deferred past the plan.
 #include "planner/planner.h"
 
 #include <algorithm>
@@ -125,6 +126,64 @@ StatusOr<bool> planLifetimes(PlanBuild& b) {
     }
     changed = changed || !step.freeAfter.empty();
   }
+  return changed;
+}
+
+StatusOr<bool> writeInputsInPlace(PlanBuild& b) {
+  const ir::Graph& graph = b.graph;
+  runtime::CompiledGraph::Impl& impl = b.impl;
+  if (b.options.writtenBackInputs.empty()) return false;
+  // How often each value is read (node arguments and graph outputs), over the whole graph.
+  std::vector<int> reads(graph.numValues(), 0);
+  std::vector<ValueId> used;
+  for (const ir::Node& n : graph.nodes()) {
+    used.clear();
+    for (const Arg& a : n.args) a.collectValues(used);
+    for (ValueId v : used) reads[static_cast<size_t>(v)]++;
+  }
+  std::vector<int> outputUses(graph.numValues(), 0);
+  std::vector<ValueId> outs;
+  for (const Arg& a : graph.outputs()) a.collectValues(outs);
+  for (ValueId v : outs) {
+    reads[static_cast<size_t>(v)]++;
+    outputUses[static_cast<size_t>(v)]++;
+  }
+  const auto inPlaceForm = c10::Dispatcher::singleton().findSchema(c10::OperatorName("aten::index_put_", ""));
+  if (!inPlaceForm) return false;
+  bool changed = false;
+  for (const auto& [output, arg] : b.options.writtenBackInputs) {
+    if (output < 0 || static_cast<size_t>(output) >= graph.outputs().size()) continue;
+    const Arg& out = graph.outputs()[static_cast<size_t>(output)];
+    if (!out.isValue()) continue;
+    const ValueId updated = static_cast<ValueId>(out.i);
+    // Also a plain output of the graph: returning the input itself would alias it.
+    if (outputUses[static_cast<size_t>(updated)] != 1) continue;
+    const ir::NodeId producer = graph.value(updated).producer;
+    if (producer < 0) continue;
+    const size_t k = b.indexOf.at(producer);
+    const ir::Node& n = graph.nodes()[k];
+    // index_put(self, indices, values, accumulate=False): rerunning it (a call whose fused plan
+    // hands over to the exact plan midway) writes the same values again; an accumulating one would
+    // add twice.
+    if (n.qualifiedName() != "aten::index_put" || n.args.size() != 4 || n.outputs.size() != 1) continue;
+    if (n.args[3].kind != Arg::Kind::Bool || n.args[3].i != 0 || !n.args[0].isValue()) continue;
+    const ValueId self = static_cast<ValueId>(n.args[0].i);
+    // The input the caller writes back, read by this index_put alone (no reader of the old value).
+    const auto& inputs = graph.inputs();
+    const auto input = std::find(inputs.begin(), inputs.end(), self);
+    if (input == inputs.end() || impl.inputArgIndex[static_cast<size_t>(input - inputs.begin())] != arg) continue;
+    if (reads[static_cast<size_t>(self)] != 1) continue;
+    if (b.stepOf[k] == SIZE_MAX) continue;
+    runtime::Step& step = impl.steps[b.stepOf[k]];
+    if (!step.op || step.fused || step.builtin) continue;
+    step.inPlaceOp = *inPlaceForm;
+    impl.inPlaceArgs.push_back(arg);
+    impl.nodeRunsOn[k] = "ATen, in place";
+    impl.stats.inPlaceWrites++;
+    changed = true;
+  }
+  std::sort(impl.inPlaceArgs.begin(), impl.inPlaceArgs.end());
+  impl.inPlaceArgs.erase(std::unique(impl.inPlaceArgs.begin(), impl.inPlaceArgs.end()), impl.inPlaceArgs.end());
   return changed;
 }
 

@@ -46,6 +46,7 @@ constexpr NamedPass kPasses[] = {
     {"keep folded values", keepFoldedValues},
     {"assign layouts", assignLayouts},
     {"plan lifetimes", planLifetimes},
+    {"write inputs in place", writeInputsInPlace},
     {"decide partitions", decidePartitions},
     {"record edge conversions", recordEdgeConversions},
     {"start deferred packing", startDeferredPacking},
@@ -90,6 +91,7 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   impl->nodeRunsOn.assign(numNodes, "");
   impl->nodeTimings.assign(numNodes, {});
   impl->nodePartition.assign(numNodes, -1);
+  impl->inputArgIndex = std::move(inputArgIndex);  // read by the passes (writeInputsInPlace)
 
   for (const planner::NamedPass& pass : planner::kPasses) {
     auto changed = pass.run(b);
@@ -98,7 +100,6 @@ StatusOr<std::shared_ptr<const CompiledGraph>> compileGraph(ir::Graph graph, std
   }
 
   impl->stats.constants = impl->constants.size();
-  impl->inputArgIndex = std::move(inputArgIndex);
   impl->numArgs = numArgs;
   impl->timingsRun = kernels::timingCallCount() - timingsBefore;
   for (size_t k = 0; k < numNodes; ++k) {

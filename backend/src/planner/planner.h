@@ -10,8 +10,8 @@
 //   engine_selection.cpp the engine legality table, each partition's facts (size, static shapes,
 //                        forced by an option) and the engine it gets when it is not timed
 //   memory.cpp           constants materialized or handed to the one op that prepacks them,
-//                        last uses (values freed after them), residual buffers donated, deferred
-//                        packing
+//                        last uses (values freed after them), residual buffers donated, inputs
+//                        the caller writes back updated in place, deferred packing
 //   steps.cpp            one step per node: a dispatcher call, a builtin or a fused op
 //   layout.cpp           which values are channels-last, max pools on channels-last copies,
 //                        conversions at partition edges
@@ -94,6 +94,7 @@ StatusOr<bool> buildSteps(PlanBuild& b);              // steps.cpp
 StatusOr<bool> keepFoldedValues(PlanBuild& b);        // constant_fold.cpp
 StatusOr<bool> assignLayouts(PlanBuild& b);           // layout.cpp
 StatusOr<bool> planLifetimes(PlanBuild& b);           // memory.cpp
+StatusOr<bool> writeInputsInPlace(PlanBuild& b);      // memory.cpp
 StatusOr<bool> decidePartitions(PlanBuild& b);        // tuning.cpp
 StatusOr<bool> recordEdgeConversions(PlanBuild& b);   // layout.cpp
 StatusOr<bool> startDeferredPacking(PlanBuild& b);    // memory.cpp

@@ -12,7 +12,9 @@
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <string_view>
@@ -71,7 +73,7 @@ at::Tensor constantToTensor(const ir::ConstantTensor& c) {
 }
 
 Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vector<c10::IValue>& slots, bool exact,
-                std::optional<Engine> engine, bool keepValues, std::atomic<int64_t>* stepNs) {
+                std::optional<Engine> engine, bool keepValues, std::atomic<int64_t>* stepNs, bool inPlace) {
   std::vector<at::Tensor> fusedInputs;
   std::vector<c10::IValue> stack;
   // Profiling: each step's wall time, from the end of the previous one (so the argument
@@ -135,7 +137,7 @@ Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vec
                at::isFloatingType(x.scalar_type());
       }();
       if (poolOnChannelsLast) stack[0] = stack[0].toTensor().contiguous(at::MemoryFormat::ChannelsLast);
-      step.op->callBoxed(stack);
+      (inPlace && step.inPlaceOp ? *step.inPlaceOp : *step.op).callBoxed(stack);
       if (poolOnChannelsLast) {
         if (!step.pool.keepValuesChannelsLast) stack.at(0) = stack[0].toTensor().contiguous();
         if (step.pool.indicesRead) stack.at(1) = stack[1].toTensor().contiguous();
@@ -256,6 +258,32 @@ bool allFinite(const at::Tensor& t) {
   return std::isfinite(t.sum(at::kDouble).item<double>());
 }
 
+/// Whether the inputs the plan writes in place (Impl::inPlaceArgs) may be: each a dense CPU tensor
+/// (no element written twice) sharing its storage with no other argument (a write into it must not show through another
+/// input the graph reads; aot_autograd's synthetic bases normally rule that out, the check makes
+/// it certain), and writable here (an inference tensor only in inference mode, as eager requires).
+/// Otherwise the run takes the functional form and the caller's write-back does the copy.
+bool inPlaceInputsUnaliased(const std::vector<int32_t>& inPlaceArgs, const std::vector<c10::IValue>& args) {
+  std::vector<const c10::StorageImpl*> written;
+  written.reserve(inPlaceArgs.size());
+  for (int32_t a : inPlaceArgs) {
+    const c10::IValue& v = args[static_cast<size_t>(a)];
+    if (!v.isTensor()) return false;
+    const at::Tensor& t = v.toTensor();
+    if (!t.has_storage() || !t.device().is_cpu() || !t.is_non_overlapping_and_dense()) return false;
+    if (t.is_inference() && !c10::InferenceMode::is_enabled()) return false;
+    written.push_back(t.storage().unsafeGetStorageImpl());
+  }
+  std::sort(written.begin(), written.end());
+  if (std::adjacent_find(written.begin(), written.end()) != written.end()) return false;
+  size_t seen = 0;
+  for (const c10::IValue& v : args) {
+    if (!v.isTensor() || !v.toTensor().has_storage()) continue;
+    seen += std::binary_search(written.begin(), written.end(), v.toTensor().storage().unsafeGetStorageImpl()) ? 1 : 0;
+  }
+  return seen == written.size();  // each written storage reached through its own argument only
+}
+
 }  // namespace
 
 StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IValue>& args) const {
@@ -295,7 +323,8 @@ StatusOr<std::vector<c10::IValue>> CompiledGraph::run(const std::vector<c10::IVa
       stepNs = p.stepNs.get();
       p.profiledRuns.fetch_add(1, std::memory_order_relaxed);
     }
-    VF_RETURN_IF_ERROR(runSteps(p, 0, p.steps.size(), slots, exact, std::nullopt, /*keepValues=*/false, stepNs));
+    const bool inPlace = !p.inPlaceArgs.empty() && inPlaceInputsUnaliased(p.inPlaceArgs, args);
+    VF_RETURN_IF_ERROR(runSteps(p, 0, p.steps.size(), slots, exact, std::nullopt, /*keepValues=*/false, stepNs, inPlace));
   } catch (const NeedsExactPlan& e) {
     return Status(StatusCode::kNeedsExactPlan, e.what());
   } catch (const c10::Error& e) {

@@ -38,6 +38,10 @@ using BuiltinFn = std::function<StatusOr<c10::IValue>(const std::vector<c10::IVa
 
 struct Step {
   std::optional<c10::OperatorHandle> op;
+  /// The in-place form of \p op (aten::index_put_ for index_put) when its first argument is an
+  /// input the caller writes back with this step's result (planner: writeInputsInPlace). Used
+  /// only by a call's run (CompiledGraph::run) whose inputs pass inPlaceInputsUnaliased.
+  std::optional<c10::OperatorHandle> inPlaceOp;
   std::shared_ptr<const FusedOp> fused;
   ir::ValueId donatedResidual = ir::kNoValue;  // fused op's residual at its last use: accumulated in place
   BuiltinFn builtin;
@@ -77,6 +81,8 @@ struct CompiledGraph::Impl {
   int32_t numArgs = 0;
   std::vector<Step> steps;  // in execution order: each partition's steps are contiguous
   std::vector<FrozenCheck> frozen;
+  /// Call arguments some step writes in place (Step::inPlaceOp), in increasing order.
+  std::vector<int32_t> inPlaceArgs;
   ExecutorStats stats;
   std::vector<std::pair<ir::ValueId, c10::IValue>> folded;  // values computed at compile time
   std::vector<std::string> nodeEngines;                     // by node index of graph
@@ -123,8 +129,10 @@ StatusOr<c10::IValue> fixedValue(const ir::Arg& a, const c10::TypePtr& type, con
 /// Runs steps [begin, end) on \p slots. \p engine: run every fused step on it (the partition
 /// tuner's candidates); nullopt: each fused op's planned engine (or ATen when \p exact). ATen
 /// errors propagate as exceptions (c10::Error), the executor's own as a Status. \p keepValues:
-/// free nothing (the planner reads the values afterwards).
+/// free nothing (the planner reads the values afterwards). \p inPlace: steps with an in-place form
+/// run it (only a call's run, never the planner's: a write into the caller's input is done once).
 Status runSteps(const CompiledGraph::Impl& p, size_t begin, size_t end, std::vector<c10::IValue>& slots, bool exact,
-                std::optional<Engine> engine, bool keepValues = false, std::atomic<int64_t>* stepNs = nullptr);
+                std::optional<Engine> engine, bool keepValues = false, std::atomic<int64_t>* stepNs = nullptr,
+                bool inPlace = false);
 
 }  // namespace verifuse::runtime

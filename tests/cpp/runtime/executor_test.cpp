@@ -504,5 +504,86 @@ TEST(PlannerPasses, EachReportsWhetherItChangedThePlan) {
             (std::vector<std::string>{"build steps", "assign layouts", "plan lifetimes"}));
 }
 
+// A static KV cache's step as aot_autograd hands it over: the cache (argument 0) updated by a
+// functional index_put at the positions of argument 2, the update returned first (the runtime
+// wrapper copies it back into argument 0), and a reader of the updated cache.
+struct CacheUpdate {
+  bool readOldValue = false;  // a second reader of the input's old value
+  bool accumulate = false;
+  Graph graph() const {
+    Graph g;
+    auto cache = g.addInput("cache", ValueType::Tensor);
+    auto rows = g.addInput("rows", ValueType::Tensor);
+    auto pos = g.addInput("pos", ValueType::Tensor);
+    auto put = g.addNode("aten::index_put", "",
+                         {Arg::value(cache), Arg::makeList({Arg::value(pos)}), Arg::value(rows), Arg::boolean(accumulate)},
+                         {ValueType::Tensor});
+    const auto updated = g.node(put).outputs[0];
+    auto twice = g.addNode("aten::mul", "Scalar", {Arg::value(updated), Arg::real(2.0)}, {ValueType::Tensor});
+    std::vector<Arg> outs = {Arg::value(updated), Arg::value(g.node(twice).outputs[0])};
+    if (readOldValue) {
+      auto old = g.addNode("aten::neg", "", {Arg::value(cache)}, {ValueType::Tensor});
+      outs.push_back(Arg::value(g.node(old).outputs[0]));
+    }
+    g.setOutputs(outs);
+    return g;
+  }
+  std::shared_ptr<const CompiledGraph> compile(bool writtenBack = true) const {
+    CompileOptions options;
+    if (writtenBack) options.writtenBackInputs = {{0, 0}};
+    auto cg = compileGraph(graph(), {0, 1, 2}, {}, 3, options);
+    EXPECT_TRUE(cg.isOk()) << cg.status().toString();
+    return cg.isOk() ? cg.value() : nullptr;
+  }
+};
+
+TEST(PlannerInputWrites, AWrittenBackCacheIsUpdatedInPlaceAndReturnedItself) {
+  auto cg = CacheUpdate{}.compile();
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(cg->stats().inPlaceWrites, 1u);
+  at::Tensor cache = at::randn({6, 4});
+  const at::Tensor before = cache.clone();
+  const at::Tensor rows = at::randn({2, 4});
+  const at::Tensor pos = at::tensor({1, 4}, at::kLong);
+  auto out = cg->run({cache, rows, pos});
+  ASSERT_TRUE(out.isOk()) << out.status().toString();
+  const at::Tensor expected = before.index_put({pos}, rows);
+  // The update is the caller's tensor (aot's copy back is then a no-op), holding eager's values.
+  EXPECT_TRUE((*out)[0].toTensor().is_same(cache));
+  EXPECT_TRUE(at::equal(cache, expected));
+  EXPECT_TRUE(at::equal((*out)[1].toTensor(), expected * 2.0));
+}
+
+TEST(PlannerInputWrites, NotInPlaceWithoutWriteBackOrWithAnotherReaderOrAccumulating) {
+  for (const auto& [name, cg] : std::vector<std::pair<std::string, std::shared_ptr<const CompiledGraph>>>{
+           {"no write-back", CacheUpdate{}.compile(false)},
+           {"old value read", CacheUpdate{true, false}.compile()},
+           {"accumulating", CacheUpdate{false, true}.compile()}}) {
+    ASSERT_TRUE(cg) << name;
+    EXPECT_EQ(cg->stats().inPlaceWrites, 0u) << name;
+    at::Tensor cache = at::randn({6, 4});
+    const at::Tensor before = cache.clone();
+    auto out = cg->run({cache, at::randn({2, 4}), at::tensor({1, 4}, at::kLong)});
+    ASSERT_TRUE(out.isOk()) << name << ": " << out.status().toString();
+    EXPECT_FALSE((*out)[0].toTensor().is_same(cache)) << name;
+    EXPECT_TRUE(at::equal(cache, before)) << name << ": the input was written";
+  }
+}
+
+TEST(PlannerInputWrites, ACacheSharingStorageWithAnotherArgumentTakesTheFunctionalForm) {
+  auto cg = CacheUpdate{}.compile();
+  ASSERT_TRUE(cg);
+  at::Tensor cache = at::randn({6, 4});
+  const at::Tensor before = cache.clone();
+  // The rows are a view of the cache itself: writing the cache first would change them.
+  const at::Tensor rows = cache.narrow(0, 0, 2);
+  const at::Tensor pos = at::tensor({1, 4}, at::kLong);
+  auto out = cg->run({cache, rows, pos});
+  ASSERT_TRUE(out.isOk()) << out.status().toString();
+  EXPECT_FALSE((*out)[0].toTensor().is_same(cache));
+  EXPECT_TRUE(at::equal(cache, before));
+  EXPECT_TRUE(at::equal((*out)[0].toTensor(), before.index_put({pos}, before.narrow(0, 0, 2))));
+}
+
 }  // namespace
 }  // namespace verifuse::runtime

@@ -35,6 +35,9 @@ struct CompileRequest {
   std::vector<int32_t> inputArgIndex;        ///< graph input k is argument inputArgIndex[k] of a call
   std::vector<runtime::FrozenInput> frozen;  ///< arguments that are frozen weights (checked per call)
   int32_t numArgs = 0;
+  /// {graph output, argument} pairs the caller copies back after each call (runtime::CompileOptions::
+  /// writtenBackInputs): aot_autograd's input mutations, sent by Python.
+  std::vector<std::pair<int32_t, int32_t>> writtenBack;
   passes::VerifyLevel verify = passes::VerifyLevel::kInstances;
   bool fuse = true;                          ///< false: no rules at all (the exact plan)
   EnginePolicy engines = EnginePolicy::kAuto;

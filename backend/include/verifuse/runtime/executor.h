@@ -127,6 +127,9 @@ struct ExecutorStats {
   /// strides (SDPA's transposed q, k, v), instead of dense random tensors.
   size_t tuningInputsThroughViews = 0;
   int64_t weightCopyBytes = 0;    ///< every partition's PartitionDecision::weightCopyBytes
+  /// Functional updates of an input the caller writes back (a static KV cache's index_put) that
+  /// run in place on the input instead (CompileOptions::writtenBackInputs).
+  size_t inPlaceWrites = 0;
   /// The planning passes (backend/src/planner/planner.h) that changed the plan, in order.
   std::vector<std::string> planPassesChanged;
 };
@@ -195,6 +198,13 @@ struct CompileOptions {
   /// tuning*, so a test can make ATen the faster engine deterministically and check that the
   /// tuner keeps it. VERIFUSE_TEST_TUNE_ONEDNN_PENALTY_MS; 0 in production.
   double tuningPenaltyMs = 0;
+  /// Inputs the caller overwrites with a graph output after each run: {graph output index, call
+  /// argument index}. aot_autograd's runtime wrapper does this for an input the model writes (a
+  /// static KV cache's index_copy_ becomes a functional index_put whose result is copied back).
+  /// Where that output is index_put(input, ...) and nothing else reads the input, the plan writes
+  /// the input in place (index_put_) and returns the input itself, so the write-back copies
+  /// nothing (copy_ of a tensor onto itself returns at once) and no clone of the cache is made.
+  std::vector<std::pair<int32_t, int32_t>> writtenBackInputs;
 };
 
 class CompiledGraph;
