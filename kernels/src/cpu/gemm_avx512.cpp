@@ -228,8 +228,102 @@ __attribute__((noinline)) void tile(const Ctx& x, const float* a, int64_t lda,
                 });
 }
 
+/// One K block of a decode-sized MR x (16·NP) tile: the FMA chains continue from \p part (MR x NP
+/// vectors, parked there after the previous block; zero for the first), run over block \p k0's
+/// steps and are parked again, or, after the last block, finished like tile()'s. Parking a float
+/// and reloading it is exact, so each c[i][j] is still the one FMA chain over k = 0..K-1 that
+/// tile() computes: the same bits.
+template <int MR, int NP>
+__attribute__((noinline)) void tileKBlock(const Ctx& x, const float* a, int64_t lda, const PackedWeights& B,
+                                          int64_t panel, int64_t k0, int64_t row0, int64_t cols, float* part) {
+  const int64_t K = B.k(), nPad = B.nPadded();
+  const int64_t kb = std::min(B.kBlock(), K - k0);
+  const bool last = k0 + kb >= K;
+  if (last) prefetchOperands<MR>(x, row0, panel * 16, cols);
+  __m512 acc[MR][NP];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < NP; ++v) acc[i][v] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(part + (i * NP + v) * 16);
+  const float* bb = B.data() + k0 * nPad + panel * kb * 16;
+  const float* ab = a + k0;
+  const int64_t bStride = kb * 16;
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kb; ++k) {
+    __m512 bv[NP];
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q) bv[q] = _mm512_load_ps(bb + q * bStride + 16 * k);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const __m512 av = _mm512_set1_ps(ab[i * lda + k]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NP; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+    }
+  }
+  if (last) {
+    finishInRegisters<MR, NP>(x, acc, row0, panel * 16, cols);
+    return;
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < NP; ++v) _mm512_store_ps(part + (i * NP + v) * 16, acc[i][v]);
+}
+
 using TileFn = void (*)(const Ctx&, const float*, int64_t, const PackedWeights&, int64_t, int64_t,
                         int64_t, int64_t, int64_t, int64_t);
+using KBlockTileFn = void (*)(const Ctx&, const float*, int64_t, const PackedWeights&, int64_t, int64_t, int64_t,
+                              int64_t, float*);
+
+template <int NP, int... MRs>
+constexpr auto makeKBlockTileTable(std::integer_sequence<int, MRs...>) {
+  return std::array<KBlockTileFn, sizeof...(MRs)>{&tileKBlock<MRs + 1, NP>...};
+}
+/// kKBlockTilesNP[r - 1]: one K block of the r-row decode tile over NP panels (r <= 4).
+constexpr auto kKBlockTiles1 = makeKBlockTileTable<1>(std::make_integer_sequence<int, 4>{});
+constexpr auto kKBlockTiles2 = makeKBlockTileTable<2>(std::make_integer_sequence<int, 4>{});
+constexpr auto kKBlockTiles4 = makeKBlockTileTable<4>(std::make_integer_sequence<int, 4>{});
+
+/// Panels of a decode-sized block that take their K blocks together (kBlockOuterDecode).
+constexpr int64_t kDecodeSpanPanels = 32;
+
+/// Decode-sized rows (at most 4) [row0, row0 + rows) x panels [p0, p1) over weights packed in
+/// several K blocks: K blocks outer, then spans of kDecodeSpanPanels panels in 4-panel tiles, each
+/// tile's chains parked in a small buffer between blocks (tileKBlock). A K block holds the whole
+/// N, so tile() — all K blocks of one 64-column tile, then the next tile — reads its weights as
+/// K-block-count runs of 4·kb·64 B (57 KB at K = 896) far apart, and the hardware prefetcher
+/// starts over at each; here a span's K block is one run of 32·kb·64 B (458 KB). (The bf16
+/// weights are packed without K blocks, so their decode reads one run already.)
+/// NOTE (measured, Zen 4, 1 thread, verifuse_gemm_bench, medians): 1x896x151936 (Qwen2.5-0.5B's
+/// lm_head, 545 MB) 22.0 -> 24.6 GB/s (plain read of the packed weights 31); 1x896x9728 (its
+/// gate/up) 21 -> 34; 1x4864x896 (down) 42 -> 64. Spans of 8 panels were slower (22.9 on the
+/// lm_head), 128 no faster than 32; software prefetching 8 or 32 steps ahead slower still.
+void kBlockOuterDecode(const Ctx& x, const Problem& p, int64_t row0, int64_t rows, int64_t p0, int64_t p1) {
+  const PackedWeights& B = *p.b;
+  const int64_t N = B.n(), K = B.k(), KB = B.kBlock();
+  constexpr int64_t kSlot = 4 * 4 * 16;  // floats of one 4-panel tile's parked chains (MR <= 4)
+  alignas(64) float part[(kDecodeSpanPanels / 4) * kSlot];
+  const float* a = p.a + row0 * p.lda;
+  for (int64_t s = p0; s < p1; s += kDecodeSpanPanels) {
+    const int64_t s1 = std::min(p1, s + kDecodeSpanPanels);
+    for (int64_t k0 = 0; k0 < K; k0 += KB) {
+      for (int64_t g = s; g < s1; g += 4) {
+        const int64_t gp = std::min<int64_t>(4, s1 - g);
+        const int64_t cols = std::min<int64_t>(16 * gp, N - g * 16);
+        float* slot = part + (g - s) / 4 * kSlot;
+        switch (gp) {
+          case 4: kKBlockTiles4[rows - 1](x, a, p.lda, B, g, k0, row0, cols, slot); break;
+          case 3:  // as tile(): a pair, then one panel
+            kKBlockTiles2[rows - 1](x, a, p.lda, B, g, k0, row0, 32, slot);
+            kKBlockTiles1[rows - 1](x, a, p.lda, B, g + 2, k0, row0, cols - 32, slot + kSlot / 2);
+            break;
+          case 2: kKBlockTiles2[rows - 1](x, a, p.lda, B, g, k0, row0, cols, slot); break;
+          default: kKBlockTiles1[rows - 1](x, a, p.lda, B, g, k0, row0, cols, slot); break;
+        }
+      }
+    }
+  }
+}
 
 template <int NP, int... MRs>
 constexpr auto makeTileTable(std::integer_sequence<int, MRs...>) {
@@ -264,6 +358,10 @@ bool computeRegion(const Problem& p, int64_t m0, int64_t m1, int64_t p0, int64_t
     const int64_t mcur = std::min(mc, m1 - ic);
     // Decode-sized blocks take 4-panel tiles; otherwise tiles of near-equal height <= kMRMax.
     const bool wide = mcur <= 4;
+    if (wide && B.k() > B.kBlock()) {
+      kBlockOuterDecode(x, p, ic, mcur, p0, p1);
+      continue;
+    }
     const int64_t group = wide ? 4 : kNP;
     const int64_t nTiles = wide ? 1 : (mcur + kMRMax - 1) / kMRMax;
     for (int64_t g = p0; g < p1; g += group) {

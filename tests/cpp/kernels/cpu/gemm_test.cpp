@@ -343,6 +343,10 @@ const ShapeCase kShapes[] = {
     {9, 50, 64, 0, 0},    {5, 30, 80, 2, 0},   {200, 770, 200, 3, 1},
     // Row blocks rounded up to multiples of 8: 389 rows as 136 + 136 + 117.
     {389, 20, 48, 0, 0},
+    // Decode rows over several K blocks (the AVX-512 kernel's K-block-outer path): spans of 32
+    // panels with a 3-panel group at the end (35 panels), a last span of 5 panels (69), epilogue
+    // after parked chains.
+    {1, 600, 560, 0, 0},  {3, 700, 1100, 2, 1}, {2, 520, 40, 0, 0},  {4, 300, 530, 0, 3},
 };
 
 class GemmShapes : public GemmIsaTest,
@@ -476,24 +480,27 @@ TEST_P(GemmTest, EveryActivationIsSupported) {
 // ---- aliasing ------------------------------------------------------------------------------------
 
 TEST_P(GemmTest, InPlaceResidualSum) {
-  // c == residual (same stride, wider than N): one K block and three, one thread and two.
+  // c == residual (same stride, wider than N): one K block and three, one thread and two; 61 rows
+  // and 2 (decode-sized: on AVX-512 its K blocks run outer, the chains parked between them).
   for (const int64_t k : {100, 700}) {
     for (const int threads : {1, 2}) {
-      SCOPED_TRACE("k=" + std::to_string(k) + " threads=" + std::to_string(threads));
-      omp_set_num_threads(threads);
-      Problem p = makeProblem(61, k, 150, WeightOrder::kNK, 0, 3, 3,
-                              {elt(Activation::kRelu), sumOp(1.f), elt(Activation::kClamp, -2.f, 2.f)});
-      auto packed = packWeights(p.w.data(), p.k, p.n, p.order);
-      ASSERT_TRUE(packed.isOk());
-      EXPECT_EQ(threadsFor(p.m, *packed.value()), threads);
-      std::vector<float> c = p.residual;  // ldr == ldc
-      for (int64_t i = 0; i < p.m; ++i) {
-        for (int64_t j = p.n; j < p.ldc; ++j) c[i * p.ldc + j] = kSentinel;
+      for (const int64_t m : {61, 2}) {
+        SCOPED_TRACE("k=" + std::to_string(k) + " threads=" + std::to_string(threads) + " m=" + std::to_string(m));
+        omp_set_num_threads(threads);
+        Problem p = makeProblem(m, k, 150, WeightOrder::kNK, 0, 3, 3,
+                                {elt(Activation::kRelu), sumOp(1.f), elt(Activation::kClamp, -2.f, 2.f)});
+        auto packed = packWeights(p.w.data(), p.k, p.n, p.order);
+        ASSERT_TRUE(packed.isOk());
+        if (m == 61) EXPECT_EQ(threadsFor(p.m, *packed.value()), threads);
+        std::vector<float> c = p.residual;  // ldr == ldc
+        for (int64_t i = 0; i < p.m; ++i) {
+          for (int64_t j = p.n; j < p.ldc; ++j) c[i * p.ldc + j] = kSentinel;
+        }
+        Epilogue ep{p.bias.data(), p.ops};
+        ASSERT_TRUE(run(p.a.data(), p.m, p.lda, *packed.value(), c.data(), p.ldc, ep, c.data(),
+                        p.ldc).isOk());
+        expectMatches(p, c, "in-place sum");
       }
-      Epilogue ep{p.bias.data(), p.ops};
-      ASSERT_TRUE(run(p.a.data(), p.m, p.lda, *packed.value(), c.data(), p.ldc, ep, c.data(),
-                      p.ldc).isOk());
-      expectMatches(p, c, "in-place sum");
     }
   }
 }
