@@ -284,21 +284,31 @@ constexpr auto kKBlockTiles1 = makeKBlockTileTable<1>(std::make_integer_sequence
 constexpr auto kKBlockTiles2 = makeKBlockTileTable<2>(std::make_integer_sequence<int, 4>{});
 constexpr auto kKBlockTiles4 = makeKBlockTileTable<4>(std::make_integer_sequence<int, 4>{});
 
-/// Panels of a decode-sized block that take their K blocks together (kBlockOuterDecode).
+/// Panels of a decode-sized block that take their K blocks together (decodeRows).
 constexpr int64_t kDecodeSpanPanels = 32;
+/// Packed weights above this many bytes are streamed one panel at a time by decode rows.
+constexpr size_t kDecodeStreamBytes = size_t{1} << 20;
 
-/// Decode-sized rows (at most 4) [row0, row0 + rows) x panels [p0, p1) over weights packed in
-/// several K blocks: K blocks outer, then spans of kDecodeSpanPanels panels in 4-panel tiles, each
-/// tile's chains parked in a small buffer between blocks (tileKBlock). A K block holds the whole
-/// N, so tile() — all K blocks of one 64-column tile, then the next tile — reads its weights as
-/// K-block-count runs of 4·kb·64 B (57 KB at K = 896) far apart, and the hardware prefetcher
-/// starts over at each; here a span's K block is one run of 32·kb·64 B (458 KB). (The bf16
-/// weights are packed without K blocks, so their decode reads one run already.)
-/// NOTE (measured, Zen 4, 1 thread, verifuse_gemm_bench, medians): 1x896x151936 (Qwen2.5-0.5B's
-/// lm_head, 545 MB) 22.0 -> 24.6 GB/s (plain read of the packed weights 31); 1x896x9728 (its
-/// gate/up) 21 -> 34; 1x4864x896 (down) 42 -> 64. Spans of 8 panels were slower (22.9 on the
-/// lm_head), 128 no faster than 32; software prefetching 8 or 32 steps ahead slower still.
-void kBlockOuterDecode(const Ctx& x, const Problem& p, int64_t row0, int64_t rows, int64_t p0, int64_t p1) {
+/// Decode-sized rows (at most 4) [row0, row0 + rows) x panels [p0, p1): K blocks outer, then spans
+/// of kDecodeSpanPanels panels, the tiles' FMA chains parked in a small buffer between blocks
+/// (tileKBlock; the same bits as tile() over the whole K). Two reasons:
+///  - A K block holds the whole N, so tile() — all K blocks of one 64-column tile, then the next
+///    tile — reads its weights as K-block-count runs of 4·kb·64 B (57 KB at K = 896) far apart,
+///    the hardware prefetcher starting over at each; here a span's K block is one run of
+///    32·kb·64 B (458 KB).
+///  - \p streamed (weights above kDecodeStreamBytes, which a decode step reads from memory, not a
+///    cache): one panel per tile, so the loads walk that run strictly in address order instead of
+///    four interleaved streams 14 KB apart. One FMA chain per row then bounds a tile at 64 bytes
+///    per FMA latency (~60 GB/s at 1 row), twice the memory's read rate but below the 4-panel
+///    tile's rate on weights in L2, which keep 4-panel tiles.
+/// NOTE (measured, Zen 4, 1 thread, verifuse_gemm_bench, medians; "read" = a plain read of the
+/// packed weights): 1x896x151936 (Qwen2.5-0.5B's lm_head, 545 MB) 22.0 GB/s as tile() -> 23.5 in
+/// 4-panel spans -> 28-31 one panel at a time (read 29-32); 1x896x9728 (its gate/up) 21 -> 30-34 ->
+/// 43-45 (read 44-50); 1x2048x8192 26-30 -> 31-34 (read 33); 2x896x9728 24-28 -> 38; 4x2048x8192
+/// 21-22 -> 28 (read 30). From L2, one panel is slower (1x896x896 72 against 85 GB/s, 1x256x1024
+/// 70 against 92), hence the size threshold. Spans of 8 panels were slower, of 128 no faster than
+/// 32, and 2-panel tiles slower than either; software prefetching 8 or 32 steps ahead slower still.
+void decodeRows(const Ctx& x, const Problem& p, int64_t row0, int64_t rows, int64_t p0, int64_t p1, bool streamed) {
   const PackedWeights& B = *p.b;
   const int64_t N = B.n(), K = B.k(), KB = B.kBlock();
   constexpr int64_t kSlot = 4 * 4 * 16;  // floats of one 4-panel tile's parked chains (MR <= 4)
@@ -311,6 +321,13 @@ void kBlockOuterDecode(const Ctx& x, const Problem& p, int64_t row0, int64_t row
         const int64_t gp = std::min<int64_t>(4, s1 - g);
         const int64_t cols = std::min<int64_t>(16 * gp, N - g * 16);
         float* slot = part + (g - s) / 4 * kSlot;
+        if (streamed) {
+          for (int64_t q = 0; q < gp; ++q) {
+            kKBlockTiles1[rows - 1](x, a, p.lda, B, g + q, k0, row0, std::min<int64_t>(16, cols - 16 * q),
+                                    slot + q * kSlot / 4);
+          }
+          continue;
+        }
         switch (gp) {
           case 4: kKBlockTiles4[rows - 1](x, a, p.lda, B, g, k0, row0, cols, slot); break;
           case 3:  // as tile(): a pair, then one panel
@@ -358,8 +375,8 @@ bool computeRegion(const Problem& p, int64_t m0, int64_t m1, int64_t p0, int64_t
     const int64_t mcur = std::min(mc, m1 - ic);
     // Decode-sized blocks take 4-panel tiles; otherwise tiles of near-equal height <= kMRMax.
     const bool wide = mcur <= 4;
-    if (wide && B.k() > B.kBlock()) {
-      kBlockOuterDecode(x, p, ic, mcur, p0, p1);
+    if (wide && (B.k() > B.kBlock() || B.bytes() > kDecodeStreamBytes)) {
+      decodeRows(x, p, ic, mcur, p0, p1, B.bytes() > kDecodeStreamBytes);
       continue;
     }
     const int64_t group = wide ? 4 : kNP;

@@ -343,10 +343,12 @@ const ShapeCase kShapes[] = {
     {9, 50, 64, 0, 0},    {5, 30, 80, 2, 0},   {200, 770, 200, 3, 1},
     // Row blocks rounded up to multiples of 8: 389 rows as 136 + 136 + 117.
     {389, 20, 48, 0, 0},
-    // Decode rows over several K blocks (the AVX-512 kernel's K-block-outer path): spans of 32
-    // panels with a 3-panel group at the end (35 panels), a last span of 5 panels (69), epilogue
-    // after parked chains.
+    // Decode rows on the AVX-512 kernel's decodeRows: over several K blocks, spans of 32 panels
+    // with a 3-panel group at the end (35 panels) and a last span of 5 panels (69), the epilogue
+    // after parked chains; weights above 1 MiB one panel at a time (the first two, and one K
+    // block: the last two), smaller ones in 4-panel tiles (the middle two).
     {1, 600, 560, 0, 0},  {3, 700, 1100, 2, 1}, {2, 520, 40, 0, 0},  {4, 300, 530, 0, 3},
+    {1, 200, 1500, 0, 0}, {4, 256, 1201, 1, 2},
 };
 
 class GemmShapes : public GemmIsaTest,
@@ -524,7 +526,8 @@ TEST_P(GemmTest, InPlaceFullBinaryOperand) {
 
 TEST_P(GemmTest, AnyThreadCountIsBitIdentical) {
   // Split over N (many panels) and over M (one panel), each with several K blocks and edge tiles.
-  const ShapeCase cases[] = {{100, 600, 300, 1, 2}, {400, 300, 16, 0, 0}, {12, 257, 1000, 0, 0}};
+  const ShapeCase cases[] = {{100, 600, 300, 1, 2}, {400, 300, 16, 0, 0}, {12, 257, 1000, 0, 0},
+                             {1, 600, 1400, 0, 0}};  // a decode row, weights streamed one panel at a time
   for (const ShapeCase& s : cases) {
     Problem p = makeProblem(s.m, s.k, s.n, WeightOrder::kNK, s.padA, s.padC, 0,
                             {elt(Activation::kHardswish), sumOp(0.5f)});
