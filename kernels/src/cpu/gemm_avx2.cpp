@@ -39,6 +39,8 @@ namespace {
 constexpr int64_t kMR = 6;
 /// B panels per group: the tail rows' micro-kernels span up to 4 panels to keep 8+ FMA chains.
 constexpr int64_t kGroup = 4;
+/// Packed weights above this many bytes are streamed one panel at a time by decode rows.
+constexpr size_t kDecodeStreamBytes = size_t{1} << 20;
 /// Largest row block: 144 x 256 x 4 B = 144 KiB of packed A per K block in L2.
 constexpr int64_t kMCMax = 144;
 /// Panels per column block (256 columns): the c block (up to 144 x 256 x 4 B = 144 KiB) stays in
@@ -196,14 +198,17 @@ __attribute__((noinline)) void tile(const Ctx& x, const float* a, const float* b
 /// The MR (< 6) tail rows against panels [g, g + gp) of one K block.
 template <int MR>
 void tailRows(const Ctx& x, const float* a, const float* bBlock, int64_t kb, int64_t row0,
-              int64_t g, int64_t gp, bool first, bool last) {
+              int64_t g, int64_t gp, bool first, bool last, bool streamed) {
   int64_t q = 0;
   while (q < gp) {
     const int64_t j = g + q;
     const float* b = bBlock + j * kb * 16;
     const int64_t col0 = j * 16;
     const int64_t left = gp - q;
-    if (MR == 1 && left >= 4) {
+    if (streamed) {
+      tile<MR, 1>(x, a, b, kb, row0, col0, std::min<int64_t>(16, x.n - col0), first, last);
+      q += 1;
+    } else if (MR == 1 && left >= 4) {
       tile<MR, 4>(x, a, b, kb, row0, col0, std::min<int64_t>(64, x.n - col0), first, last);
       q += 4;
     } else if (MR <= 3 && left >= 2) {
@@ -250,6 +255,12 @@ bool computeRegion(const Problem& p, int64_t m0, int64_t m1, int64_t p0, int64_t
       if (tail > 1) packTail(aSrc + nFull * kMR * p.lda, p.lda, tail, kb, dst + nFull * kMR * kb);
     }
     const int64_t tailRow0 = ic + nFull * kMR;
+    // Decode rows over weights above 1 MiB (read from memory in a decode step): one panel per
+    // tile, the loads in address order through the column block's K block, instead of 2 or 4
+    // streams kb·64 B apart. Zen 4 capped to AVX2, 1 thread, verifuse_gemm_bench: 1x896x151936
+    // 23-24 -> 29-31 GB/s, 1x896x9728 28-30 -> 41, 1x2048x8192 22-27 -> 25-32; 4 rows already
+    // took one panel (level); from L2 it is slower (1x896x896 75-81 -> 63), hence the threshold.
+    const bool streamed = nFull == 0 && B.bytes() > kDecodeStreamBytes;
     for (int64_t jc = p0; jc < p1; jc += kNCPanels) {
       const int64_t jcEnd = std::min(p1, jc + kNCPanels);
       for (int64_t k0 = 0; k0 < K; k0 += KB) {
@@ -281,11 +292,11 @@ bool computeRegion(const Problem& p, int64_t m0, int64_t m1, int64_t p0, int64_t
             }
           }
           switch (tail) {
-            case 1: tailRows<1>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last); break;
-            case 2: tailRows<2>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last); break;
-            case 3: tailRows<3>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last); break;
-            case 4: tailRows<4>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last); break;
-            case 5: tailRows<5>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last); break;
+            case 1: tailRows<1>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last, streamed); break;
+            case 2: tailRows<2>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last, streamed); break;
+            case 3: tailRows<3>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last, streamed); break;
+            case 4: tailRows<4>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last, streamed); break;
+            case 5: tailRows<5>(x, aTail, bBlock, kb, tailRow0, g, gp, first, last, streamed); break;
             default: break;
           }
         }
