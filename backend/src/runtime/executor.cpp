@@ -259,10 +259,11 @@ bool allFinite(const at::Tensor& t) {
 }
 
 /// Whether the inputs the plan writes in place (Impl::inPlaceArgs) may be: each a dense CPU tensor
-/// (no element written twice) sharing its storage with no other argument (a write into it must not show through another
-/// input the graph reads; aot_autograd's synthetic bases normally rule that out, the check makes
-/// it certain), and writable here (an inference tensor only in inference mode, as eager requires).
-/// Otherwise the run takes the functional form and the caller's write-back does the copy.
+/// (no element written twice) sharing its storage with no other argument (a write into it must
+/// not show through another input the graph reads; aot_autograd's synthetic bases normally rule
+/// that out, the check makes it certain), and writable here (an inference tensor only in
+/// inference mode, as eager requires). Otherwise the run takes the functional form and the
+/// caller's write-back does the copy.
 bool inPlaceInputsUnaliased(const std::vector<int32_t>& inPlaceArgs, const std::vector<c10::IValue>& args) {
   std::vector<const c10::StorageImpl*> written;
   written.reserve(inPlaceArgs.size());
