@@ -59,22 +59,6 @@ constexpr int64_t kMCMax = 192;
 /// \p a: row i at a + i·lda (unpacked); \p b: the first panel of the group in K block 0 of the
 /// packed weights (the group's NP panels are contiguous inside each K block; block k0 starts
 /// k0·nPad floats after block 0, and its panels are kb·16 floats apart).
-/// One K step of an MR x (16·NP) tile: NP aligned B loads (the group's panels \p bStride floats
-/// apart), MR broadcasts of A, MR·NP FMAs into the chains.
-template <int MR, int NP>
-VF_GEMM_INLINE void kStep(__m512 (&acc)[MR][NP], const float* __restrict ab, int64_t lda,
-                          const float* __restrict bb, int64_t bStride, int64_t k) {
-  __m512 bv[NP];
-#pragma GCC unroll 8
-  for (int q = 0; q < NP; ++q) bv[q] = _mm512_load_ps(bb + q * bStride + 16 * k);
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-    const __m512 av = _mm512_set1_ps(ab[i * lda + k]);
-#pragma GCC unroll 8
-    for (int v = 0; v < NP; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
-  }
-}
-
 template <int MR, int NP, typename Finish>
 VF_GEMM_INLINE void micro(const float* __restrict a, int64_t lda, const float* __restrict b,
                           int64_t K, int64_t KB, int64_t nPad, int64_t panel, int64_t pfPanel,

@@ -32,6 +32,7 @@
 
 #include "cpu/gemm_internal.h"
 #include "cpu/gemm_shared_avx2.h"
+#include "cpu/gemm_shared_avx512.h"
 #include "cpu/vecmath_avx2.h"
 #include "cpu/vecmath_avx512.h"
 
@@ -70,17 +71,7 @@ VF_GEMM_INLINE void microWidened(const float* __restrict a, int64_t lda, int64_t
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
     for (int v = 0; v < NP; ++v) acc[i][v] = _mm512_setzero_ps();
-  auto step = [&](int64_t k) __attribute__((always_inline)) {
-    __m512 bv[NP];
-#pragma GCC unroll 8
-    for (int q = 0; q < NP; ++q) bv[q] = _mm512_load_ps(bw + q * wStride + 16 * k);
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      const __m512 av = _mm512_set1_ps(a[i * lda + k]);
-#pragma GCC unroll 8
-      for (int v = 0; v < NP; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
-    }
-  };
+  auto step = [&](int64_t k) __attribute__((always_inline)) { kStep<MR, NP>(acc, a, lda, bw, wStride, k); };
   int64_t k = 0;
   const int64_t withPrefetch = std::min(pfLines, kp);
 #pragma GCC unroll 4

@@ -1,5 +1,6 @@
 // Pieces shared by the AVX-512 GEMM kernels (gemm_avx512.cpp, float32; gemm_bf16_avx512.cpp,
-// bf16): how a finished tile leaves the registers. Included only by files built with at least
+// bf16; gemm_bf16_widening_avx512.cpp): the float32 K step, how a finished tile leaves the
+// registers. Included only by files built with at least
 // -mavx512f; internal linkage on purpose, as in gemm_shared_avx2.h.
 #pragma once
 
@@ -12,6 +13,22 @@
 
 namespace verifuse::kernels::gemm::detail {
 namespace {
+
+/// One K step of an MR x (16·NP) tile: NP aligned B loads (the group's panels \p bStride floats
+/// apart), MR broadcasts of A, MR·NP FMAs into the chains.
+template <int MR, int NP>
+VF_GEMM_INLINE void kStep(__m512 (&acc)[MR][NP], const float* __restrict ab, int64_t lda,
+                          const float* __restrict bb, int64_t bStride, int64_t k) {
+  __m512 bv[NP];
+#pragma GCC unroll 8
+  for (int q = 0; q < NP; ++q) bv[q] = _mm512_load_ps(bb + q * bStride + 16 * k);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    const __m512 av = _mm512_set1_ps(ab[i * lda + k]);
+#pragma GCC unroll 8
+    for (int v = 0; v < NP; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+  }
+}
 
 /// Hands each vector of a finished MR x (16·NP) tile at (row0, col0) to its epilogue, only the
 /// real columns (cols of 16·NP). Full vectors take \p fast(y + bias, row, j) when \p inlined (the
