@@ -72,6 +72,9 @@ class GraphReport:
     # Bytes of weight copies the engines hold beyond the frozen weights (own GEMM's packed copies,
     # oneDNN's prepacked ones): the memory price of the engine decisions.
     weight_copy_bytes: int = 0
+    # The part of them that is a packing an earlier plan of the process made and shares (the
+    # prefill and decode plans of generate() pack the model's weights once): held once in memory.
+    shared_weight_copy_bytes: int = 0
     # Saved plans (issue 18): "compiled", "plan-cache" or "saved-plan"; why a plan was refused or
     # not saved; Z3 queries this compile ran (0 when a plan was replayed).
     plan_source: str = "compiled"
@@ -197,7 +200,8 @@ class Report:
                  "tuning_db": g.tuning_db,
                  "trace_seconds": g.trace_seconds, "pipeline_seconds": g.pipeline_seconds, "plan_seconds": g.plan_seconds,
                  "lowering_seconds": g.lowering_seconds, "first_run_seconds": g.first_run_seconds,
-                 "weight_copy_bytes": g.weight_copy_bytes, "aten_trace": g.aten_trace,
+                 "weight_copy_bytes": g.weight_copy_bytes,
+                 "shared_weight_copy_bytes": g.shared_weight_copy_bytes, "aten_trace": g.aten_trace,
                  "trace_source": g.trace_source}
                 for g in self.graphs
             ],
@@ -250,8 +254,10 @@ class Report:
                 line += f" layer-check={f['layer_check']}"
             lines.append(line)
         copies = sum(g.weight_copy_bytes for g in self.graphs)
+        shared = sum(g.shared_weight_copy_bytes for g in self.graphs)
+        held = f"{_mib(copies - shared)} ({_mib(shared)} more shared between plans)" if shared else _mib(copies)
         lines.append(f"  partitions: {len(data['partitions'])}, layout conversions (reorders): {data['reorders']}, "
-                     f"weight copies held by engines: {_mib(copies)}")
+                     f"weight copies held by engines: {held}")
         lines.extend("    " + row for row in _text_table(
             ["graph", "part", "nodes", "runs on", "dtype", "layout", "conv in/out", "weights (copy)",
              "timed (ms per run)", "decided by"],
@@ -396,6 +402,8 @@ def _weights_cell(p: dict[str, Any]) -> str:
     if not layout:
         return "-"
     copy = int(p.get("weight_copy_bytes", 0))
+    if copy and int(p.get("shared_weight_copy_bytes", 0)) >= copy:
+        return f"{layout} (shared {_mib(copy)})"
     return f"{layout} (+{_mib(copy)})" if copy else layout
 
 

@@ -422,6 +422,9 @@ void registerCore(py::module_& m) {
         "Blocks until no plan packs weights in the background (called at interpreter exit).");
   m.def("set_profiling", &runtime::setProfiling,
         "While on, every plan times each of its steps (CompiledGraph.profile; verifuse.profile).");
+  m.def("gemm_packing_counts", &runtime::gemmPackingCounts,
+        "The own GEMM's packed weights alive in the process (each once, shared by the plans using them), "
+        "their bytes, and the lookups that found one (runtime/weight_packings.h).");
   m.def("engine_run_counts", &runtime::engineRunCounts,
         "Fused-op runs per engine since the process started (what plans really executed).");
   m.def(

@@ -98,6 +98,7 @@ py::dict toDict(const driver::CompileReport& r, const runtime::CompiledGraph& pl
     x["input_conversions"] = p.inputConversions;
     x["output_conversions"] = p.outputConversions;
     x["weight_copy_bytes"] = p.weightCopyBytes;
+    x["shared_weight_copy_bytes"] = p.sharedWeightCopyBytes;
     x["weight_layout"] = p.weightLayout;
     x["dtype"] = p.dtype;
     x["impl"] = p.impl;
@@ -164,6 +165,7 @@ py::dict toDict(const driver::CompileReport& r, const runtime::CompiledGraph& pl
   d["ops"] = r.ops;
   d["onednn_steps"] = r.stats.onednnSteps;
   d["weight_copy_bytes"] = r.stats.weightCopyBytes;
+  d["shared_weight_copy_bytes"] = r.stats.sharedWeightCopyBytes;
   d["graph_text"] = ir::printGraph(g);
   d["num_nodes"] = static_cast<int>(r.nodes.size());
   d["num_constants"] = static_cast<int>(r.stats.constants);

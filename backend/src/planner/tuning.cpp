@@ -327,11 +327,13 @@ StatusOr<bool> decidePartitions(PlanBuild& b) {
       }
       if (d.impl.empty() && op->engine() != Engine::kAten) d.impl = op->implInfo();
       d.weightCopyBytes += op->weightCopyBytes();
+      d.sharedWeightCopyBytes += op->sharedWeightCopyBytes();
       const std::string layout = op->weightLayout();
       if (layout.empty()) continue;
       d.weightLayout = d.weightLayout.empty() || d.weightLayout == layout ? layout : "mixed";
     }
     impl.stats.weightCopyBytes += d.weightCopyBytes;
+    impl.stats.sharedWeightCopyBytes += d.sharedWeightCopyBytes;
     const int32_t index = static_cast<int32_t>(impl.partitions.size());
     for (size_t k : unit.nodes) {
       impl.nodePartition[k] = index;

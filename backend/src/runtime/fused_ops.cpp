@@ -6,6 +6,7 @@
 // needed between consecutive convolutions. A plain NCHW input is converted once at entry.
 #include "runtime/fused_ops.h"
 #include "runtime/fused_support.h"
+#include "runtime/weight_packings.h"
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
@@ -37,6 +38,38 @@ namespace verifuse::runtime {
 /// (the own GEMM's widening AVX-512 or AVX2 variant, oneDNN's float32 convolution and matmuls with
 /// the bf16 data widened exactly and each op's result rounded to bf16 once), which needs AVX2.
 bool bf16ModelsRun() { return kernels::capabilities().onednnNativeBf16() || kernels::cpu::hasAvx2Fma(); }
+
+namespace {
+
+// The own GEMM's packed weights, shared by every plan that multiplies by the same weights (held
+// weakly: a packing goes with the last linear holding it).
+WeightPackings<kernels::gemm::PackedWeights>& sharedGemmPackings() {
+  static WeightPackings<kernels::gemm::PackedWeights> table(/*keepStrong=*/false);
+  return table;
+}
+WeightPackings<kernels::gemm::PackedWeightsBf16>& sharedBf16Packings() {
+  static WeightPackings<kernels::gemm::PackedWeightsBf16> table(/*keepStrong=*/false);
+  return table;
+}
+WeightPackings<kernels::gemm::MklPackedWeights>& sharedMklPackings() {
+  static WeightPackings<kernels::gemm::MklPackedWeights> table(/*keepStrong=*/false);
+  return table;
+}
+
+}  // namespace
+
+std::map<std::string, int64_t> gemmPackingCounts() {
+  int64_t alive = 0, bytes = 0;
+  auto add = [&](const auto& packings) {
+    for (const auto& p : packings) ++alive, bytes += static_cast<int64_t>(p->bytes());
+  };
+  add(sharedGemmPackings().alive());
+  add(sharedBf16Packings().alive());
+  add(sharedMklPackings().alive());
+  const int64_t hits = sharedGemmPackings().hits() + sharedBf16Packings().hits() + sharedMklPackings().hits();
+  return {{"alive", alive}, {"bytes", bytes}, {"hits", hits}};
+}
+
 
 namespace {
 
@@ -520,6 +553,27 @@ class FusedLinear final : public FusedBase {
     }
     return FusedBase::weightCopyBytes();
   }
+  int64_t sharedWeightCopyBytes() const override {
+    if (engine_ != Engine::kGemm) return 0;
+    bool packedNow = false, found = false;
+    {
+      std::lock_guard<std::mutex> lock(gemmMu_);
+      packedNow = packed_ || packedBf16_ || packedMkl_;
+      found = packingFound_;
+    }
+    if (packedNow) return found ? weightCopyBytes() : 0;  // (weightCopyBytes takes gemmMu_ itself)
+    // Deferred: the packing another plan holds now is the one this op will find.
+    at::Tensor w;
+    {
+      std::lock_guard<std::mutex> lock(weightMu_);
+      w = atenWeight_;
+    }
+    if (!w.defined()) return 0;
+    const bool held = gemmBf16_      ? sharedBf16Packings().holds({w}, "gemm bf16")
+                      : gemmUsesMkl_ ? sharedMklPackings().holds({w}, "mkl m=" + std::to_string(m_))
+                                     : sharedGemmPackings().holds({w}, "gemm f32");
+    return held ? weightCopyBytes() : 0;
+  }
 
   bool hasDeferredWork() const override {
     return deferPacking_ && engine_ == Engine::kGemm && !isPacked();
@@ -592,6 +646,7 @@ class FusedLinear final : public FusedBase {
       Status status;
       std::shared_ptr<const kernels::gemm::PackedWeights> own;
       std::shared_ptr<const kernels::gemm::MklPackedWeights> mkl;
+      bool ownFound = false, mklFound = false;
       at::Tensor x, out;
     } timing;
     kernels::gemm::Epilogue ep;  // bias and activations; sum and binary operands are per call
@@ -608,12 +663,20 @@ class FusedLinear final : public FusedBase {
       const bool kn = w.stride(0) == 1 && w.stride(1) == n;
       const at::Tensor dense = kn ? w : w.contiguous();
       const auto order = kn ? kernels::gemm::WeightOrder::kKN : kernels::gemm::WeightOrder::kNK;
-      auto own = kernels::gemm::packWeights(dense.data_ptr<float>(), k, n, order);
-      auto mkl = kernels::gemm::packWeightsMkl(dense.data_ptr<float>(), k, n, order, m_);
-      if (!own.isOk()) return timing.status = own.status();
-      if (!mkl.isOk()) return timing.status = mkl.status();
-      timing.own = std::move(own).value();
-      timing.mkl = std::move(mkl).value();
+      Status failed = Status::ok();
+      auto keepStatus = [&](auto made) {
+        if (!made.isOk()) failed = made.status();
+        return made;
+      };
+      timing.own = sharedGemmPackings().get({w}, "gemm f32", [&] {
+        return keepStatus(kernels::gemm::packWeights(dense.data_ptr<float>(), k, n, order));
+      }, &timing.ownFound);
+      timing.mkl = sharedMklPackings().get({w}, "mkl m=" + std::to_string(m_), [&] {
+        return keepStatus(kernels::gemm::packWeightsMkl(dense.data_ptr<float>(), k, n, order, m_));
+      }, &timing.mklFound);
+      if (!timing.own || !timing.mkl) {
+        return timing.status = failed.isOk() ? unimplemented("linear: the weights could not be packed") : failed;
+      }
       timing.x = at::randn({m_, k});
       timing.out = at::empty({m_, n});
       return Status::ok();
@@ -637,8 +700,8 @@ class FusedLinear final : public FusedBase {
     gemmUsesMkl_ = mklMs > 0 && (ownMs < 0 || mklMs < ownMs * 0.97);
     // The winner's copy was packed for the timing: keep it (packed() then has nothing to do).
     std::lock_guard<std::mutex> lock(gemmMu_);
-    if (gemmUsesMkl_ && timing.mkl) packedMkl_ = std::move(timing.mkl);
-    if (!gemmUsesMkl_ && timing.own) packed_ = std::move(timing.own);
+    if (gemmUsesMkl_ && timing.mkl) packedMkl_ = std::move(timing.mkl), packingFound_ = timing.mklFound;
+    if (!gemmUsesMkl_ && timing.own) packed_ = std::move(timing.own), packingFound_ = timing.ownFound;
     if (packed_ || packedMkl_) gemmBias_ = bias_;
   }
   bool canPack() const {
@@ -676,25 +739,35 @@ class FusedLinear final : public FusedBase {
       b = bias_;
     }
     if (!w.defined()) return false;
-    // A bf16 model's weights are widened (exactly) for packing; the copy dies here.
-    if (gemmBf16_) w = float32Weights(w);
+    // The packing is shared with every other plan of the process that multiplies by the same
+    // weights (runtime/weight_packings.h): generate()'s prefill and decode plans pack once.
+    const at::Tensor source = w;
+    auto dense = [&]() -> std::pair<at::Tensor, kernels::gemm::WeightOrder> {
+      // A bf16 model's weights are widened (exactly) for packing; the copy dies after packing.
+      const at::Tensor f = gemmBf16_ ? float32Weights(source) : source;
+      // [N, K] viewed from a dense [K, N] buffer (GPT-2's Conv1D) is packed straight from it.
+      const bool kn = f.stride(0) == 1 && f.stride(1) == f.size(0);
+      return {kn ? f : f.contiguous(), kn ? kernels::gemm::WeightOrder::kKN : kernels::gemm::WeightOrder::kNK};
+    };
     const int64_t n = w.size(0), k = w.size(1);
-    // [N, K] viewed from a dense [K, N] buffer (GPT-2's Conv1D) is packed straight from it.
-    const bool kn = w.stride(0) == 1 && w.stride(1) == n;
-    at::Tensor dense = kn ? w : w.contiguous();
-    const auto order = kn ? kernels::gemm::WeightOrder::kKN : kernels::gemm::WeightOrder::kNK;
     if (gemmBf16_) {
-      auto p = kernels::gemm::packWeightsBf16(dense.data_ptr<float>(), k, n, order);
-      if (!p.isOk()) return false;
-      packedBf16_ = std::move(p).value();
+      packedBf16_ = sharedBf16Packings().get({source}, "gemm bf16", [&] {
+        auto [d, order] = dense();
+        return kernels::gemm::packWeightsBf16(d.data_ptr<float>(), k, n, order);
+      }, &packingFound_);
+      if (!packedBf16_) return false;
     } else if (gemmUsesMkl_) {
-      auto p = kernels::gemm::packWeightsMkl(dense.data_ptr<float>(), k, n, order, m_);
-      if (!p.isOk()) return false;
-      packedMkl_ = std::move(p).value();
+      packedMkl_ = sharedMklPackings().get({source}, "mkl m=" + std::to_string(m_), [&] {
+        auto [d, order] = dense();
+        return kernels::gemm::packWeightsMkl(d.data_ptr<float>(), k, n, order, m_);
+      }, &packingFound_);
+      if (!packedMkl_) return false;
     } else {
-      auto p = kernels::gemm::packWeights(dense.data_ptr<float>(), k, n, order);
-      if (!p.isOk()) return false;
-      packed_ = std::move(p).value();
+      packed_ = sharedGemmPackings().get({source}, "gemm f32", [&] {
+        auto [d, order] = dense();
+        return kernels::gemm::packWeights(d.data_ptr<float>(), k, n, order);
+      }, &packingFound_);
+      if (!packed_) return false;
     }
     gemmBias_ = b;
     packReady_.store(true, std::memory_order_release);
@@ -775,6 +848,7 @@ class FusedLinear final : public FusedBase {
   mutable std::shared_ptr<const kernels::gemm::PackedWeights> packed_;
   mutable std::shared_ptr<const kernels::gemm::PackedWeightsBf16> packedBf16_;
   mutable std::shared_ptr<const kernels::gemm::MklPackedWeights> packedMkl_;
+  mutable bool packingFound_ = false;  // the packing came from another plan (weight_packings.h)
   mutable at::Tensor gemmBias_;
   GemmKernel gemmKernel_ = GemmKernel::kAuto;  // CompileOptions::gemmKernel
   mutable std::atomic<bool> packReady_{false};  // packed() is true: the pointers above are set

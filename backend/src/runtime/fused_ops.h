@@ -71,6 +71,9 @@ class FusedOp {
   /// own GEMM, oneDNN's prepacked weights per kernel, a dense copy of a strided weight): the
   /// memory price of its engine choice, which explain() reports per partition.
   virtual int64_t weightCopyBytes() const { return 0; }
+  /// The part of weightCopyBytes() that is one packing shared with another plan of the process
+  /// (runtime/weight_packings.h: generate()'s prefill and decode plans), held once in memory.
+  virtual int64_t sharedWeightCopyBytes() const { return 0; }
   /// How the chosen engine reads the weights: "in place", "packed", "prepacked", or "" (none).
   virtual std::string weightLayout() const { return ""; }
 };

@@ -21,6 +21,7 @@
 //   int4_weight_mm(x, Q, S, Z, b, g): torchao's int4 weight-only linears (codes in s8, a scale and
 //         zero point per g columns of a row): [add]mm(x, dequantized Q^T) on the nibble kernel.
 #include "runtime/int8_ops.h"
+#include "runtime/weight_packings.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -425,57 +426,6 @@ at::Tensor intMm(const at::Tensor& a, const at::Tensor& w) {
   return at::mm(a.to(at::kLong), w.to(at::kLong).t()).to(at::kInt);
 }
 
-// The packings of weight-only kernels, one per weight: keyed by the weight's TensorImpl, valid while
-// every source tensor (the codes, and the int4 scales and zero points) is alive at the version it
-// was packed from; a new version repacks. Only a miss sweeps out the packings of weights that are
-// gone (a hit is every decode step's, for each of its linears).
-template <class Kernel>
-class WeightPackings {
- public:
-  /// The packing of \p sources (sources[0] the weight), made by \p make() on a miss; null when
-  /// make() refuses (the caller runs the source's composition; the refusal is kept like a packing,
-  /// so a weight the kernel cannot take is not scanned again on every call).
-  template <class Make>
-  std::shared_ptr<const Kernel> get(c10::ArrayRef<at::Tensor> sources, Make make) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = packed_.find(sources[0].unsafeGetTensorImpl());
-    if (it != packed_.end() && current(it->second, sources)) return it->second.kernel;
-    for (auto e = packed_.begin(); e != packed_.end();) e = expired(e->second) ? packed_.erase(e) : std::next(e);
-    StatusOr<std::unique_ptr<Kernel>> made = make();
-    Entry entry{{}, {}, made.isOk() ? std::shared_ptr<const Kernel>(std::move(*made)) : nullptr};
-    for (const at::Tensor& t : sources) {
-      entry.sources.emplace_back(t.getIntrusivePtr());
-      entry.versions.push_back(t._version());
-    }
-    packed_.insert_or_assign(sources[0].unsafeGetTensorImpl(), entry);
-    return entry.kernel;
-  }
-
- private:
-  struct Entry {
-    std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> sources;
-    std::vector<uint32_t> versions;
-    std::shared_ptr<const Kernel> kernel;
-  };
-  static bool expired(const Entry& e) {
-    for (const auto& s : e.sources) {
-      if (s.expired()) return true;
-    }
-    return false;
-  }
-  // This very tensor set (alive, so no other tensor holds their addresses) at the same versions.
-  static bool current(const Entry& e, c10::ArrayRef<at::Tensor> sources) {
-    if (e.sources.size() != sources.size()) return false;
-    for (size_t i = 0; i < sources.size(); ++i) {
-      auto alive = e.sources[i].lock();
-      if (alive.get() != sources[i].unsafeGetTensorImpl() || e.versions[i] != sources[i]._version()) return false;
-    }
-    return true;
-  }
-  std::mutex mutex_;
-  std::map<const c10::TensorImpl*, Entry> packed_;
-};
-
 // Rows from which verifuse::int4_weight_mm multiplies by panels (the kernel dequantizes 64 output
 // columns at a time, torchao's float32 weights exactly, and ATen's GEMM multiplies them) instead of
 // running the kernel row by row, whose table lookups are repeated for every row. Zen 4, 1 thread,
@@ -510,8 +460,9 @@ at::Tensor int8WeightMm(const at::Tensor& x, const at::Tensor& w) {
                     x.size(1) == w.size(1) && w.is_contiguous() && w.numel() > 0 && x.stride(1) == 1 &&
                     (x.size(0) <= 1 || x.stride(0) >= x.size(1)) && kernels::int8WeightMatmulAvailable();
   if (!fits) return at::mm(x, w.t().to(at::kFloat));
-  static WeightPackings<kernels::Int8WeightMatmul> packings;
-  auto kernel = packings.get({w}, [&] {
+  // Packed once per weight for the process (runtime/weight_packings.h), kept while the weight lives.
+  static WeightPackings<kernels::Int8WeightMatmul> packings(/*keepStrong=*/true);
+  auto kernel = packings.get({w}, "int8 weight-only", [&] {
     return kernels::Int8WeightMatmul::create(static_cast<const int8_t*>(w.data_ptr()), w.size(0), w.size(1));
   });
   if (!kernel) return at::mm(x, w.t().to(at::kFloat));
@@ -554,8 +505,8 @@ at::Tensor int4WeightMm(const at::Tensor& x, const at::Tensor& q, const at::Tens
                                 bias->is_contiguous());
   const bool fits = dtypes && shapes && layouts && biasOk && kernels::int4WeightMatmulAvailable();
   if (!fits) return composition();
-  static WeightPackings<kernels::Int4WeightMatmul> packings;
-  auto kernel = packings.get({q, scale, zero}, [&] {
+  static WeightPackings<kernels::Int4WeightMatmul> packings(/*keepStrong=*/true);
+  auto kernel = packings.get({q, scale, zero}, "int4 weight-only", [&] {
     return kernels::Int4WeightMatmul::create(static_cast<const int8_t*>(q.data_ptr()), scale.data_ptr<float>(),
                                              static_cast<const int8_t*>(zero.data_ptr()), q.size(0), q.size(1),
                                              groupSize);

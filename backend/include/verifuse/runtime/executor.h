@@ -46,6 +46,9 @@ const std::vector<Engine>& allEngines();
 /// Process-wide count of fused-op runs per engine name since start: what really ran, for tests
 /// that check a plan executes its partitions' decisions (not only reports them).
 std::map<std::string, int64_t> engineRunCounts();
+/// The own GEMM's packed weights alive in the process, shared by the plans that multiply by them
+/// (runtime/weight_packings.h): "alive" packings, their "bytes", and the "hits" that found one.
+std::map<std::string, int64_t> gemmPackingCounts();
 
 /// Blocks until no plan's background work (deferred weight packing) is running. The Python package
 /// calls it at interpreter exit, before C++ static objects the work may use are destroyed.
@@ -95,6 +98,8 @@ struct PartitionDecision {
   /// Weight copies its engine holds beyond the graph's constants (FusedOp::weightCopyBytes summed):
   /// the memory price of the decision, e.g. the own GEMM's packed copy vs oneDNN reading in place.
   int64_t weightCopyBytes = 0;
+  /// The part of it another plan of the process holds too (one packing, shared; weight_packings.h).
+  int64_t sharedWeightCopyBytes = 0;
   std::string weightLayout;                 ///< "in place", "packed", "prepacked", "mixed" or ""
   /// Element type its members compute in and write: "f32", "bf16" (a bf16 model), or "mixed".
   std::string dtype;
@@ -127,6 +132,7 @@ struct ExecutorStats {
   /// strides (SDPA's transposed q, k, v), instead of dense random tensors.
   size_t tuningInputsThroughViews = 0;
   int64_t weightCopyBytes = 0;    ///< every partition's PartitionDecision::weightCopyBytes
+  int64_t sharedWeightCopyBytes = 0;  ///< ... and sharedWeightCopyBytes
   /// Functional updates of an input the caller writes back (a static KV cache's index_put) that
   /// run in place on the input instead (CompileOptions::writtenBackInputs).
   size_t inPlaceWrites = 0;
