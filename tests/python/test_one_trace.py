@@ -237,12 +237,114 @@ class _MutatesInput(torch.nn.Module):
 
 
 def test_an_input_mutation_is_replayed_like_eager():
+    """A written input is traced once too (a static KV cache's graphs took AOT's two traces): its
+    new value is the graph's last output, copied back after each call as AOT's wrapper does."""
     x, x_eager = torch.ones(4, 8), torch.ones(4, 8)
     out, graphs = _compile(_MutatesInput(), x)
     expected = _MutatesInput()(x_eager)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(x, x_eager)  # the caller's tensor was updated, as in eager
-    assert graphs[0].aten_trace == "aot_autograd (the graph writes input 0)"
+    assert graphs[0].aten_trace == "one trace"
+
+
+class _WritesACacheRow(torch.nn.Module):
+    """A static KV cache's update: a row of the caller's buffer written, then the buffer read."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, cache, x, pos):
+        cache.index_copy_(0, pos, self.proj(x))
+        return cache.sum(0) * 2
+
+
+def test_a_written_cache_matches_eager_step_after_step():
+    torch.manual_seed(0)
+    model = _WritesACacheRow().eval()
+    cache, cache_eager = torch.zeros(6, 8), torch.zeros(6, 8)
+    compiled = torch.compile(model, backend="verifuse", dynamic=False, options={"strict": True})
+    with report.collect() as graphs, torch.no_grad():
+        for step in range(4):
+            x, pos = torch.randn(1, 8), torch.tensor([step])
+            torch.testing.assert_close(compiled(cache, x, pos), model(cache_eager, x, pos))
+            torch.testing.assert_close(cache, cache_eager)
+    assert [g.aten_trace for g in graphs] == ["one trace"], graphs
+
+
+def test_a_written_input_the_graph_also_returns():
+    """Dynamo returns an input the graph updated in place (a step counter, as HF's static cache
+    layers keep): the same tensor comes back, updated, and the graph computes it once."""
+
+    class Counts(torch.nn.Module):
+        def forward(self, counter, x):
+            counter.add_(16)
+            return x * 2, counter
+
+    model = Counts()
+    compiled = torch.compile(model, backend="verifuse", dynamic=False, options={"strict": True})
+    counter, counter_eager = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+    with report.collect() as graphs, torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(4)
+            (y, c), (y_eager, c_eager) = compiled(counter, x), model(counter_eager, x)
+            torch.testing.assert_close(y, y_eager)
+            torch.testing.assert_close(c, c_eager)
+            torch.testing.assert_close(counter, counter_eager)
+            assert c.data_ptr() == counter.data_ptr()  # the caller's tensor, as eager returns it
+    assert [g.aten_trace for g in graphs] == ["one trace"], graphs
+
+
+def test_a_written_input_that_shares_memory_at_run_time_runs_like_eager():
+    """The trace saw two separate tensors; called with views of one buffer (Dynamo guards the
+    objects, not their memory), the written one is copied back wrongly unless the call notices:
+    it runs Dynamo's graph eagerly, which writes as eager."""
+
+    class WritesAReadsB(torch.nn.Module):
+        def forward(self, a, b):
+            a.add_(1.0)
+            return b * 2
+
+    model = WritesAReadsB()
+    compiled = torch.compile(model, backend="verifuse", dynamic=False, options={"strict": True})
+    with torch.no_grad():
+        a, b = torch.zeros(4), torch.ones(4)
+        torch.testing.assert_close(compiled(a, b), b * 2)
+        torch.testing.assert_close(a, torch.ones(4))
+        base, base_eager = torch.zeros(4), torch.zeros(4)
+        got = compiled(base, base)  # b is a: eager reads the written value
+        want = model(base_eager, base_eager)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(base, base_eager)
+
+
+def test_an_input_written_through_a_view_of_another_goes_through_aot():
+    class WritesAReadsB(torch.nn.Module):
+        def forward(self, a, b):
+            a.add_(1.0)
+            return b * 2
+
+    base = torch.zeros(8)
+    a, b = base[:4], base[4:]
+    out, graphs = _compile(WritesAReadsB(), a, b)
+    torch.testing.assert_close(out, torch.zeros(4))
+    torch.testing.assert_close(base[:4], torch.ones(4))
+    assert graphs[0].aten_trace.startswith("aot_autograd (the graph writes input 0, which shares memory"), graphs
+
+
+def test_a_metadata_write_matches_eager():
+    """(Dynamo replays x.t_() on the caller's tensor itself; a graph that still records a
+    metadata write goes through AOT, whose wrapper replays it.)"""
+
+    class Transposes(torch.nn.Module):
+        def forward(self, x):
+            x.t_()
+            return x + 1
+
+    x, x_eager = torch.ones(2, 3), torch.ones(2, 3)
+    out, graphs = _compile(Transposes(), x)
+    torch.testing.assert_close(out, Transposes()(x_eager))
+    assert x.shape == x_eager.shape and x.stride() == x_eager.stride()
 
 
 class _ReturnsInputView(torch.nn.Module):

@@ -26,6 +26,7 @@ each other.
 """
 from __future__ import annotations
 
+import dataclasses
 import operator
 import os
 from dataclasses import dataclass
@@ -46,6 +47,14 @@ class OneTrace:
     static: list[int]
     # Why the graph goes through aot_autograd instead ("" when ``graph`` is set).
     reason: str = ""
+    # Inputs the graph writes (a static KV cache's ``index_copy_``), in order: their new values
+    # are the graph's last outputs, which the caller copies back into them after each call (as
+    # AOT's runtime wrapper does; the plan may write them in place instead, then the copy is none).
+    written: list[int] = dataclasses.field(default_factory=list)
+    # (output position, input) pairs: Dynamo's graph returns that written input itself (a
+    # counter it updates in place); the graph does not compute it twice, the caller returns the
+    # input after its copy-back, as eager returns the same tensor.
+    returns_written: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
 
 def one_trace_wanted() -> bool:
@@ -73,18 +82,26 @@ def trace_inference_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any
         # Dynamo's fakes again before a second trace: the first one may have changed their metadata.
         fakes, fake_mode = _fake_inputs(gm, example_inputs, backend_mode)
         written: list[int] = []
+        refused: list[str] = []
         try:
             # Under Dynamo's fake mode the trace runs no kernel ("real": make_fx adds no fake mode
             # of its own); the Python dispatcher on and grad mode off, as AOT traces inference graphs.
             with fake_mode, torch.no_grad(), enable_python_dispatcher():
-                traced = make_fx(_functionalized(gm, written) if functionalize else gm,
+                traced = make_fx(_functionalized(gm, written, refused) if functionalize else gm,
                                  decomposition_table=decompositions, tracing_mode="real")(*fakes)
         except Exception as err:  # noqa: BLE001 - AOT then traces it the way it always has
             if functionalize:
                 return OneTrace(None, [], f"the one-trace path failed: {type(err).__name__}: {err}")
             continue
-        if written:
-            return OneTrace(None, [], f"the graph writes input {written[0]}")
+        if refused:
+            return OneTrace(None, [], refused[0])
+        static = static_indices(gm)
+        shared = _written_sharing_memory(example_inputs, written)
+        if shared is not None:
+            return OneTrace(None, [], f"the graph writes input {shared}, which shares memory with another input")
+        if any(i in static for i in written):
+            return OneTrace(None, [], f"the graph writes parameter/buffer input {next(i for i in written if i in static)}")
+        returns_written = _returned_written_inputs(traced, written)
         reason = _aten_graph_problem(traced)
         if not reason:
             break
@@ -94,7 +111,36 @@ def trace_inference_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any
     # does not have them either, and a saved graph must rebuild node for node from its code.
     traced.graph.eliminate_dead_code()
     traced.recompile()
-    return OneTrace(traced, static_indices(gm))
+    return OneTrace(traced, static_indices(gm), written=written, returns_written=returns_written)
+
+
+def _returned_written_inputs(traced: torch.fx.GraphModule, written: Sequence[int]) -> list[tuple[int, int]]:
+    """Takes out of the graph's outputs those of Dynamo's own outputs that are a written input's
+    new value again (Dynamo returns the input it updated in place): (their position among
+    Dynamo's outputs, the input). The graph then returns its other outputs, then the new values."""
+    if not written:
+        return []
+    output = next(n for n in reversed(traced.graph.nodes) if n.op == "output")
+    outs = list(output.args[0])
+    first = len(outs) - len(written)
+    new_value_of = {outs[first + j]: inp for j, inp in enumerate(written)}
+    pairs = [(j, new_value_of[o]) for j, o in enumerate(outs[:first]) if o in new_value_of]
+    if pairs:
+        returned = {j for j, _ in pairs}
+        output.args = (tuple(o for j, o in enumerate(outs) if j not in returned),)
+        traced.recompile()
+    return pairs
+
+
+def _written_sharing_memory(example_inputs: Sequence[Any], written: Sequence[int]) -> Optional[int]:
+    """A written input whose storage another input shares (AOT's synthetic bases handle that)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    counts: dict = {}
+    for t in example_inputs:
+        key = StorageWeakRef(t.untyped_storage())
+        counts[key] = counts.get(key, 0) + 1
+    return next((i for i in written if counts[StorageWeakRef(example_inputs[i].untyped_storage())] > 1), None)
 
 
 def trace_problem(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:
@@ -169,10 +215,12 @@ def _describes(fake: Any, real: torch.Tensor, fake_mode: Any) -> bool:
             and fake.is_conj() == real.is_conj() and fake.is_neg() == real.is_neg())
 
 
-def _functionalized(gm: torch.fx.GraphModule, written: list[int]) -> Any:
+def _functionalized(gm: torch.fx.GraphModule, written: list[int], refused: list[str]) -> Any:
     """``gm`` under AOT's functionalization (the Python FunctionalTensorMode): writes to
-    intermediates become functional operators, views stay views. A write to an input cannot be
-    expressed without AOT's runtime wrapper, so the indices of written inputs are collected.
+    intermediates become functional operators, views stay views. An input whose data the graph
+    writes gets its new value as an extra output, after the graph's own (``written`` collects
+    their indices; the caller copies them back, as AOT's wrapper does). A write to an input's
+    metadata (``x.t_()``, ``resize_``) is what only AOT's wrapper replays: ``refused`` says so.
 
     (``torch.func.functionalize``, the C++ wrapper, is not the same: it hides contiguity from
     ``aten::linear``, which then becomes matmul + add instead of AOT's addmm.)"""
@@ -187,10 +235,20 @@ def _functionalized(gm: torch.fx.GraphModule, written: list[int]) -> Any:
         with above, FunctionalTensorMode():
             functional_args = [to_fun(a) for a in args]
             out = gm(*functional_args)
+        new_values = []
         for i, (f_arg, arg) in enumerate(zip(functional_args, args)):
-            if has_data_mutation(f_arg) or has_metadata_mutation(f_arg, arg, check_only_storage_mutation=False):
+            if has_metadata_mutation(f_arg, arg, check_only_storage_mutation=False):
+                refused.append(f"the graph changes input {i}'s metadata")
+            elif has_data_mutation(f_arg):
                 written.append(i)
-        return torch.utils._pytree.tree_map(from_fun, out)
+                new_values.append(f_arg)
+        out = torch.utils._pytree.tree_map(from_fun, out)
+        if not new_values:
+            return out
+        if not isinstance(out, (tuple, list)):
+            refused.append("the graph writes an input and returns a single value")
+            return out
+        return (*out, *(from_fun(v) for v in new_values))
 
     return run
 

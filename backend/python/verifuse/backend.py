@@ -219,20 +219,84 @@ def _compile_with_one_trace(gm: torch.fx.GraphModule, example_inputs: list, name
         if traced.graph is not None and graph_report.trace_key:
             from .trace_cache import store_trace
 
-            store_trace(str(opts.cache_dir), graph_report.trace_key, traced.graph, traced.static)
+            store_trace(str(opts.cache_dir), graph_report.trace_key, traced.graph, traced.static, traced.written,
+                        traced.returns_written)
     graph_report.trace_seconds = time.perf_counter() - start
     if traced.graph is None:
         graph_report.aten_trace = f"aot_autograd ({traced.reason})"
         return None
     graph_report.aten_trace = "one trace"
     _report.bump("one_trace_graphs")
-    # What AOT's metadata would say of this graph (nothing written, no output aliases) was
-    # checked by the trace, so a save needs only the graph itself to be picklable.
+    written = traced.written
+    # What AOT's metadata would say of this graph (no output aliases; which inputs it writes) was
+    # checked by the trace, so a save needs only the graph itself to be picklable, and no write.
+    save_problem = f"the graph writes input {written[0]}" if written else None
     boxed = _plan_or_eager(traced.graph, list(example_inputs), traced.static, names, opts, graph_report, None,
-                           plan_cache, record, save_state, save_problem=None)
+                           plan_cache, record, save_state, save_problem=save_problem,
+                           written_back=_written_back_outputs(traced.graph, example_inputs, written))
+    if not written:
+        def run(*args: Any) -> Any:
+            return boxed(list(args))
+
+        return run
+    return _copying_back(boxed, gm, written, traced.returns_written, traced.static, len(example_inputs))
+
+
+def _written_back_outputs(aten_gm: torch.fx.GraphModule, inputs: Sequence[Any],
+                          written: Sequence[int]) -> list[tuple[int, int]]:
+    """The (graph output, input) pairs of a one-trace graph's written inputs (their new values are
+    its last outputs) whose output has the input's shape, strides and dtype: those the plan may
+    write in place (runtime::CompileOptions::writtenBackInputs), as for AOT's graphs."""
+    if not written:
+        return []
+    outputs = next(n for n in reversed(aten_gm.graph.nodes) if n.op == "output").args[0]
+    first = len(outputs) - len(written)
+    pairs = []
+    for j, inp in enumerate(written):
+        node, real = outputs[first + j], inputs[inp]
+        value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if (isinstance(value, torch.Tensor) and value.dtype == real.dtype and tuple(value.shape) == tuple(real.shape)
+                and value.stride() == real.stride()):
+            pairs.append((first + j, inp))
+    return pairs
+
+
+def _copying_back(boxed: Callable, gm: torch.fx.GraphModule, written: list[int],
+                  returns_written: Sequence[tuple[int, int]], static: Sequence[int], num_inputs: int) -> Callable:
+    """The call of a one-trace graph that writes inputs: the plan returns their new values last,
+    and they are copied into the inputs, in order, as AOT's runtime wrapper does (no copy where the
+    plan wrote the input in place and returned it). The trace assumed the inputs it saw: a written
+    input sharing memory with another argument at run time (Dynamo guards object identity, not
+    overlap) runs Dynamo's graph eagerly instead, which writes exactly as eager. Parameters are not
+    compared (one written would change its version, which the plan set checks). Where Dynamo's
+    graph returns a written input itself (``returns_written``), the input is returned, after its
+    copy-back, as eager returns the tensor it updated."""
+    static_set = set(static)
+    checked = [i for i in range(num_inputs) if i not in static_set]
+
+    def overlapping(args: Sequence[Any]) -> bool:
+        storages: dict = {}
+        for i in checked:
+            t = args[i]
+            if isinstance(t, torch.Tensor):
+                ptr = t.untyped_storage().data_ptr()
+                if ptr:
+                    storages[ptr] = storages.get(ptr, 0) + 1
+        return any(storages.get(args[i].untyped_storage().data_ptr(), 0) > 1 for i in written)
 
     def run(*args: Any) -> Any:
-        return boxed(list(args))
+        if overlapping(args):
+            return gm(*args)
+        outs = boxed(list(args))
+        first = len(outs) - len(written)
+        for j, inp in enumerate(written):
+            new, old = outs[first + j], args[inp]
+            if new is not old:
+                old.copy_(new)
+        result = outs[:first]
+        for position, inp in returns_written:  # (in increasing position order)
+            result.insert(position, args[inp])
+        return result
 
     return run
 
@@ -257,7 +321,7 @@ def _cached_trace(gm: torch.fx.GraphModule, example_inputs: list, opts: Options,
         return None
     graph_report.trace_source = "trace cache"
     _report.bump("trace_cache_hits")
-    return OneTrace(hit[0], static)
+    return OneTrace(hit[0], static, written=hit[2], returns_written=hit[3])
 
 
 def _plan_or_eager(aten_gm: torch.fx.GraphModule, inputs: list, static: list[int], names: list[str], opts: Options,

@@ -146,9 +146,10 @@ def _path(cache_dir: str, key: str) -> str:
     return os.path.join(cache_dir, _DIR, key + ".pt")
 
 
-def load_trace(cache_dir: str, key: str) -> Optional[tuple[torch.fx.GraphModule, list[int]]]:
-    """The ATen graph and its static input indices stored under ``key``; None on a miss or a
-    record that does not read back whole."""
+def load_trace(cache_dir: str, key: str) -> Optional[tuple[torch.fx.GraphModule, list[int], list[int], list]]:
+    """The ATen graph, its static input indices, the inputs it writes and the written inputs
+    Dynamo's graph returns (OneTrace.written, .returns_written) stored under ``key``; None on a
+    miss or a record that does not read back whole."""
     from .saved import _rebuild_graph_module
 
     try:
@@ -165,12 +166,15 @@ def load_trace(cache_dir: str, key: str) -> Optional[tuple[torch.fx.GraphModule,
             return None
         tensors = data[40 + size:]
         record["attrs"] = torch.load(io.BytesIO(tensors), weights_only=True) if tensors else {}
-        return _rebuild_graph_module(record), [int(i) for i in record["static"]]
+        return (_rebuild_graph_module(record), [int(i) for i in record["static"]],
+                [int(i) for i in record.get("written", [])],
+                [(int(j), int(i)) for j, i in record.get("returns_written", [])])
     except Exception:  # noqa: BLE001 - a record that does not rebuild is a miss, never an error
         return None
 
 
-def store_trace(cache_dir: str, key: str, gm: torch.fx.GraphModule, static: Sequence[int]) -> bool:
+def store_trace(cache_dir: str, key: str, gm: torch.fx.GraphModule, static: Sequence[int],
+                written: Sequence[int] = (), returns_written: Sequence[tuple[int, int]] = ()) -> bool:
     """Writes the record (whole or not at all); False when the graph cannot be stored."""
     from .saved import _Unsavable, _encode_graph, _graph_spec
 
@@ -183,7 +187,8 @@ def store_trace(cache_dir: str, key: str, gm: torch.fx.GraphModule, static: Sequ
         return False
     # The graph as JSON (the encoding is plain lists, strings and numbers; Python's json writes
     # nan and inf and reads them back, and floats round-trip exactly); the tensors with torch.save.
-    text = json.dumps({"format": _FORMAT, "key": key, "nodes": nodes, "graph": specs, "static": list(static)},
+    text = json.dumps({"format": _FORMAT, "key": key, "nodes": nodes, "graph": specs, "static": list(static),
+                       "written": list(written), "returns_written": [list(p) for p in returns_written]},
                       separators=(",", ":")).encode("utf-8")
     tensors = b""
     if attrs:
