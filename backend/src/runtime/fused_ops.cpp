@@ -70,7 +70,6 @@ std::map<std::string, int64_t> gemmPackingCounts() {
   return {{"alive", alive}, {"bytes", bytes}, {"hits", hits}};
 }
 
-
 namespace {
 
 using kernels::Kernel;

@@ -48,19 +48,30 @@ class WeightPackings {
       }
     }
     const Key key = keyOf(sources[0], kind);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (const Entry* e = currentEntry(key, sources)) {
+        if (std::shared_ptr<const Packing> p = packingOf(*e)) {
+          ++hits_;
+          if (found != nullptr) *found = true;
+          return p;
+        }
+        if (e->refused) return nullptr;
+      }
+    }
+    // Packed without the lock: a large weight (a 545 MB LM head) must not hold up the lookups of
+    // other linears, e.g. the first call's while a background thread packs (deferred packing).
+    std::shared_ptr<const Packing> made = toShared(make());
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = packed_.find(key);
-    if (it != packed_.end() && current(it->second, sources)) {
-      if (std::shared_ptr<const Packing> p = it->second.strong ? it->second.strong : it->second.weak.lock()) {
+    if (const Entry* e = currentEntry(key, sources)) {
+      if (std::shared_ptr<const Packing> p = packingOf(*e)) {  // another thread packed it meanwhile
         ++hits_;
         if (found != nullptr) *found = true;
         return p;
       }
-      if (it->second.refused) return nullptr;
     }
     // Only a miss sweeps out the entries of freed sources (a hit is every decode step's).
     for (auto e = packed_.begin(); e != packed_.end();) e = expired(e->second) ? packed_.erase(e) : std::next(e);
-    std::shared_ptr<const Packing> made = toShared(make());
     Entry entry;
     for (const at::Tensor& t : sources) {
       entry.sources.emplace_back(t.storage().getWeakStorageImpl());
@@ -83,9 +94,8 @@ class WeightPackings {
       if (!keepStrong_ && t.is_inference()) return false;
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = packed_.find(keyOf(sources[0], kind));
-    return it != packed_.end() && current(it->second, sources) && !it->second.refused &&
-           (it->second.strong || !it->second.weak.expired());
+    const Entry* e = currentEntry(keyOf(sources[0], kind), sources);
+    return e != nullptr && packingOf(*e) != nullptr;
   }
 
   explicit WeightPackings(bool keepStrong) : keepStrong_(keepStrong) {}
@@ -100,7 +110,7 @@ class WeightPackings {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<std::shared_ptr<const Packing>> out;
     for (const auto& [key, e] : packed_) {
-      if (auto p = e.strong ? e.strong : e.weak.lock()) out.push_back(std::move(p));
+      if (auto p = packingOf(e)) out.push_back(std::move(p));
     }
     return out;
   }
@@ -115,6 +125,12 @@ class WeightPackings {
     std::weak_ptr<const Packing> weak;
     bool refused = false;
   };
+  // The entry of \p key if it was made from these very sources (mutex_ held).
+  const Entry* currentEntry(const Key& key, c10::ArrayRef<at::Tensor> sources) const {
+    auto it = packed_.find(key);
+    return it != packed_.end() && current(it->second, sources) ? &it->second : nullptr;
+  }
+  static std::shared_ptr<const Packing> packingOf(const Entry& e) { return e.strong ? e.strong : e.weak.lock(); }
   template <class Made>
   static std::shared_ptr<const Packing> toShared(Made made) {
     if (!made.isOk()) return nullptr;

@@ -4,6 +4,11 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
 #include "runtime/weight_packings.h"
 #include "verifuse/support/status.h"
 
@@ -137,6 +142,52 @@ TEST(WeightPackings, InferenceTensorsAreNotSharedByTheWeakTable) {
   auto c = strong.get({w}, "f32", [&] { return pack(w); });
   auto d = strong.get({w}, "f32", [&] { return pack(w); });
   EXPECT_EQ(c.get(), d.get());
+}
+
+TEST(WeightPackings, ConcurrentPackersOfOneWeightEndWithOnePacking) {
+  // Packing runs without the table's lock (a 545 MB LM head must not hold up other lookups), so
+  // two threads may both pack one weight; the second to finish takes the first one's packing.
+  WeightPackings<FakePacking> table(/*keepStrong=*/false);
+  at::Tensor w = at::ones({4, 4});
+  std::atomic<int> made{0};
+  auto slowPack = [&]() -> StatusOr<std::shared_ptr<const FakePacking>> {
+    const int serial = ++made;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return std::make_shared<const FakePacking>(FakePacking{16.0, serial});
+  };
+  std::shared_ptr<const FakePacking> a, b;
+  std::thread first([&] { a = table.get({w}, "f32", slowPack); });
+  std::thread second([&] { b = table.get({w}, "f32", slowPack); });
+  first.join();
+  second.join();
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_LE(made.load(), 2);
+  // And a lookup of another weight is not held up by a packing in progress: the packing waits
+  // for the lookup to finish (were the lock held while packing, the lookup would never return).
+  at::Tensor other = at::zeros({4, 4});
+  auto held = table.get({other}, "f32", slowPack);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> started{false};
+  std::thread packing([&] {
+    at::Tensor third = at::full({4, 4}, 3.0);
+    (void)table.get({third}, "f32", [&]() -> StatusOr<std::shared_ptr<const FakePacking>> {
+      started = true;
+      released.wait();
+      return std::make_shared<const FakePacking>(FakePacking{48.0, 0});
+    });
+  });
+  while (!started) std::this_thread::yield();
+  auto lookup = std::async(std::launch::async, [&] {
+    bool found = false;
+    (void)table.get({other}, "f32", slowPack, &found);
+    return found;
+  });
+  const bool answered = lookup.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  release.set_value();
+  packing.join();
+  ASSERT_TRUE(answered);
+  EXPECT_TRUE(lookup.get());
 }
 
 }  // namespace
