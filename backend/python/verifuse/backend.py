@@ -272,17 +272,19 @@ def _copying_back(boxed: Callable, gm: torch.fx.GraphModule, written: list[int],
     graph returns a written input itself (``returns_written``), the input is returned, after its
     copy-back, as eager returns the tensor it updated."""
     static_set = set(static)
-    checked = [i for i in range(num_inputs) if i not in static_set]
+    written_set = set(written)
+    others = [i for i in range(num_inputs) if i not in static_set and i not in written_set]
 
     def overlapping(args: Sequence[Any]) -> bool:
-        storages: dict = {}
-        for i in checked:
+        # (Qwen2.5-0.5B's decode step: 72 written inputs, 4 others; ~0.1 ms of a 42 ms step)
+        written_ptrs = {args[i].untyped_storage().data_ptr() for i in written}
+        if len(written_ptrs) < len(written):
+            return True
+        for i in others:
             t = args[i]
-            if isinstance(t, torch.Tensor):
-                ptr = t.untyped_storage().data_ptr()
-                if ptr:
-                    storages[ptr] = storages.get(ptr, 0) + 1
-        return any(storages.get(args[i].untyped_storage().data_ptr(), 0) > 1 for i in written)
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in written_ptrs:
+                return True
+        return False
 
     def run(*args: Any) -> Any:
         if overlapping(args):

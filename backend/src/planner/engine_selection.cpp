@@ -6,6 +6,7 @@
 
 #include "verifuse/ir/op_schema.h"
 #include "verifuse/kernels/capabilities.h"
+#include "verifuse/kernels/gemm.h"
 
 namespace verifuse::runtime {
 
@@ -129,6 +130,13 @@ StatusOr<bool> selectEngines(PlanBuild& b) {
   // copy of the weight: Llama decode's plan spent 0.25 of 0.30 s on it, most for its 65 MB
   // lm_head. These take the own GEMM untimed (not under dtype="bfloat16": its bf16 GEMM does not
   // take so few rows, and oneDNN and ATen are timed as before).
+  // A bf16 model's linears of at most 4 rows too: a timing repeats the call with the weights hot
+  // in the last-level cache, where oneDNN's brgemm computes faster (Qwen2.5-0.5B's gate and up
+  // projections, 1x896x4864, timed 0.26-0.31 ms against the own GEMM's 0.32-0.36), but a decode
+  // step streams every weight from memory, where oneDNN took ~0.42 ms each and the own GEMM is
+  // ahead: that model's bf16 decode 19.4-20.7 -> 22.1-23.5 tok/s with the own GEMM throughout
+  // (Zen 4, 1 thread, same processes alternated).
+  const bool bf16Gemm = kernels::gemm::availableBf16();
   for (const Unit& u : b.units) {
     if (u.partition < 0) continue;
     bool few = options.ownGemm && !options.bf16;
@@ -136,7 +144,10 @@ StatusOr<bool> selectEngines(PlanBuild& b) {
       const ir::Node& n = graph.nodes()[k];
       const int64_t rows = n.op == rules::kLinearOp ? linearRows(graph, n) : -1;
       bool ok = rows >= 1 && rows <= 4 && !geluOnShortK(graph, n);
-      for (ValueId out : n.outputs) ok = ok && graph.value(out).dtype == ir::DType::Float32;
+      for (ValueId out : n.outputs) {
+        const ir::DType t = graph.value(out).dtype;
+        ok = ok && (t == ir::DType::Float32 || (t == ir::DType::BFloat16 && bf16Gemm));
+      }
       few = few && ok;
     }
     facts[static_cast<size_t>(u.partition)].fewRowLinears = few;
@@ -188,7 +199,8 @@ StatusOr<bool> selectEngines(PlanBuild& b) {
       f.heuristic = Engine::kRowwise;
     } else if (f.staticShapes && f.macs < 4096.0 * static_cast<double>(u.nodes.size())) {
       f.heuristic = Engine::kAten;
-    } else if (allLinear && options.ownGemm && (widenedBf16 || (!shortGelu && !(anyBf16 && veryShortK)))) {
+    } else if (allLinear && options.ownGemm &&
+               (f.fewRowLinears || widenedBf16 || (!shortGelu && !(anyBf16 && veryShortK)))) {
       // Also with a GELU epilogue at K > 512 (geluOnShortK says why not below): BERT-base (b1,
       // 1 thread, Zen 5), whose fc + GELU + fc partitions are too big to time, ran 109.4 ms per
       // call with them on oneDNN (bench run at f4187ce) and 103.7 ms on the own GEMM with its
@@ -199,7 +211,8 @@ StatusOr<bool> selectEngines(PlanBuild& b) {
       // (470 vs 483 GFLOP/s with geluErfForBf16). ViT-base bf16 batch 8: 704 -> 624 ms per call.
       // Except a bf16 partition with a member at K <= 384, where oneDNN keeps a 2% lead without
       // any GELU (Whisper's 12000x384x1152 and 384x384 at batch 8: the model's linears 1.7% and the
-      // whole model 3% slower on the own GEMM; level at K = 512, ahead from 768).
+      // whole model 3% slower on the own GEMM; level at K = 512, ahead from 768). Not at decode
+      // sizes (fewRowLinears): those stream their weights, where the own GEMM is ahead.
       f.heuristic = Engine::kGemm;
     }
     if (allLinear && f.forced) f.heuristic = forcedLinear == "gemm" ? Engine::kGemm : Engine::kOnednn;

@@ -43,7 +43,7 @@ struct PartitionFacts {
   double macs = 0;             // multiply-adds per run (static shapes; 0 when unknown)
   bool staticShapes = true;
   bool forced = false;         // an option fixes its engine (CompileOptions::forcedAttention/Linear)
-  bool fewRowLinears = false;  // float32 linears of at most 4 rows: the own GEMM untimed
+  bool fewRowLinears = false;  // float32 or bf16 linears of at most 4 rows: the own GEMM untimed
   bool timed = false;          // the tuner decides (else `heuristic` does)
   Engine heuristic = Engine::kOnednn;
 };

@@ -116,7 +116,7 @@ StatusOr<bool> decidePartitions(PlanBuild& b) {
                           : "heuristic: VERIFUSE_LINEAR=" + options.forcedLinear;
       }
       else if (!b.tuning) d.how = options.autotune ? "heuristic: no tuning database" : "heuristic: autotune off";
-      else if (facts.fewRowLinears) d.how = "heuristic: float32 linear of at most 4 rows";
+      else if (facts.fewRowLinears) d.how = "heuristic: linear of at most 4 rows (streams its weights)";
       else d.how = "heuristic: too big to time (" + std::to_string(static_cast<int64_t>(facts.macs)) + " MACs)";
       if (candidates.size() < 2 && options.releaseWeights) {
         for (FusedOp* op : members) op->releaseWeights();
