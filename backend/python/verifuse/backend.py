@@ -276,7 +276,7 @@ def _copying_back(boxed: Callable, gm: torch.fx.GraphModule, written: list[int],
     others = [i for i in range(num_inputs) if i not in static_set and i not in written_set]
 
     def overlapping(args: Sequence[Any]) -> bool:
-        # (Qwen2.5-0.5B's decode step: 72 written inputs, 4 others; ~0.1 ms of a 42 ms step)
+        # (Per call: a first form of this check took 0.18 ms of a 42 ms Qwen decode step.)
         written_ptrs = {args[i].untyped_storage().data_ptr() for i in written}
         if len(written_ptrs) < len(written):
             return True
