@@ -63,6 +63,8 @@ def test_static_cache_writes_run_in_place_with_eager_results():
     # Both caches are written in place: the pass changed the plan and counted two writes.
     assert planned[-1].in_place_writes == 2, planned[-1].plan_passes
     assert "write inputs in place" in planned[-1].plan_passes
+    # Traced once (aten_trace.py): the written caches' new values are the graph's last outputs.
+    assert planned[-1].aten_trace == "one trace", planned[-1].aten_trace
 
 
 def test_in_place_write_leaves_no_copy_of_the_cache_in_the_step():
