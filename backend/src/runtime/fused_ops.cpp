@@ -568,9 +568,9 @@ class FusedLinear final : public FusedBase {
       w = atenWeight_;
     }
     if (!w.defined()) return 0;
-    const bool held = gemmBf16_      ? sharedBf16Packings().holds({w}, "gemm bf16")
-                      : gemmUsesMkl_ ? sharedMklPackings().holds({w}, "mkl m=" + std::to_string(m_))
-                                     : sharedGemmPackings().holds({w}, "gemm f32");
+    const bool held = gemmBf16_      ? sharedBf16Packings().holds({w}, kBf16Packing)
+                      : gemmUsesMkl_ ? sharedMklPackings().holds({w}, mklPacking())
+                                     : sharedGemmPackings().holds({w}, kF32Packing);
     return held ? weightCopyBytes() : 0;
   }
 
@@ -659,18 +659,16 @@ class FusedLinear final : public FusedBase {
     auto make = [&]() -> Status {
       if (timing.made) return timing.status;
       timing.made = true;
-      const bool kn = w.stride(0) == 1 && w.stride(1) == n;
-      const at::Tensor dense = kn ? w : w.contiguous();
-      const auto order = kn ? kernels::gemm::WeightOrder::kKN : kernels::gemm::WeightOrder::kNK;
+      const auto [dense, order] = packingSource(w, /*widen=*/false);
       Status failed = Status::ok();
       auto keepStatus = [&](auto made) {
         if (!made.isOk()) failed = made.status();
         return made;
       };
-      timing.own = sharedGemmPackings().get({w}, "gemm f32", [&] {
+      timing.own = sharedGemmPackings().get({w}, kF32Packing, [&] {
         return keepStatus(kernels::gemm::packWeights(dense.data_ptr<float>(), k, n, order));
       }, &timing.ownFound);
-      timing.mkl = sharedMklPackings().get({w}, "mkl m=" + std::to_string(m_), [&] {
+      timing.mkl = sharedMklPackings().get({w}, mklPacking(), [&] {
         return keepStatus(kernels::gemm::packWeightsMkl(dense.data_ptr<float>(), k, n, order, m_));
       }, &timing.mklFound);
       if (!timing.own || !timing.mkl) {
@@ -702,6 +700,18 @@ class FusedLinear final : public FusedBase {
     if (gemmUsesMkl_ && timing.mkl) packedMkl_ = std::move(timing.mkl), packingFound_ = timing.mklFound;
     if (!gemmUsesMkl_ && timing.own) packed_ = std::move(timing.own), packingFound_ = timing.ownFound;
     if (packed_ || packedMkl_) gemmBias_ = bias_;
+  }
+  // The kinds of packing in the shared tables (weight_packings.h): MKL packs for the row count.
+  static constexpr const char* kF32Packing = "gemm f32";
+  static constexpr const char* kBf16Packing = "gemm bf16";
+  std::string mklPacking() const { return "mkl m=" + std::to_string(m_); }
+  /// What the own GEMM or MKL packs from \p w: dense float32 rows (a bf16 model's weights widened
+  /// exactly when \p widen; the copy dies after packing), or [N, K] viewed from a dense [K, N]
+  /// buffer (GPT-2's Conv1D) read straight from it.
+  static std::pair<at::Tensor, kernels::gemm::WeightOrder> packingSource(const at::Tensor& w, bool widen) {
+    const at::Tensor f = widen ? float32Weights(w) : w;
+    const bool kn = f.stride(0) == 1 && f.stride(1) == f.size(0);
+    return {kn ? f : f.contiguous(), kn ? kernels::gemm::WeightOrder::kKN : kernels::gemm::WeightOrder::kNK};
   }
   bool canPack() const {
     std::lock_guard<std::mutex> lock(weightMu_);
@@ -740,30 +750,22 @@ class FusedLinear final : public FusedBase {
     if (!w.defined()) return false;
     // The packing is shared with every other plan of the process that multiplies by the same
     // weights (runtime/weight_packings.h): generate()'s prefill and decode plans pack once.
-    const at::Tensor source = w;
-    auto dense = [&]() -> std::pair<at::Tensor, kernels::gemm::WeightOrder> {
-      // A bf16 model's weights are widened (exactly) for packing; the copy dies after packing.
-      const at::Tensor f = gemmBf16_ ? float32Weights(source) : source;
-      // [N, K] viewed from a dense [K, N] buffer (GPT-2's Conv1D) is packed straight from it.
-      const bool kn = f.stride(0) == 1 && f.stride(1) == f.size(0);
-      return {kn ? f : f.contiguous(), kn ? kernels::gemm::WeightOrder::kKN : kernels::gemm::WeightOrder::kNK};
-    };
     const int64_t n = w.size(0), k = w.size(1);
     if (gemmBf16_) {
-      packedBf16_ = sharedBf16Packings().get({source}, "gemm bf16", [&] {
-        auto [d, order] = dense();
+      packedBf16_ = sharedBf16Packings().get({w}, kBf16Packing, [&] {
+        auto [d, order] = packingSource(w, /*widen=*/true);
         return kernels::gemm::packWeightsBf16(d.data_ptr<float>(), k, n, order);
       }, &packingFound_);
       if (!packedBf16_) return false;
     } else if (gemmUsesMkl_) {
-      packedMkl_ = sharedMklPackings().get({source}, "mkl m=" + std::to_string(m_), [&] {
-        auto [d, order] = dense();
+      packedMkl_ = sharedMklPackings().get({w}, mklPacking(), [&] {
+        auto [d, order] = packingSource(w, /*widen=*/false);
         return kernels::gemm::packWeightsMkl(d.data_ptr<float>(), k, n, order, m_);
       }, &packingFound_);
       if (!packedMkl_) return false;
     } else {
-      packed_ = sharedGemmPackings().get({source}, "gemm f32", [&] {
-        auto [d, order] = dense();
+      packed_ = sharedGemmPackings().get({w}, kF32Packing, [&] {
+        auto [d, order] = packingSource(w, /*widen=*/false);
         return kernels::gemm::packWeights(d.data_ptr<float>(), k, n, order);
       }, &packingFound_);
       if (!packed_) return false;

@@ -462,7 +462,7 @@ at::Tensor int8WeightMm(const at::Tensor& x, const at::Tensor& w) {
   if (!fits) return at::mm(x, w.t().to(at::kFloat));
   // Packed once per weight for the process (runtime/weight_packings.h), kept while the weight lives.
   static WeightPackings<kernels::Int8WeightMatmul> packings(/*keepStrong=*/true);
-  auto kernel = packings.get({w}, "int8 weight-only", [&] {
+  auto kernel = packings.get({w}, "int8 weights", [&] {
     return kernels::Int8WeightMatmul::create(static_cast<const int8_t*>(w.data_ptr()), w.size(0), w.size(1));
   });
   if (!kernel) return at::mm(x, w.t().to(at::kFloat));
@@ -506,7 +506,7 @@ at::Tensor int4WeightMm(const at::Tensor& x, const at::Tensor& q, const at::Tens
   const bool fits = dtypes && shapes && layouts && biasOk && kernels::int4WeightMatmulAvailable();
   if (!fits) return composition();
   static WeightPackings<kernels::Int4WeightMatmul> packings(/*keepStrong=*/true);
-  auto kernel = packings.get({q, scale, zero}, "int4 weight-only", [&] {
+  auto kernel = packings.get({q, scale, zero}, "int4 weights", [&] {
     return kernels::Int4WeightMatmul::create(static_cast<const int8_t*>(q.data_ptr()), scale.data_ptr<float>(),
                                              static_cast<const int8_t*>(zero.data_ptr()), q.size(0), q.size(1),
                                              groupSize);

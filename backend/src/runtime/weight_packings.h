@@ -17,6 +17,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/util/SmallVector.h>
 
 #include <map>
 #include <memory>
@@ -76,7 +77,7 @@ class WeightPackings {
     Entry entry;
     for (const at::Tensor& t : sources) {
       entry.sources.emplace_back(t.storage().getWeakStorageImpl());
-      entry.places.push_back(keyOf(t, ""));
+      entry.places.push_back(Place::of(t));
       entry.versions.push_back(versionOf(t));
     }
     entry.refused = made == nullptr;
@@ -117,10 +118,34 @@ class WeightPackings {
   }
 
  private:
-  using Key = std::tuple<const void*, int64_t, std::vector<int64_t>, std::vector<int64_t>, int, std::string>;
+  // Where a tensor lives: storage, offset, sizes, strides, dtype. Made and compared without heap
+  // allocation (up to 4 dimensions): the weight-only kernels look theirs up on every call.
+  struct Place {
+    const void* storage;
+    int64_t offset;
+    c10::SmallVector<int64_t, 4> sizes, strides;
+    int dtype;
+    static Place of(const at::Tensor& t) {
+      return Place{t.storage().unsafeGetStorageImpl(), t.storage_offset(),
+                   c10::SmallVector<int64_t, 4>(t.sizes().begin(), t.sizes().end()),
+                   c10::SmallVector<int64_t, 4>(t.strides().begin(), t.strides().end()),
+                   static_cast<int>(t.scalar_type())};
+    }
+    bool holds(const at::Tensor& t) const {
+      return storage == t.storage().unsafeGetStorageImpl() && offset == t.storage_offset() &&
+             dtype == static_cast<int>(t.scalar_type()) && c10::IntArrayRef(sizes) == t.sizes() &&
+             c10::IntArrayRef(strides) == t.strides();
+    }
+    bool operator<(const Place& o) const {
+      return std::tie(storage, offset, sizes, strides, dtype) < std::tie(o.storage, o.offset, o.sizes, o.strides, o.dtype);
+    }
+  };
+  // The weight's place and the packing's kind (callers keep kinds within std::string's inline
+  // capacity, 15 characters: no allocation per lookup either).
+  using Key = std::pair<Place, std::string>;
   struct Entry {
     std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> sources;
-    std::vector<Key> places;  // each source's storage, offset, sizes, strides and dtype
+    std::vector<Place> places;  // each source's
     std::vector<uint32_t> versions;
     std::shared_ptr<const Packing> strong;
     std::weak_ptr<const Packing> weak;
@@ -140,10 +165,7 @@ class WeightPackings {
   // Inference tensors track no version: the weight-only tables (looked up on every call) still
   // keep theirs by place, as an ATen-frozen constant would be.
   static uint32_t versionOf(const at::Tensor& t) { return t.is_inference() ? UINT32_MAX : t._version(); }
-  static Key keyOf(const at::Tensor& t, const std::string& kind) {
-    return Key{t.storage().unsafeGetStorageImpl(), t.storage_offset(), t.sizes().vec(), t.strides().vec(),
-               static_cast<int>(t.scalar_type()), kind};
-  }
+  static Key keyOf(const at::Tensor& t, const std::string& kind) { return Key{Place::of(t), kind}; }
   bool expired(const Entry& e) const {
     for (const auto& s : e.sources) {
       if (s.expired()) return true;
@@ -157,7 +179,7 @@ class WeightPackings {
     for (size_t i = 0; i < sources.size(); ++i) {
       auto alive = e.sources[i].lock();
       if (alive.get() != sources[i].storage().unsafeGetStorageImpl() || e.versions[i] != versionOf(sources[i]) ||
-          e.places[i] != keyOf(sources[i], "")) {
+          !e.places[i].holds(sources[i])) {
         return false;
       }
     }
